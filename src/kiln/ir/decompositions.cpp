@@ -1,0 +1,125 @@
+// Decompositions: ops recorded with the primitives they lower to as subsymbols. The reference
+// interpreter runs the subsymbols; later passes may inline them.
+#include <cmath>
+#include <unordered_map>
+
+#include "kiln/ir/builder.h"
+#include "kiln/ir/type_rules.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+
+DType type_of(Value* v) { return v->tensor_type().dtype; }
+
+IntList trailing_dims(int64_t rank, size_t count) {
+  IntList dims;
+  for (int64_t i = rank - static_cast<int64_t>(count); i < rank; ++i) dims.push_back(i);
+  return dims;
+}
+
+// f16 and bf16 normalizations compute in f32, as PyTorch's kernels do.
+bool needs_upcast(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+
+std::vector<Value*> decompose_softmax(Builder& b, const Node& n) {
+  const SourceLoc& loc = n.loc;
+  Value* x = n.input(0);
+  int64_t dim = n.arg("dim").as_int();
+  if (auto d = n.arg("dtype").as_optional_dtype()) x = b.call1(OpId::kTo, {x, Constant(*d)}, {}, loc);
+  Value* m = b.call1(OpId::kAmax, {x, Constant(IntList{dim}), true}, {}, loc);
+  Value* s = b.call1(OpId::kSub, {x, m}, {}, loc);
+  Value* e = b.call1(OpId::kExp, {s}, {}, loc);
+  Value* z = b.call1(OpId::kSum, {e, Constant(IntList{dim}), true}, {}, loc);
+  if (n.id() == OpId::kSoftmax) return {b.call1(OpId::kDiv, {e, z}, {}, loc)};
+  Value* l = b.call1(OpId::kLog, {z}, {}, loc);
+  return {b.call1(OpId::kSub, {s, l}, {}, loc)};
+}
+
+std::vector<Value*> decompose_norm(Builder& b, const Node& n) {
+  const SourceLoc& loc = n.loc;
+  Value* x = n.input(0);
+  DType dtype = type_of(x);
+  const IntList& ns = n.arg("normalized_shape").as_ints();
+  Constant dims = trailing_dims(x->tensor_type().rank(), ns.size());
+  if (needs_upcast(dtype)) x = b.call1(OpId::kTo, {x, Constant(DType::kFloat32)}, {}, loc);
+  Value* y;
+  if (n.id() == OpId::kLayerNorm) {
+    Value* mean = b.call1(OpId::kMean, {x, dims, true}, {}, loc);
+    Value* centered = b.call1(OpId::kSub, {x, mean}, {}, loc);
+    Value* var = b.call1(OpId::kVar, {x, dims}, {{"correction", int64_t{0}}, {"keepdim", true}}, loc);
+    Value* shifted = b.call1(OpId::kAdd, {var, n.arg("eps")}, {}, loc);
+    Value* r = b.call1(OpId::kRsqrt, {shifted}, {}, loc);
+    y = b.call1(OpId::kMul, {centered, r}, {}, loc);
+  } else {
+    Operand eps = n.arg("eps");
+    if (eps.is_none()) {
+      // torch.finfo(dtype).eps of the input's dtype.
+      double e = dtype == DType::kFloat64   ? 2.220446049250313e-16
+                 : dtype == DType::kFloat16 ? 0.0009765625
+                 : dtype == DType::kBFloat16 ? 0.0078125
+                                             : 1.1920928955078125e-07;
+      eps = Operand(e);
+    }
+    Value* sq = b.call1(OpId::kMul, {x, x}, {}, loc);
+    Value* ms = b.call1(OpId::kMean, {sq, dims, true}, {}, loc);
+    Value* shifted = b.call1(OpId::kAdd, {ms, eps}, {}, loc);
+    Value* r = b.call1(OpId::kRsqrt, {shifted}, {}, loc);
+    y = b.call1(OpId::kMul, {x, r}, {}, loc);
+  }
+  int wi = n.op->param_index("weight"), bi = n.op->param_index("bias");
+  if (wi >= 0 && !n.arg(static_cast<size_t>(wi)).is_none())
+    y = b.call1(OpId::kMul, {y, n.arg(static_cast<size_t>(wi))}, {}, loc);
+  if (bi >= 0 && !n.arg(static_cast<size_t>(bi)).is_none())
+    y = b.call1(OpId::kAdd, {y, n.arg(static_cast<size_t>(bi))}, {}, loc);
+  if (type_of(y) != dtype) y = b.call1(OpId::kTo, {y, Constant(dtype)}, {}, loc);
+  return {y};
+}
+
+// x[key] as select / slice / unsqueeze steps; an empty key is an alias of x.
+Value* index_view(Builder& b, Value* x, const IndexKey& key, const SourceLoc& loc) {
+  std::vector<IndexStep> steps = lower_index_key(x->tensor_type().shape, key, nullptr);
+  if (steps.empty()) return b.call1(OpId::kAlias, {x}, {}, loc);
+  for (const IndexStep& s : steps) {
+    switch (s.op) {
+      case OpId::kSelect:
+        x = b.call1(OpId::kSelect, {x, s.dim, s.a}, {}, loc);
+        break;
+      case OpId::kSlice:
+        x = b.call1(OpId::kSlice, {x, s.dim, s.a, s.b, s.step}, {}, loc);
+        break;
+      default:
+        x = b.call1(OpId::kUnsqueeze, {x, s.dim}, {}, loc);
+        break;
+    }
+  }
+  return x;
+}
+
+std::vector<Value*> decompose_getitem(Builder& b, const Node& n) {
+  return {index_view(b, n.input(0), n.arg("index").as_index(), n.loc)};
+}
+
+std::vector<Value*> decompose_setitem(Builder& b, const Node& n) {
+  Value* view = index_view(b, n.input(0), n.arg("index").as_index(), n.loc);
+  const Operand& value = n.arg("value");
+  if (value.is_value() && value.value()->is_tensor())
+    b.call(OpId::kCopy_, {view, value}, {}, n.loc);
+  else
+    b.call(OpId::kFill_, {view, value}, {}, n.loc);
+  return {};
+}
+
+}  // namespace
+
+Decomposition find_decomposition(OpId id) {
+  static const std::unordered_map<OpId, Decomposition> table = {
+      {OpId::kSoftmax, &decompose_softmax}, {OpId::kLogSoftmax, &decompose_softmax},
+      {OpId::kLayerNorm, &decompose_norm},  {OpId::kRmsNorm, &decompose_norm},
+      {OpId::kGetitem, &decompose_getitem}, {OpId::kSetitem_, &decompose_setitem},
+  };
+  auto it = table.find(id);
+  return it == table.end() ? nullptr : it->second;
+}
+
+}  // namespace kiln

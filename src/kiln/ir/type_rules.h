@@ -1,0 +1,56 @@
+// Shape and dtype rules shared by the type rules (type_rules.cpp), the decompositions and the
+// reference interpreter, so that all three agree with PyTorch in one place.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "kiln/ir/trace.h"
+
+namespace kiln {
+
+// torch.result_type over a list of operands: dim>0 tensors outrank 0-dim tensors, which outrank
+// Python numbers (a float number counts as the default float, an int as i64).
+DType result_type(std::span<const Operand> operands);
+
+// The dtypes and shape of an elementwise op applied to `args`.
+struct ElementwiseTyping {
+  DType common;   // torch.result_type of the operands that take part in promotion
+  DType compute;  // the dtype the math is done in (converted to `out` afterwards)
+  DType out;
+  Shape shape;    // broadcast shape
+  Device device;
+};
+ElementwiseTyping elementwise_typing(const OpInfo& op, std::span<const Operand> args);
+
+// One primitive view step a __getitem__ key lowers to.
+struct IndexStep {
+  OpId op;                 // kSelect, kSlice or kUnsqueeze
+  int64_t dim = 0;
+  int64_t a = 0;           // select: index; slice: start
+  int64_t b = 0;           // slice: end
+  int64_t step = 1;        // slice: step
+};
+// Lowers a key against a shape: the view steps in order and the final shape. User errors for
+// too many indices, out-of-range ints and non-positive steps.
+std::vector<IndexStep> lower_index_key(const Shape& shape, const IndexKey& key, Shape* result_shape);
+
+// PyTorch's slice bounds: negative start/end wrap once, then clamp to [0, size]; end >= start.
+void normalize_slice(int64_t size, std::optional<int64_t> start, std::optional<int64_t> end,
+                     int64_t* out_start, int64_t* out_end);
+int64_t slice_length(int64_t start, int64_t end, int64_t step);
+
+// The dims a reduction reduces (sorted, unique); `dims` None or empty means all.
+std::vector<int64_t> reduction_dims(const std::optional<IntList>& dims, int64_t rank);
+
+// view/reshape sizes with one -1 inferred; user error if the element count differs.
+Shape infer_view_size(const IntList& size, int64_t numel);
+
+// The length of diagonal(offset, dim1, dim2) of a shape.
+int64_t diagonal_length(const Shape& shape, int64_t offset, int64_t dim1, int64_t dim2);
+
+// Output shapes of split / chunk along `dim`.
+std::vector<int64_t> split_sizes(int64_t dim_size, const Operand& split_size);
+std::vector<int64_t> chunk_sizes(int64_t dim_size, int64_t chunks);
+
+}  // namespace kiln
