@@ -1,0 +1,68 @@
+// Real tensors for the reference interpreter: a storage (bytes of one dtype) and a strided view
+// of it, exactly as a torch.Tensor is. A TensorHandle is a Python tensor *object*: in-place ops
+// return the same handle, metadata mutations (transpose_, ...) change it, and views share the
+// storage.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <variant>
+#include <vector>
+
+#include "kiln/ir/types.h"
+
+namespace kiln {
+
+struct Storage {
+  DType dtype = DType::kFloat32;
+  Device device;
+  std::vector<std::byte> bytes;
+  int64_t numel() const { return static_cast<int64_t>(bytes.size()) / dtype_size(dtype); }
+
+  // Element i of the storage as a double / int64 (bool is 0 or 1; f16 and bf16 are widened).
+  double load_double(int64_t i) const;
+  int64_t load_int(int64_t i) const;
+  // Stores with PyTorch's conversion: to an integer truncates toward zero, to bool is `!= 0`,
+  // to f16/bf16 rounds to nearest even.
+  void store_double(int64_t i, double v);
+  void store_int(int64_t i, int64_t v);
+};
+
+struct RtTensor {
+  std::shared_ptr<Storage> storage;
+  Shape sizes;
+  std::vector<int64_t> strides;  // in elements
+  int64_t offset = 0;            // in elements
+
+  DType dtype() const { return storage->dtype; }
+  Device device() const { return storage->device; }
+  int64_t rank() const { return static_cast<int64_t>(sizes.size()); }
+  int64_t numel() const { return shape_numel(sizes); }
+  bool is_contiguous() const;
+  // Storage index of the element at a multi-index / at a row-major linear position.
+  int64_t storage_index(const std::vector<int64_t>& index) const;
+  int64_t storage_index_of_linear(int64_t linear) const;
+  TensorType type() const;  // with the layout filled in
+};
+
+using TensorHandle = std::shared_ptr<RtTensor>;
+using RtScalar = std::variant<bool, int64_t, double>;
+using RtValue = std::variant<TensorHandle, RtScalar>;
+
+// A new contiguous tensor holding `values` in row-major order, converted to `dtype`.
+TensorHandle make_tensor(DType dtype, const Shape& shape, const std::vector<double>& values,
+                         Device device = Device::cpu());
+TensorHandle make_int_tensor(DType dtype, const Shape& shape, const std::vector<int64_t>& values);
+// A new tensor of the given layout over a fresh storage of `storage_numel` elements (zeroed).
+TensorHandle make_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
+                          int64_t offset, int64_t storage_numel);
+// A view of an existing tensor's storage with another shape/strides/offset (as_strided).
+TensorHandle make_view(const TensorHandle& base, const Shape& shape,
+                       const std::vector<int64_t>& strides, int64_t offset);
+// The elements in row-major order.
+std::vector<double> to_vector(const RtTensor& t);
+std::vector<int64_t> to_int_vector(const RtTensor& t);
+// A contiguous copy (new storage).
+TensorHandle clone(const RtTensor& t);
+
+}  // namespace kiln
