@@ -5,7 +5,7 @@ import os
 import lit.formats
 
 config.name = "kiln"
-config.test_format = lit.formats.ShTest(execute_external=True)
+config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".trace"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kiln_build_dir, "tests", "lit")

@@ -74,7 +74,7 @@ const std::map<std::string, std::string>& samples() {
       {"diagonal", "ltorch.diagonal(s, 1)"}, {"as_strided", "ltorch.as_strided(x, [2, 2], [1, 2], 1)"},
       {"split", "ltorch.split(x, [1, 2], 1)"}, {"chunk", "ltorch.chunk(x, 2)"},
       {"unbind", "ltorch.unbind(x, 1)"}, {"detach", "ltorch.detach(x)"}, {"alias", "ltorch.alias(x)"},
-      {"slice_scatter", "ltorch.slice_scatter(x, y, 0)"},
+      {"slice_scatter", "ltorch.slice_scatter(x, y, 1)"},
       {"select_scatter", "ltorch.select_scatter(s, v, 1, 0)"},
       {"diagonal_scatter", "ltorch.diagonal_scatter(s, v)"},
       {"as_strided_scatter", "ltorch.as_strided_scatter(s, x, [2, 3], [3, 1])"},

@@ -30,7 +30,7 @@ std::string Builder::fresh_name() {
   std::string name;
   do {
     name = "t" + std::to_string(next_temp_++);
-  } while (used_names_.contains(name));
+  } while (used_names_.contains(name) || reserved_names_.contains(name));
   return name;
 }
 
@@ -178,8 +178,18 @@ std::vector<Value*> Builder::call_named(OpId op, std::vector<Operand> args, Keyw
   const OpInfo& info = op_info(op);
   ScopedErrorContext context(info.name, loc.str());
   pending_names_.assign(subsymbol_names.begin(), subsymbol_names.end());
-  auto outs = emit(info, bind(info, std::move(args), std::move(kwargs)), std::move(loc),
-                   &output_names);
+  // Without written subsymbols, the decomposition's results take the statement's names.
+  rename_results_ = subsymbol_names.empty();
+  std::vector<Value*> outs;
+  try {
+    outs = emit(info, bind(info, std::move(args), std::move(kwargs)), std::move(loc),
+                &output_names);
+  } catch (...) {
+    rename_results_ = false;
+    pending_names_.clear();
+    throw;
+  }
+  rename_results_ = false;
   KILN_CHECK(pending_names_.empty())
       << "the subsymbols written under " << info.name
       << " define more values than its decomposition makes; print the trace again with kiln.";
@@ -222,6 +232,14 @@ std::vector<Value*> Builder::emit(const OpInfo& op, std::vector<Operand> operand
       bool from_subsymbol = std::any_of(node->subsymbols.begin(), node->subsymbols.end(),
                                         [&](const auto& s) { return s->outputs.size() && std::find(s->outputs.begin(), s->outputs.end(), r) != s->outputs.end(); });
       KILN_ASSERT(from_subsymbol) << op.name << "'s decomposition must end in a new value";
+      if (output_names && rename_results_ && r->name() != (*output_names)[i]) {
+        KILN_CHECK(!used_names_.contains((*output_names)[i]))
+            << "the name '" << (*output_names)[i]
+            << "' is defined twice; give every value its own name.";
+        used_names_.erase(r->name());
+        r->name_ = (*output_names)[i];
+        used_names_.insert(r->name_);
+      }
       if (output_names) {
         KILN_CHECK(r->name() == (*output_names)[i])
             << "the subsymbols under " << op.name << " end in '" << r->name()

@@ -31,6 +31,8 @@ class Builder {
                                  SourceLoc loc, const std::vector<std::string>& output_names,
                                  std::vector<std::string> subsymbol_names = {});
   void set_outputs(std::vector<Value*> outputs) { trace_.set_outputs(std::move(outputs)); }
+  // Names fresh values must not take (the parser reserves every name its file defines).
+  void reserve_name(std::string name) { reserved_names_.insert(std::move(name)); }
 
   // Binds args to the signature and checks kinds; the result has one operand per parameter.
   static std::vector<Operand> bind(const OpInfo& op, std::vector<Operand> args, KeywordArgs kwargs);
@@ -46,7 +48,9 @@ class Builder {
   Trace& trace_;
   std::vector<std::unique_ptr<Node>>* sink_;  // the trace's nodes, or a node's subsymbols
   std::set<std::string> used_names_;
+  std::set<std::string> reserved_names_;
   std::deque<std::string> pending_names_;  // names for the next fresh values (parser)
+  bool rename_results_ = false;  // name a decomposition's results after the statement's outputs
   int next_temp_ = 0;
 };
 

@@ -135,6 +135,7 @@ class Cursor {
     return c == '-' && pos_ + 1 < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_ + 1]));
   }
   size_t pos() const { return pos_; }
+  void set_pos(size_t pos) { pos_ = pos; }
   std::string_view rest() const { return text_.substr(pos_); }
 
  private:
@@ -163,6 +164,7 @@ class TraceParser {
       if (end == std::string_view::npos) end = text.size();
       std::string_view line = text.substr(start, end - start);
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (end == text.size() && line.empty() && !lines_.empty()) break;  // final newline
       lines_.push_back({number++, line});
       if (end == text.size()) break;
       start = end + 1;
@@ -172,10 +174,11 @@ class TraceParser {
   Trace parse() {
     Trace trace;
     Builder b(trace);
+    // Comments before the def are free text (lit RUN lines, notes), except the header
+    // "# Constructed by <pass> (<ms> ms)".
     size_t i = skip_blank(0);
-    // Optional header: "# Constructed by <pass> (<ms> ms)".
-    if (i < lines_.size() && lines_[i].text.starts_with("# Constructed by ")) {
-      parse_header(lines_[i], trace);
+    while (i < lines_.size() && lines_[i].text.starts_with("#")) {
+      if (lines_[i].text.starts_with("# Constructed by ")) parse_header(lines_[i], trace);
       i = skip_blank(i + 1);
     }
     if (i >= lines_.size()) error_at(lines_.back(), 1, "expected 'def <name>(<inputs>):'");
@@ -205,18 +208,32 @@ class TraceParser {
         error_at(lines_[def_line_], 1, "input '" + name + "' has no type comment (# " + name + ": \"cpu f32[4]\")");
       values_[name] = b.add_input(name, it->second);
     }
+    // Fresh names (a decomposition's temporaries) must not take a name the file defines later.
+    for (size_t k = i; k < lines_.size(); ++k) {
+      std::string_view t = trim(lines_[k].text);
+      if (t.starts_with("# ")) t.remove_prefix(2);
+      size_t eq = t.find(" = ltorch.");
+      if (eq == std::string_view::npos) continue;
+      std::string_view names = t.substr(0, eq);
+      while (!names.empty()) {
+        size_t comma = names.find(',');
+        b.reserve_name(std::string(trim(names.substr(0, comma))));
+        if (comma == std::string_view::npos) break;
+        names.remove_prefix(comma + 1);
+      }
+    }
     // Statements until the return.
     bool returned = false;
     while (i < lines_.size()) {
       const Line& line = lines_[i];
       std::string_view t = trim(line.text);
-      if (t.empty() || (t.starts_with("#") && !returned)) {
-        if (t.starts_with("#") && indent(line.text) > 2 && !t.starts_with("# Constructed"))
-          error_at(line, static_cast<int>(indent(line.text)) + 1,
-                   "a subsymbol comment must follow the statement it belongs to");
-        ++i;
+      if (t.empty() || (t.starts_with("#") && (returned || indent(line.text) <= 2))) {
+        ++i;  // a comment of its own (after the return: free text such as lit CHECK lines)
         continue;
       }
+      if (t.starts_with("#"))
+        error_at(line, static_cast<int>(indent(line.text)) + 1,
+                 "a subsymbol comment must follow the statement it belongs to");
       if (returned) error_at(line, static_cast<int>(indent(line.text)) + 1, "unexpected text after the return");
       if (t.starts_with("return")) {
         parse_return(line, b);
@@ -308,9 +325,16 @@ class TraceParser {
     });
   }
 
-  Value* lookup(Cursor& c, const std::string& name) {
+  // Reads a value's name; an unknown name is reported at its first character.
+  Value* value_ref(Cursor& c) {
+    c.skip_spaces();
+    size_t start = c.pos();
+    std::string name = c.identifier();
     auto it = values_.find(name);
-    if (it == values_.end()) c.fail("'" + name + "' is not defined before this use");
+    if (it == values_.end()) {
+      c.set_pos(start);
+      c.fail("'" + name + "' is not defined before this use");
+    }
     return it->second;
   }
 
@@ -361,7 +385,7 @@ class TraceParser {
             ints.push_back(std::get<int64_t>(n));
           } else {
             if (!ints.empty()) c.fail("a list mixes values and numbers");
-            values.push_back(lookup(c, c.identifier()));
+            values.push_back(value_ref(c));
           }
         } while (c.accept(","));
         c.expect("]");
@@ -373,16 +397,21 @@ class TraceParser {
     if (c.accept("-float(")) return Operand(Constant(-special_float(c)));
     if (c.accept("float(")) return Operand(Constant(special_float(c)));
     if (c.at_number()) return Operand(c.number());
+    size_t start = c.pos();
     std::string name = c.identifier();
     if (name == "None") return Operand(Constant(NoneValue{}));
     if (name == "True") return Operand(Constant(true));
     if (name == "False") return Operand(Constant(false));
     if (name.starts_with("torch.")) {
       auto d = dtype_from_name(name);
-      if (!d) c.fail("unknown dtype '" + name + "'");
+      if (!d) {
+        c.set_pos(start);
+        c.fail("unknown dtype '" + name + "'");
+      }
       return Operand(Constant(*d));
     }
-    return Operand(lookup(c, name));
+    c.set_pos(start);
+    return Operand(value_ref(c));
   }
 
   double special_float(Cursor& c) {
@@ -396,6 +425,7 @@ class TraceParser {
   Statement statement(Cursor& c) {
     Statement st;
     // Outputs, if any: "a, b = ltorch.op(...)".
+    c.skip_spaces();
     if (!c.rest().starts_with("ltorch.")) {
       do {
         st.outputs.push_back(c.identifier());
@@ -539,6 +569,7 @@ class TraceParser {
   // Parses "a, b = ltorch.op(...)" for its output names only.
   Statement statement_shape(Cursor& c) {
     Statement st;
+    c.skip_spaces();
     if (!c.rest().starts_with("ltorch.")) {
       do {
         st.outputs.push_back(c.identifier());
@@ -563,7 +594,7 @@ class TraceParser {
       if (!c.accept(")")) {
         do {
           if (c.peek() == ')') break;
-          outs.push_back(lookup(c, c.identifier()));
+          outs.push_back(value_ref(c));
         } while (c.accept(","));
         c.expect(")");
       }

@@ -28,6 +28,14 @@ struct Storage {
   void store_int(int64_t i, int64_t v);
 };
 
+// Copies element `si` of `src` to element `di` of `dst`, converting the dtype as PyTorch's copy_
+// does (bytes are copied unchanged when the dtypes agree, so large int64 values survive).
+void copy_element(const Storage& src, int64_t si, Storage& dst, int64_t di);
+// Rounds a double to the nearest value representable in `dtype` (the value a floating tensor of
+// that dtype would hold); integral dtypes convert as a store would.
+double round_to_dtype(double v, DType dtype);
+int64_t cast_int_to_dtype(int64_t v, DType dtype);
+
 struct RtTensor {
   std::shared_ptr<Storage> storage;
   Shape sizes;
@@ -43,6 +51,8 @@ struct RtTensor {
   int64_t storage_index(const std::vector<int64_t>& index) const;
   int64_t storage_index_of_linear(int64_t linear) const;
   TensorType type() const;  // with the layout filled in
+  // Storage indices of all elements in row-major order of `sizes`.
+  std::vector<int64_t> element_indices() const;
 };
 
 using TensorHandle = std::shared_ptr<RtTensor>;
@@ -56,6 +66,9 @@ TensorHandle make_int_tensor(DType dtype, const Shape& shape, const std::vector<
 // A new tensor of the given layout over a fresh storage of `storage_numel` elements (zeroed).
 TensorHandle make_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
                           int64_t offset, int64_t storage_numel);
+// A new zero-filled tensor with the given strides over a storage just large enough for them.
+TensorHandle empty_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
+                           Device device = Device::cpu());
 // A view of an existing tensor's storage with another shape/strides/offset (as_strided).
 TensorHandle make_view(const TensorHandle& base, const Shape& shape,
                        const std::vector<int64_t>& strides, int64_t offset);

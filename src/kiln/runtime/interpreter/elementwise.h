@@ -1,0 +1,20 @@
+// The parameters ops.def's elementwise expressions read besides their operands a, b, c.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln {
+
+struct ElementwiseParams {
+  double alpha = 1;        // add/sub: a + alpha * b
+  int64_t alpha_i = 1;
+  double value = 1;        // addcmul/addcdiv: a + value * b * c
+  int64_t value_i = 1;
+  int rounding = 0;        // div: 0 true division, 1 trunc, 2 floor
+  bool approximate_tanh = false;  // gelu(approximate="tanh")
+  bool has_b = true;       // clamp: whether min / max are given
+  bool has_c = true;
+  bool bool_compute = false;  // the op computes in bool: `*` is `and`, `~` is `not`
+};
+
+}  // namespace kiln

@@ -1,0 +1,253 @@
+#include "kiln/runtime/interpreter/rt_tensor.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kiln/runtime/interpreter/layout.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+
+template <class T>
+T read(const Storage& s, int64_t i) {
+  T v;
+  std::memcpy(&v, s.bytes.data() + static_cast<size_t>(i) * sizeof(T), sizeof(T));
+  return v;
+}
+
+template <class T>
+void write(Storage& s, int64_t i, T v) {
+  std::memcpy(s.bytes.data() + static_cast<size_t>(i) * sizeof(T), &v, sizeof(T));
+}
+
+void check_index(const Storage& s, int64_t i) {
+  KILN_ASSERT(i >= 0 && i < s.numel())
+      << "storage index " << i << " out of range for a storage of " << s.numel() << " elements";
+}
+
+// C++ leaves the conversion of NaN and out-of-range floats to integers undefined. x86's cvttsd2si
+// (what PyTorch's CPU kernels compile to) gives the "integer indefinite" value, the type's
+// minimum; in range, the conversion truncates toward zero.
+template <class I>
+I float_to_int(double v) {
+  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
+  constexpr double hi = -lo;  // 2^31 or 2^63, exactly representable
+  if (!(v >= lo && v < hi)) return std::numeric_limits<I>::min();
+  return static_cast<I>(v);
+}
+
+}  // namespace
+
+double Storage::load_double(int64_t i) const {
+  check_index(*this, i);
+  switch (dtype) {
+    case DType::kBool: return read<uint8_t>(*this, i) != 0 ? 1.0 : 0.0;
+    case DType::kInt32: return read<int32_t>(*this, i);
+    case DType::kInt64: return static_cast<double>(read<int64_t>(*this, i));
+    case DType::kFloat16: return half_to_float(read<uint16_t>(*this, i));
+    case DType::kBFloat16: return bfloat16_to_float(read<uint16_t>(*this, i));
+    case DType::kFloat32: return read<float>(*this, i);
+    case DType::kFloat64: return read<double>(*this, i);
+  }
+  KILN_ASSERT(false) << "bad dtype";
+  return 0;
+}
+
+int64_t Storage::load_int(int64_t i) const {
+  check_index(*this, i);
+  switch (dtype) {
+    case DType::kBool: return read<uint8_t>(*this, i) != 0 ? 1 : 0;
+    case DType::kInt32: return read<int32_t>(*this, i);
+    case DType::kInt64: return read<int64_t>(*this, i);
+    default: return float_to_int<int64_t>(load_double(i));
+  }
+}
+
+void Storage::store_double(int64_t i, double v) {
+  check_index(*this, i);
+  switch (dtype) {
+    case DType::kBool: write<uint8_t>(*this, i, v != 0 ? 1 : 0); return;  // NaN != 0: true
+    case DType::kInt32: write<int32_t>(*this, i, float_to_int<int32_t>(v)); return;
+    case DType::kInt64: write<int64_t>(*this, i, float_to_int<int64_t>(v)); return;
+    // c10::Half and c10::BFloat16 are built from a float, so a double is rounded twice.
+    case DType::kFloat16: write<uint16_t>(*this, i, float_to_half(static_cast<float>(v))); return;
+    case DType::kBFloat16:
+      write<uint16_t>(*this, i, float_to_bfloat16(static_cast<float>(v)));
+      return;
+    case DType::kFloat32: write<float>(*this, i, static_cast<float>(v)); return;
+    case DType::kFloat64: write<double>(*this, i, v); return;
+  }
+  KILN_ASSERT(false) << "bad dtype";
+}
+
+void Storage::store_int(int64_t i, int64_t v) {
+  check_index(*this, i);
+  switch (dtype) {
+    case DType::kBool: write<uint8_t>(*this, i, v != 0 ? 1 : 0); return;
+    case DType::kInt32: write<int32_t>(*this, i, static_cast<int32_t>(v)); return;  // wraps
+    case DType::kInt64: write<int64_t>(*this, i, v); return;
+    // One rounding from the integer, as static_cast<float>(int64_t) does in PyTorch.
+    case DType::kFloat16: write<uint16_t>(*this, i, float_to_half(static_cast<float>(v))); return;
+    case DType::kBFloat16:
+      write<uint16_t>(*this, i, float_to_bfloat16(static_cast<float>(v)));
+      return;
+    case DType::kFloat32: write<float>(*this, i, static_cast<float>(v)); return;
+    case DType::kFloat64: write<double>(*this, i, static_cast<double>(v)); return;
+  }
+  KILN_ASSERT(false) << "bad dtype";
+}
+
+void copy_element(const Storage& src, int64_t si, Storage& dst, int64_t di) {
+  if (src.dtype == dst.dtype) {
+    check_index(src, si);
+    check_index(dst, di);
+    auto size = static_cast<size_t>(dtype_size(src.dtype));
+    std::memcpy(dst.bytes.data() + static_cast<size_t>(di) * size,
+                src.bytes.data() + static_cast<size_t>(si) * size, size);
+  } else if (is_floating(src.dtype)) {
+    dst.store_double(di, src.load_double(si));
+  } else {
+    dst.store_int(di, src.load_int(si));
+  }
+}
+
+double round_to_dtype(double v, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat64: return v;
+    case DType::kFloat32: return static_cast<float>(v);
+    case DType::kFloat16: return half_to_float(float_to_half(static_cast<float>(v)));
+    case DType::kBFloat16: return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+    case DType::kBool: return v != 0 ? 1.0 : 0.0;
+    case DType::kInt32: return float_to_int<int32_t>(v);
+    case DType::kInt64: return static_cast<double>(float_to_int<int64_t>(v));
+  }
+  return v;
+}
+
+int64_t cast_int_to_dtype(int64_t v, DType dtype) {
+  switch (dtype) {
+    case DType::kBool: return v != 0 ? 1 : 0;
+    case DType::kInt32: return static_cast<int32_t>(v);
+    default: return v;
+  }
+}
+
+bool RtTensor::is_contiguous() const { return kiln::is_contiguous(sizes, strides); }
+
+int64_t RtTensor::storage_index(const std::vector<int64_t>& index) const {
+  KILN_ASSERT(index.size() == sizes.size()) << "index rank mismatch";
+  int64_t at = offset;
+  for (size_t d = 0; d < index.size(); ++d) at += index[d] * strides[d];
+  return at;
+}
+
+int64_t RtTensor::storage_index_of_linear(int64_t linear) const {
+  int64_t at = offset;
+  for (size_t d = sizes.size(); d-- > 0;) {
+    at += (linear % sizes[d]) * strides[d];
+    linear /= sizes[d];
+  }
+  return at;
+}
+
+TensorType RtTensor::type() const {
+  return TensorType{dtype(), sizes, device(), Layout{strides, offset}};
+}
+
+std::vector<int64_t> RtTensor::element_indices() const {
+  return kiln::element_indices(sizes, strides, offset);
+}
+
+namespace {
+TensorHandle new_tensor(DType dtype, const Shape& shape, Device device) {
+  auto storage = std::make_shared<Storage>();
+  storage->dtype = dtype;
+  storage->device = device;
+  storage->bytes.resize(static_cast<size_t>(shape_numel(shape) * dtype_size(dtype)));
+  auto t = std::make_shared<RtTensor>();
+  t->storage = std::move(storage);
+  t->sizes = shape;
+  t->strides = contiguous_strides(shape);
+  return t;
+}
+}  // namespace
+
+TensorHandle make_tensor(DType dtype, const Shape& shape, const std::vector<double>& values,
+                         Device device) {
+  TensorHandle t = new_tensor(dtype, shape, device);
+  KILN_CHECK(static_cast<int64_t>(values.size()) == t->numel())
+      << "make_tensor got " << values.size() << " values for shape " << shape_str(shape)
+      << "; give one value per element.";
+  for (size_t i = 0; i < values.size(); ++i) t->storage->store_double(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+TensorHandle make_int_tensor(DType dtype, const Shape& shape, const std::vector<int64_t>& values) {
+  TensorHandle t = new_tensor(dtype, shape, Device::cpu());
+  KILN_CHECK(static_cast<int64_t>(values.size()) == t->numel())
+      << "make_int_tensor got " << values.size() << " values for shape " << shape_str(shape)
+      << "; give one value per element.";
+  for (size_t i = 0; i < values.size(); ++i) t->storage->store_int(static_cast<int64_t>(i), values[i]);
+  return t;
+}
+
+TensorHandle make_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
+                          int64_t offset, int64_t storage_numel) {
+  auto storage = std::make_shared<Storage>();
+  storage->dtype = dtype;
+  storage->bytes.resize(static_cast<size_t>(storage_numel * dtype_size(dtype)));
+  auto t = std::make_shared<RtTensor>();
+  t->storage = std::move(storage);
+  KILN_CHECK(strides.size() == shape.size())
+      << "make_strided got " << strides.size() << " strides for shape " << shape_str(shape) << ".";
+  t->sizes = shape;
+  t->strides = strides;
+  t->offset = offset;
+  check_in_bounds(*t);
+  return t;
+}
+
+TensorHandle make_view(const TensorHandle& base, const Shape& shape,
+                       const std::vector<int64_t>& strides, int64_t offset) {
+  auto t = std::make_shared<RtTensor>();
+  t->storage = base->storage;
+  t->sizes = shape;
+  t->strides = strides;
+  t->offset = offset;
+  check_in_bounds(*t);
+  return t;
+}
+
+std::vector<double> to_vector(const RtTensor& t) {
+  std::vector<double> out;
+  out.reserve(static_cast<size_t>(t.numel()));
+  for (int64_t i : t.element_indices()) out.push_back(t.storage->load_double(i));
+  return out;
+}
+
+std::vector<int64_t> to_int_vector(const RtTensor& t) {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(t.numel()));
+  for (int64_t i : t.element_indices()) out.push_back(t.storage->load_int(i));
+  return out;
+}
+
+TensorHandle clone(const RtTensor& t) {
+  TensorHandle out = new_tensor(t.dtype(), t.sizes, t.device());
+  int64_t k = 0;
+  for (int64_t i : t.element_indices()) copy_element(*t.storage, i, *out->storage, k++);
+  return out;
+}
+
+TensorHandle empty_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
+                           Device device) {
+  TensorHandle t = new_tensor(dtype, {required_storage_numel(shape, strides, 0)}, device);
+  t->sizes = shape;
+  t->strides = strides;
+  return t;
+}
+
+}  // namespace kiln

@@ -1,0 +1,123 @@
+// The scalar helpers ops.def's elementwise expressions call, written to match PyTorch's CPU
+// kernels element for element (NaN handling, signs of zero, integer rounding and errors).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kiln/support/error.h"
+
+namespace kiln::math {
+
+inline double gelu(double x, bool approximate_tanh) {
+  if (approximate_tanh) {
+    constexpr double kBeta = 0.7978845608028654;  // sqrt(2 / pi)
+    constexpr double kKappa = 0.044715;
+    return 0.5 * x * (1.0 + std::tanh(kBeta * (x + kKappa * x * x * x)));
+  }
+  return 0.5 * x * (1.0 + std::erf(x * 0.7071067811865476));  // x / sqrt(2)
+}
+
+// (0 < a) - (a < 0): NaN gives 0 and -0.0 gives +0.0, as PyTorch's vectorized sign kernel.
+inline double sign(double a) { return static_cast<double>((0 < a) - (a < 0)); }
+
+// True division, or rounded: 1 truncates, 2 floors (PyTorch's div_floor_floating, which is
+// Python's // on floats: exact for large quotients and signed zeros).
+inline double div(double a, double b, int rounding) {
+  if (rounding == 0) return a / b;
+  if (rounding == 1) return std::trunc(a / b);
+  if (b == 0) return a / b;
+  double mod = std::fmod(a, b);
+  double q = (a - mod) / b;
+  if (mod != 0 && (b < 0) != (mod < 0)) q -= 1;
+  if (q == 0) return std::copysign(0.0, a / b);
+  double floor_q = std::floor(q);
+  if (q - floor_q > 0.5) floor_q += 1;
+  return floor_q;
+}
+
+inline void check_int_divisor(int64_t b) { KILN_CHECK(b != 0) << "ZeroDivisionError"; }
+
+// Integer division with a rounding mode (true division of integers computes in float). The
+// lowest value divided by -1 wraps, as two's complement does.
+inline int64_t div_int(int64_t a, int64_t b, int rounding) {
+  KILN_ASSERT(rounding != 0) << "integer true division must compute in a floating dtype";
+  check_int_divisor(b);
+  if (b == -1) return static_cast<int64_t>(0 - static_cast<uint64_t>(a));
+  int64_t q = a / b;
+  if (rounding == 2 && (a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+// Python's %: the result has the divisor's sign.
+inline double remainder(double a, double b) {
+  double mod = std::fmod(a, b);
+  if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
+  return mod;
+}
+
+inline int64_t remainder_int(int64_t a, int64_t b) {
+  check_int_divisor(b);
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  if (r != 0 && (r < 0) != (b < 0)) r += b;
+  return r;
+}
+
+// C's %: the result has the dividend's sign.
+inline int64_t fmod_int(int64_t a, int64_t b) {
+  check_int_divisor(b);
+  if (b == -1) return 0;
+  return a % b;
+}
+
+// PyTorch's powi. A negative exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise; the
+// interpreter raises before getting here when the exponent is a Python number (pow.Tensor_Scalar
+// rejects it). Squaring wraps like the int64 multiply it is.
+inline int64_t pow_int(int64_t a, int64_t b) {
+  if (b < 0) {
+    if (a == 1) return 1;
+    if (a == -1) return (b % 2 == 0) ? 1 : -1;
+    return 0;
+  }
+  uint64_t base = static_cast<uint64_t>(a), result = 1;
+  for (auto e = static_cast<uint64_t>(b); e; e >>= 1) {
+    if (e & 1) result *= base;
+    base *= base;
+  }
+  return static_cast<int64_t>(result);
+}
+
+// NaN-propagating maximum/minimum (torch.maximum, torch.minimum).
+inline double maximum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return a > b ? a : b;
+}
+inline double minimum(double a, double b) {
+  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+  return a < b ? a : b;
+}
+
+// clamp with optional bounds: a NaN bound gives NaN, a NaN input stays NaN, and min > max gives
+// max (min(max(a, lo), hi) applied in that order).
+inline double clamp(double a, double lo, double hi, bool has_lo, bool has_hi) {
+  if ((has_lo && std::isnan(lo)) || (has_hi && std::isnan(hi)))
+    return std::numeric_limits<double>::quiet_NaN();
+  if (std::isnan(a)) return a;
+  if (has_lo && a < lo) a = lo;
+  if (has_hi && a > hi) a = hi;
+  return a;
+}
+inline int64_t clamp_int(int64_t a, int64_t lo, int64_t hi, bool has_lo, bool has_hi) {
+  if (has_lo && a < lo) a = lo;
+  if (has_hi && a > hi) a = hi;
+  return a;
+}
+
+// torch.lerp's two-sided formula, exact at weight 0 and 1.
+inline double lerp(double self, double end, double weight) {
+  return std::abs(weight) < 0.5 ? self + weight * (end - self) : end - (end - self) * (1 - weight);
+}
+
+}  // namespace kiln::math
