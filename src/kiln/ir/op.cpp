@@ -125,8 +125,10 @@ struct Registry {
       params.push_back(
           Param{"approximate", ParamKind::kString, false, true, true, std::string("none")});
     }
-    OpInfo f{id, name, OpKind::kElementwise, params, &infer_elementwise, 1, AliasKind::kNone,
-             rule, arity, id, inplace};
+    // `to` returns its input object itself when the dtype does not change, as eager does.
+    AliasKind alias = rule == DTypeRule::kCast ? AliasKind::kMaybeViewOf0 : AliasKind::kNone;
+    OpInfo f{id, name, OpKind::kElementwise, params, &infer_elementwise, 1, alias, rule, arity, id,
+             inplace};
     add(std::move(f));
     if (inplace) {
       OpId in_id = static_cast<OpId>(static_cast<int>(id) + 1);

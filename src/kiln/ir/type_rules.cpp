@@ -70,6 +70,35 @@ DType result_type(std::span<const Operand> operands) {
   return *r;
 }
 
+namespace {
+// Argument checks eager makes beyond dtypes: alpha's kind, gelu's approximation, integer powers.
+void check_elementwise_arguments(const OpInfo& op, Args args, const ElementwiseTyping& r) {
+  int alpha_i = op.param_index("alpha");
+  if (alpha_i >= 0 && args[static_cast<size_t>(alpha_i)].is_constant()) {
+    const Constant& alpha = args[static_cast<size_t>(alpha_i)].constant();
+    KILN_CHECK(r.common == DType::kBool || !std::holds_alternative<bool>(alpha))
+        << "Boolean alpha only supported for Boolean results; pass a number.";
+    KILN_CHECK(r.common != DType::kBool || std::holds_alternative<bool>(alpha) ||
+               number_as_double(alpha) == 1.0)
+        << "Boolean alpha only supported for Boolean results; convert the tensors first.";
+    KILN_CHECK(!is_integral(r.common, true) || !std::holds_alternative<double>(alpha))
+        << "for integral input tensors, argument alpha must not be a floating point number; "
+           "pass an int alpha or convert the tensors to floating point.";
+  }
+  if (op.functional_form == OpId::kGelu) {
+    const std::string& a = args[static_cast<size_t>(op.param_index("approximate"))].as_string();
+    KILN_CHECK(a == "none" || a == "tanh")
+        << "gelu approximate must be 'none' or 'tanh', got '" << a << "'.";
+  }
+  if (op.functional_form == OpId::kPow && is_integral(r.out, true) && args[1].is_constant()) {
+    const Constant& e = args[1].constant();
+    KILN_CHECK(!std::holds_alternative<int64_t>(e) || std::get<int64_t>(e) >= 0)
+        << "Integers to negative integer powers are not allowed; convert the base to floating "
+           "point first.";
+  }
+}
+}  // namespace
+
 ElementwiseTyping elementwise_typing(const OpInfo& op, Args args) {
   // The operands: the first `arity` parameters. where's condition does not take part in
   // promotion; clamp's None bounds are absent.
@@ -170,6 +199,7 @@ ElementwiseTyping elementwise_typing(const OpInfo& op, Args args) {
     case DTypeRule::kNotElementwise:
       KILN_ASSERT(false) << name << " is not elementwise";
   }
+  check_elementwise_arguments(op, args, r);
   bool compare = op.dtype_rule == DTypeRule::kCompare || op.dtype_rule == DTypeRule::kLogical ||
                  op.dtype_rule == DTypeRule::kUnaryToBool;
   r.compute = compare ? r.common : r.out;

@@ -37,16 +37,16 @@ int64_t no_float_path(const char* op) {
 // lets KILN_NO_INT / KILN_NO_FLOAT say which op reached a path that does not exist.
 #define KILN_NO_INT no_int_path(op_name)
 #define KILN_NO_FLOAT no_float_path(op_name)
-#define KILN_EW_FUNCTIONS(Id, name, unpack, fexpr, iexpr)              \
-  double float_##Id(const double* v, const ElementwiseParams& p) {     \
-    [[maybe_unused]] const char* op_name = name;                       \
-    [[maybe_unused]] double unpack;                                    \
-    return static_cast<double>(fexpr);                                 \
-  }                                                                    \
-  int64_t int_##Id(const int64_t* v, const ElementwiseParams& p) {     \
-    [[maybe_unused]] const char* op_name = name;                       \
-    [[maybe_unused]] int64_t unpack;                                   \
-    return static_cast<int64_t>(iexpr);                                \
+#define KILN_EW_FUNCTIONS(Id, name, unpack, fexpr, iexpr)          \
+  double float_##Id(const double* v, const ElementwiseParams& p) { \
+    [[maybe_unused]] const char* op_name = name;                   \
+    [[maybe_unused]] double unpack;                                \
+    return static_cast<double>(fexpr);                             \
+  }                                                                \
+  int64_t int_##Id(const int64_t* v, const ElementwiseParams& p) { \
+    [[maybe_unused]] const char* op_name = name;                   \
+    [[maybe_unused]] int64_t unpack;                               \
+    return static_cast<int64_t>(iexpr);                            \
   }
 #define KILN_UNARY(Id, name, rule, inplace, fexpr, iexpr) \
   KILN_EW_FUNCTIONS(Id, name, a = v[0], fexpr, iexpr)
@@ -128,8 +128,10 @@ std::vector<T> operand_values(const Env& env, const Operand& o, const Shape& sha
                               bool convert) {
   auto to_compute = [&](T v) {
     if (!convert) return v;
-    if constexpr (std::is_same_v<T, double>) return round_to_dtype(v, compute);
-    else return cast_int_to_dtype(v, compute);
+    if constexpr (std::is_same_v<T, double>)
+      return round_to_dtype(v, compute);
+    else
+      return cast_int_to_dtype(v, compute);
   };
   std::vector<T> out;
   if (o.is_value() && o.value()->is_tensor()) {
@@ -137,13 +139,17 @@ std::vector<T> operand_values(const Env& env, const Operand& o, const Shape& sha
     std::vector<int64_t> idx = element_indices(shape, broadcast_strides(t, shape), t.offset);
     out.reserve(idx.size());
     for (int64_t i : idx) {
-      if constexpr (std::is_same_v<T, double>) out.push_back(to_compute(t.storage->load_double(i)));
-      else out.push_back(to_compute(t.storage->load_int(i)));
+      if constexpr (std::is_same_v<T, double>)
+        out.push_back(to_compute(t.storage->load_double(i)));
+      else
+        out.push_back(to_compute(t.storage->load_int(i)));
     }
   } else {
     RtScalar s = env.number(o);
-    if constexpr (std::is_same_v<T, double>) out.push_back(to_compute(scalar_to_double(s)));
-    else out.push_back(to_compute(scalar_to_int(s)));
+    if constexpr (std::is_same_v<T, double>)
+      out.push_back(to_compute(scalar_to_double(s)));
+    else
+      out.push_back(to_compute(scalar_to_int(s)));
   }
   return out;
 }
@@ -162,7 +168,8 @@ std::vector<T> compute(const Env& env, const Node& node, const ElementwiseTyping
     }
     // where's condition is a bool mask, not an operand of the promotion.
     bool convert = !(op.dtype_rule == DTypeRule::kWhere && i == 0);
-    values[static_cast<size_t>(i)] = operand_values<T>(env, o, typing.shape, typing.compute, convert);
+    values[static_cast<size_t>(i)] =
+        operand_values<T>(env, o, typing.shape, typing.compute, convert);
   }
   std::vector<T> out(static_cast<size_t>(n));
   std::array<T, 3> args{};
@@ -188,11 +195,13 @@ TensorHandle allocate_output(const Env& env, const Node& node, const Elementwise
   for (int i = 0; i < op.arity; ++i) {
     const Operand& o = node.arg(static_cast<size_t>(i));
     if (o.is_none()) continue;
-    if (o.is_value() && o.value()->is_tensor()) inputs.push_back(env.tensor(o).get());
-    else if (!number_is_kernel_parameter(op.functional_form)) inputs.push_back(nullptr);
+    if (o.is_value() && o.value()->is_tensor())
+      inputs.push_back(env.tensor(o).get());
+    else if (!number_is_kernel_parameter(op.functional_form))
+      inputs.push_back(nullptr);
   }
-  return empty_strided(typing.out, typing.shape,
-                       elementwise_output_strides(typing.shape, inputs), typing.device);
+  return empty_strided(typing.out, typing.shape, elementwise_output_strides(typing.shape, inputs),
+                       typing.device);
 }
 
 }  // namespace
@@ -231,15 +240,19 @@ void run_elementwise(Env& env, const Node& node) {
   // Every value is computed before any is stored: an in-place op may read what it overwrites.
   std::vector<double> fvalues;
   std::vector<int64_t> ivalues;
-  if (floating) fvalues = compute<double>(env, node, typing, kernel.f, p);
-  else ivalues = compute<int64_t>(env, node, typing, kernel.i, p);
+  if (floating)
+    fvalues = compute<double>(env, node, typing, kernel.f, p);
+  else
+    ivalues = compute<int64_t>(env, node, typing, kernel.i, p);
 
   if (!out) out = allocate_output(env, node, typing);
   std::vector<int64_t> idx = out->element_indices();
   Storage& storage = *out->storage;
   for (size_t k = 0; k < idx.size(); ++k) {
-    if (floating) storage.store_double(idx[k], fvalues[k]);
-    else storage.store_int(idx[k], ivalues[k]);
+    if (floating)
+      storage.store_double(idx[k], fvalues[k]);
+    else
+      storage.store_int(idx[k], ivalues[k]);
   }
   env.bind(node.outputs[0], out);
 }

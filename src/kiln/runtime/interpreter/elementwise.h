@@ -6,13 +6,13 @@
 namespace kiln {
 
 struct ElementwiseParams {
-  double alpha = 1;        // add/sub: a + alpha * b
+  double alpha = 1;  // add/sub: a + alpha * b
   int64_t alpha_i = 1;
-  double value = 1;        // addcmul/addcdiv: a + value * b * c
+  double value = 1;  // addcmul/addcdiv: a + value * b * c
   int64_t value_i = 1;
-  int rounding = 0;        // div: 0 true division, 1 trunc, 2 floor
+  int rounding = 0;               // div: 0 true division, 1 trunc, 2 floor
   bool approximate_tanh = false;  // gelu(approximate="tanh")
-  bool has_b = true;       // clamp: whether min / max are given
+  bool has_b = true;              // clamp: whether min / max are given
   bool has_c = true;
   bool bool_compute = false;  // the op computes in bool: `*` is `and`, `~` is `not`
 };

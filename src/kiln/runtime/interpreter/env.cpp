@@ -39,7 +39,8 @@ const TensorHandle& Env::tensor(const Value* v) const {
 RtScalar Env::number(const Operand& o) const {
   if (o.is_value()) {
     const RtValue& r = at(o.value());
-    KILN_ASSERT(std::holds_alternative<RtScalar>(r)) << "'" << o.value()->name() << "' is not a number";
+    KILN_ASSERT(std::holds_alternative<RtScalar>(r))
+        << "'" << o.value()->name() << "' is not a number";
     return std::get<RtScalar>(r);
   }
   const Constant& c = o.constant();
@@ -65,8 +66,10 @@ int64_t scalar_to_int(const RtScalar& s) {
 }
 
 void store_scalar(Storage& s, int64_t i, const RtScalar& v) {
-  if (scalar_is_float(v)) s.store_double(i, std::get<double>(v));
-  else s.store_int(i, scalar_to_int(v));
+  if (scalar_is_float(v))
+    s.store_double(i, std::get<double>(v));
+  else
+    s.store_int(i, scalar_to_int(v));
 }
 
 }  // namespace kiln

@@ -27,8 +27,12 @@ class Env {
 
 double scalar_to_double(const RtScalar& s);
 int64_t scalar_to_int(const RtScalar& s);  // a float truncates toward zero
-inline bool scalar_is_float(const RtScalar& s) { return std::holds_alternative<double>(s); }
-inline bool scalar_is_bool(const RtScalar& s) { return std::holds_alternative<bool>(s); }
+inline bool scalar_is_float(const RtScalar& s) {
+  return std::holds_alternative<double>(s);
+}
+inline bool scalar_is_bool(const RtScalar& s) {
+  return std::holds_alternative<bool>(s);
+}
 
 // Stores a Python number into element `i` of a storage with PyTorch's conversion (ints keep all
 // 64 bits).

@@ -30,8 +30,8 @@ std::vector<int64_t> element_indices(const Shape& sizes, const Strides& strides,
 }
 
 Strides broadcast_strides(const RtTensor& t, const Shape& shape) {
-  KILN_ASSERT(t.sizes.size() <= shape.size()) << "cannot broadcast " << shape_str(t.sizes) << " to "
-                                              << shape_str(shape);
+  KILN_ASSERT(t.sizes.size() <= shape.size())
+      << "cannot broadcast " << shape_str(t.sizes) << " to " << shape_str(shape);
   Strides out(shape.size(), 0);
   size_t lead = shape.size() - t.sizes.size();
   for (size_t i = 0; i < t.sizes.size(); ++i) {
@@ -76,7 +76,8 @@ bool is_non_overlapping_and_dense(const Shape& sizes, const Strides& strides) {
 int64_t required_storage_numel(const Shape& sizes, const Strides& strides, int64_t offset) {
   if (shape_numel(sizes) == 0) return 0;
   int64_t last = offset;
-  for (size_t d = 0; d < sizes.size(); ++d) last += (sizes[d] - 1) * strides[d];
+  for (size_t d = 0; d < sizes.size(); ++d)
+    last += (sizes[d] - 1) * strides[d];
   return last + 1;
 }
 
@@ -86,8 +87,8 @@ void check_in_bounds(const RtTensor& t) {
   KILN_CHECK(need <= t.storage->numel())
       << "setStorage: sizes " << shape_str(t.sizes) << ", strides " << shape_str(t.strides)
       << ", storage offset " << t.offset << ", and itemsize " << item
-      << " requiring a storage size of " << need * item
-      << " are out of bounds for storage of size " << t.storage->numel() * item
+      << " requiring a storage size of " << need * item << " are out of bounds for storage of size "
+      << t.storage->numel() * item
       << "; choose sizes, strides and an offset that stay inside the storage.";
 }
 
@@ -145,7 +146,8 @@ std::vector<size_t> iteration_order(const Shape& shape, const std::vector<Stride
                                     bool skip_zero_per_operand) {
   size_t ndim = shape.size();
   std::vector<size_t> perm(ndim);
-  for (size_t i = 0; i < ndim; ++i) perm[i] = ndim - 1 - i;
+  for (size_t i = 0; i < ndim; ++i)
+    perm[i] = ndim - 1 - i;
   auto should_swap = [&](size_t dim0, size_t dim1) {
     for (const Strides& s : operands) {
       int64_t s0 = s[dim0], s1 = s[dim1];
@@ -211,7 +213,8 @@ Strides elementwise_output_strides(const Shape& shape, std::span<const RtTensor*
   }
   std::vector<size_t> perm = iteration_order(shape, operands, /*skip_zero_per_operand=*/true);
   bool row_major = true;
-  for (size_t j = 0; j < ndim; ++j) row_major = row_major && perm[j] == ndim - 1 - j;
+  for (size_t j = 0; j < ndim; ++j)
+    row_major = row_major && perm[j] == ndim - 1 - j;
   if (row_major) return contiguous_strides(shape);
   // Dense strides in iteration order (TensorIterator's compatible_stride, sizes not clamped).
   Strides out(ndim);

@@ -16,8 +16,12 @@ using RefFn = void (*)(Env& env, const Node& node);
 void run_elementwise(Env& env, const Node& node);
 
 // ref_*.cpp, one per KILN_OP row.
-#define KILN_OP(Id, name, kind, sig, rule, outputs, alias) void ref_##Id(Env& env, const Node& node);
+#define KILN_OP(Id, name, kind, sig, rule, outputs, alias) \
+  void ref_##Id(Env& env, const Node& node);
 #include "kiln/ir/ops.def"
+
+// fill_'s value argument: a number, or a 0-dim tensor's item() (ref_mutations.cpp).
+RtScalar fill_value(const Env& env, const Operand& value);
 
 // The implementation of `id` (interpreter.cpp).
 RefFn reference_fn(OpId id);

@@ -44,13 +44,20 @@ I float_to_int(double v) {
 double Storage::load_double(int64_t i) const {
   check_index(*this, i);
   switch (dtype) {
-    case DType::kBool: return read<uint8_t>(*this, i) != 0 ? 1.0 : 0.0;
-    case DType::kInt32: return read<int32_t>(*this, i);
-    case DType::kInt64: return static_cast<double>(read<int64_t>(*this, i));
-    case DType::kFloat16: return half_to_float(read<uint16_t>(*this, i));
-    case DType::kBFloat16: return bfloat16_to_float(read<uint16_t>(*this, i));
-    case DType::kFloat32: return read<float>(*this, i);
-    case DType::kFloat64: return read<double>(*this, i);
+    case DType::kBool:
+      return read<uint8_t>(*this, i) != 0 ? 1.0 : 0.0;
+    case DType::kInt32:
+      return read<int32_t>(*this, i);
+    case DType::kInt64:
+      return static_cast<double>(read<int64_t>(*this, i));
+    case DType::kFloat16:
+      return half_to_float(read<uint16_t>(*this, i));
+    case DType::kBFloat16:
+      return bfloat16_to_float(read<uint16_t>(*this, i));
+    case DType::kFloat32:
+      return read<float>(*this, i);
+    case DType::kFloat64:
+      return read<double>(*this, i);
   }
   KILN_ASSERT(false) << "bad dtype";
   return 0;
@@ -59,26 +66,42 @@ double Storage::load_double(int64_t i) const {
 int64_t Storage::load_int(int64_t i) const {
   check_index(*this, i);
   switch (dtype) {
-    case DType::kBool: return read<uint8_t>(*this, i) != 0 ? 1 : 0;
-    case DType::kInt32: return read<int32_t>(*this, i);
-    case DType::kInt64: return read<int64_t>(*this, i);
-    default: return float_to_int<int64_t>(load_double(i));
+    case DType::kBool:
+      return read<uint8_t>(*this, i) != 0 ? 1 : 0;
+    case DType::kInt32:
+      return read<int32_t>(*this, i);
+    case DType::kInt64:
+      return read<int64_t>(*this, i);
+    default:
+      return float_to_int<int64_t>(load_double(i));
   }
 }
 
 void Storage::store_double(int64_t i, double v) {
   check_index(*this, i);
   switch (dtype) {
-    case DType::kBool: write<uint8_t>(*this, i, v != 0 ? 1 : 0); return;  // NaN != 0: true
-    case DType::kInt32: write<int32_t>(*this, i, float_to_int<int32_t>(v)); return;
-    case DType::kInt64: write<int64_t>(*this, i, float_to_int<int64_t>(v)); return;
+    case DType::kBool:
+      write<uint8_t>(*this, i, v != 0 ? 1 : 0);
+      return;  // NaN != 0: true
+    case DType::kInt32:
+      write<int32_t>(*this, i, float_to_int<int32_t>(v));
+      return;
+    case DType::kInt64:
+      write<int64_t>(*this, i, float_to_int<int64_t>(v));
+      return;
     // c10::Half and c10::BFloat16 are built from a float, so a double is rounded twice.
-    case DType::kFloat16: write<uint16_t>(*this, i, float_to_half(static_cast<float>(v))); return;
+    case DType::kFloat16:
+      write<uint16_t>(*this, i, float_to_half(static_cast<float>(v)));
+      return;
     case DType::kBFloat16:
       write<uint16_t>(*this, i, float_to_bfloat16(static_cast<float>(v)));
       return;
-    case DType::kFloat32: write<float>(*this, i, static_cast<float>(v)); return;
-    case DType::kFloat64: write<double>(*this, i, v); return;
+    case DType::kFloat32:
+      write<float>(*this, i, static_cast<float>(v));
+      return;
+    case DType::kFloat64:
+      write<double>(*this, i, v);
+      return;
   }
   KILN_ASSERT(false) << "bad dtype";
 }
@@ -86,16 +109,28 @@ void Storage::store_double(int64_t i, double v) {
 void Storage::store_int(int64_t i, int64_t v) {
   check_index(*this, i);
   switch (dtype) {
-    case DType::kBool: write<uint8_t>(*this, i, v != 0 ? 1 : 0); return;
-    case DType::kInt32: write<int32_t>(*this, i, static_cast<int32_t>(v)); return;  // wraps
-    case DType::kInt64: write<int64_t>(*this, i, v); return;
+    case DType::kBool:
+      write<uint8_t>(*this, i, v != 0 ? 1 : 0);
+      return;
+    case DType::kInt32:
+      write<int32_t>(*this, i, static_cast<int32_t>(v));
+      return;  // wraps
+    case DType::kInt64:
+      write<int64_t>(*this, i, v);
+      return;
     // One rounding from the integer, as static_cast<float>(int64_t) does in PyTorch.
-    case DType::kFloat16: write<uint16_t>(*this, i, float_to_half(static_cast<float>(v))); return;
+    case DType::kFloat16:
+      write<uint16_t>(*this, i, float_to_half(static_cast<float>(v)));
+      return;
     case DType::kBFloat16:
       write<uint16_t>(*this, i, float_to_bfloat16(static_cast<float>(v)));
       return;
-    case DType::kFloat32: write<float>(*this, i, static_cast<float>(v)); return;
-    case DType::kFloat64: write<double>(*this, i, static_cast<double>(v)); return;
+    case DType::kFloat32:
+      write<float>(*this, i, static_cast<float>(v));
+      return;
+    case DType::kFloat64:
+      write<double>(*this, i, static_cast<double>(v));
+      return;
   }
   KILN_ASSERT(false) << "bad dtype";
 }
@@ -116,31 +151,44 @@ void copy_element(const Storage& src, int64_t si, Storage& dst, int64_t di) {
 
 double round_to_dtype(double v, DType dtype) {
   switch (dtype) {
-    case DType::kFloat64: return v;
-    case DType::kFloat32: return static_cast<float>(v);
-    case DType::kFloat16: return half_to_float(float_to_half(static_cast<float>(v)));
-    case DType::kBFloat16: return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
-    case DType::kBool: return v != 0 ? 1.0 : 0.0;
-    case DType::kInt32: return float_to_int<int32_t>(v);
-    case DType::kInt64: return static_cast<double>(float_to_int<int64_t>(v));
+    case DType::kFloat64:
+      return v;
+    case DType::kFloat32:
+      return static_cast<float>(v);
+    case DType::kFloat16:
+      return half_to_float(float_to_half(static_cast<float>(v)));
+    case DType::kBFloat16:
+      return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+    case DType::kBool:
+      return v != 0 ? 1.0 : 0.0;
+    case DType::kInt32:
+      return float_to_int<int32_t>(v);
+    case DType::kInt64:
+      return static_cast<double>(float_to_int<int64_t>(v));
   }
   return v;
 }
 
 int64_t cast_int_to_dtype(int64_t v, DType dtype) {
   switch (dtype) {
-    case DType::kBool: return v != 0 ? 1 : 0;
-    case DType::kInt32: return static_cast<int32_t>(v);
-    default: return v;
+    case DType::kBool:
+      return v != 0 ? 1 : 0;
+    case DType::kInt32:
+      return static_cast<int32_t>(v);
+    default:
+      return v;
   }
 }
 
-bool RtTensor::is_contiguous() const { return kiln::is_contiguous(sizes, strides); }
+bool RtTensor::is_contiguous() const {
+  return kiln::is_contiguous(sizes, strides);
+}
 
 int64_t RtTensor::storage_index(const std::vector<int64_t>& index) const {
   KILN_ASSERT(index.size() == sizes.size()) << "index rank mismatch";
   int64_t at = offset;
-  for (size_t d = 0; d < index.size(); ++d) at += index[d] * strides[d];
+  for (size_t d = 0; d < index.size(); ++d)
+    at += index[d] * strides[d];
   return at;
 }
 
@@ -181,7 +229,8 @@ TensorHandle make_tensor(DType dtype, const Shape& shape, const std::vector<doub
   KILN_CHECK(static_cast<int64_t>(values.size()) == t->numel())
       << "make_tensor got " << values.size() << " values for shape " << shape_str(shape)
       << "; give one value per element.";
-  for (size_t i = 0; i < values.size(); ++i) t->storage->store_double(static_cast<int64_t>(i), values[i]);
+  for (size_t i = 0; i < values.size(); ++i)
+    t->storage->store_double(static_cast<int64_t>(i), values[i]);
   return t;
 }
 
@@ -190,7 +239,8 @@ TensorHandle make_int_tensor(DType dtype, const Shape& shape, const std::vector<
   KILN_CHECK(static_cast<int64_t>(values.size()) == t->numel())
       << "make_int_tensor got " << values.size() << " values for shape " << shape_str(shape)
       << "; give one value per element.";
-  for (size_t i = 0; i < values.size(); ++i) t->storage->store_int(static_cast<int64_t>(i), values[i]);
+  for (size_t i = 0; i < values.size(); ++i)
+    t->storage->store_int(static_cast<int64_t>(i), values[i]);
   return t;
 }
 
@@ -224,22 +274,45 @@ TensorHandle make_view(const TensorHandle& base, const Shape& shape,
 std::vector<double> to_vector(const RtTensor& t) {
   std::vector<double> out;
   out.reserve(static_cast<size_t>(t.numel()));
-  for (int64_t i : t.element_indices()) out.push_back(t.storage->load_double(i));
+  for (int64_t i : t.element_indices())
+    out.push_back(t.storage->load_double(i));
   return out;
 }
 
 std::vector<int64_t> to_int_vector(const RtTensor& t) {
   std::vector<int64_t> out;
   out.reserve(static_cast<size_t>(t.numel()));
-  for (int64_t i : t.element_indices()) out.push_back(t.storage->load_int(i));
+  for (int64_t i : t.element_indices())
+    out.push_back(t.storage->load_int(i));
   return out;
 }
 
 TensorHandle clone(const RtTensor& t) {
   TensorHandle out = new_tensor(t.dtype(), t.sizes, t.device());
   int64_t k = 0;
-  for (int64_t i : t.element_indices()) copy_element(*t.storage, i, *out->storage, k++);
+  for (int64_t i : t.element_indices())
+    copy_element(*t.storage, i, *out->storage, k++);
   return out;
+}
+
+void copy_into(RtTensor& dst, const RtTensor& src) {
+  if (&dst == &src) return;
+  if (dst.storage == src.storage && dst.offset == src.offset && dst.strides == src.strides &&
+      dst.sizes == src.sizes) {
+    return;  // copy_impl's "views of the same data" exit
+  }
+  check_no_internal_overlap(dst);
+  check_no_partial_overlap(dst, src);
+  std::vector<int64_t> from =
+      element_indices(dst.sizes, broadcast_strides(src, dst.sizes), src.offset);
+  std::vector<int64_t> to = dst.element_indices();
+  Storage staged;
+  staged.dtype = dst.dtype();
+  staged.bytes.resize(static_cast<size_t>(dst.numel() * dtype_size(dst.dtype())));
+  for (size_t k = 0; k < from.size(); ++k)
+    copy_element(*src.storage, from[k], staged, static_cast<int64_t>(k));
+  for (size_t k = 0; k < to.size(); ++k)
+    copy_element(staged, static_cast<int64_t>(k), *dst.storage, to[k]);
 }
 
 TensorHandle empty_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,

@@ -77,5 +77,9 @@ std::vector<double> to_vector(const RtTensor& t);
 std::vector<int64_t> to_int_vector(const RtTensor& t);
 // A contiguous copy (new storage).
 TensorHandle clone(const RtTensor& t);
+// dst.copy_(src) as eager runs it: src broadcast to dst's shape and converted to dst's dtype;
+// nothing happens when src is dst's exact memory; user errors when dst has internal overlap or
+// src partially overlaps it. All of src is read before dst is written.
+void copy_into(RtTensor& dst, const RtTensor& src);
 
 }  // namespace kiln

@@ -20,7 +20,9 @@ inline double gelu(double x, bool approximate_tanh) {
 }
 
 // (0 < a) - (a < 0): NaN gives 0 and -0.0 gives +0.0, as PyTorch's vectorized sign kernel.
-inline double sign(double a) { return static_cast<double>((0 < a) - (a < 0)); }
+inline double sign(double a) {
+  return static_cast<double>((0 < a) - (a < 0));
+}
 
 // True division, or rounded: 1 truncates, 2 floors (PyTorch's div_floor_floating, which is
 // Python's // on floats: exact for large quotients and signed zeros).
@@ -37,7 +39,9 @@ inline double div(double a, double b, int rounding) {
   return floor_q;
 }
 
-inline void check_int_divisor(int64_t b) { KILN_CHECK(b != 0) << "ZeroDivisionError"; }
+inline void check_int_divisor(int64_t b) {
+  KILN_CHECK(b != 0) << "ZeroDivisionError";
+}
 
 // Integer division with a rounding mode (true division of integers computes in float). The
 // lowest value divided by -1 wraps, as two's complement does.
