@@ -8,7 +8,9 @@
 
 namespace {
 
-bool close(double a, double b) { return std::fabs(a - b) <= 1e-5 + 1e-5 * std::fabs(b); }
+bool close(double a, double b) {
+  return std::fabs(a - b) <= 1e-5 + 1e-5 * std::fabs(b);
+}
 
 // Runs `trace` on a 5x5 input, checks the output and the input after the call.
 bool run_seed(const char* title, const kiln::Trace& trace, double (*output)(double),
@@ -53,8 +55,8 @@ int main() {
         {kiln::TensorSpec(kiln::f32, {5, 5}).named("x")});
     kiln::verify_trace(s2);
     bool ok = run_seed(
-        "S1: a.tanh_(); return a * a * a * a", s1, [](double x) { return std::pow(std::tanh(x), 4); },
-        [](double x) { return std::tanh(x); });
+        "S1: a.tanh_(); return a * a * a * a", s1,
+        [](double x) { return std::pow(std::tanh(x), 4); }, [](double x) { return std::tanh(x); });
     ok = run_seed(
              "S2: x.exp_(); x.sin_(); return x.cos()", s2,
              [](double x) { return std::cos(std::sin(std::exp(x))); },

@@ -65,10 +65,10 @@ class Tensor;
 
 // A Python number: bool, int or float.
 struct Number {
-  Number(bool v, Loc loc = Loc::current()) : value(v), loc(loc) {}  // NOLINT
+  Number(bool v, Loc loc = Loc::current()) : value(v), loc(loc) {}          // NOLINT
   Number(int v, Loc loc = Loc::current()) : value(int64_t{v}), loc(loc) {}  // NOLINT
-  Number(int64_t v, Loc loc = Loc::current()) : value(v), loc(loc) {}  // NOLINT
-  Number(double v, Loc loc = Loc::current()) : value(v), loc(loc) {}  // NOLINT
+  Number(int64_t v, Loc loc = Loc::current()) : value(v), loc(loc) {}       // NOLINT
+  Number(double v, Loc loc = Loc::current()) : value(v), loc(loc) {}        // NOLINT
   Constant value;
   Loc loc;
 };
@@ -77,11 +77,11 @@ struct Number {
 // Its constructor records where the expression was written (operators cannot take a default
 // source_location themselves).
 struct TensorOrNumber {
-  TensorOrNumber(const Tensor& t, Loc loc = Loc::current());  // NOLINT
-  TensorOrNumber(bool v, Loc loc = Loc::current()) : number(v), loc(loc) {}  // NOLINT
+  TensorOrNumber(const Tensor& t, Loc loc = Loc::current());                         // NOLINT
+  TensorOrNumber(bool v, Loc loc = Loc::current()) : number(v), loc(loc) {}          // NOLINT
   TensorOrNumber(int v, Loc loc = Loc::current()) : number(int64_t{v}), loc(loc) {}  // NOLINT
-  TensorOrNumber(int64_t v, Loc loc = Loc::current()) : number(v), loc(loc) {}  // NOLINT
-  TensorOrNumber(double v, Loc loc = Loc::current()) : number(v), loc(loc) {}  // NOLINT
+  TensorOrNumber(int64_t v, Loc loc = Loc::current()) : number(v), loc(loc) {}       // NOLINT
+  TensorOrNumber(double v, Loc loc = Loc::current()) : number(v), loc(loc) {}        // NOLINT
   std::shared_ptr<const Tensor> tensor;
   Constant number;
   Loc loc;
@@ -106,10 +106,10 @@ struct Slice {
   IndexItem item;
 };
 struct TensorIndex {
-  TensorIndex(int v) : item(IndexItem::integer(v)) {}  // NOLINT
-  TensorIndex(int64_t v) : item(IndexItem::integer(v)) {}  // NOLINT
-  TensorIndex(Slice s) : item(s.item) {}  // NOLINT
-  TensorIndex(NoneIndex) : item(IndexItem::new_axis()) {}  // NOLINT
+  TensorIndex(int v) : item(IndexItem::integer(v)) {}          // NOLINT
+  TensorIndex(int64_t v) : item(IndexItem::integer(v)) {}      // NOLINT
+  TensorIndex(Slice s) : item(s.item) {}                       // NOLINT
+  TensorIndex(NoneIndex) : item(IndexItem::new_axis()) {}      // NOLINT
   TensorIndex(EllipsisIndex) : item(IndexItem::ellipsis()) {}  // NOLINT
   IndexItem item;
 };
@@ -131,36 +131,44 @@ class Tensor {
   bool same_object(const Tensor& other) const { return handle_ == other.handle_; }
 
   // ---- elementwise (each with its in-place form, which returns this same object) ----
-#define KILN_API_UNARY(method, Id)          \
+#define KILN_API_UNARY(method, Id)               \
   Tensor method(Loc loc = Loc::current()) const; \
   Tensor method##_(Loc loc = Loc::current()) const;
-  KILN_API_UNARY(abs, Abs) KILN_API_UNARY(neg, Neg) KILN_API_UNARY(exp, Exp)
-  KILN_API_UNARY(exp2, Exp2) KILN_API_UNARY(expm1, Expm1) KILN_API_UNARY(log, Log)
-  KILN_API_UNARY(log1p, Log1p) KILN_API_UNARY(log2, Log2) KILN_API_UNARY(sqrt, Sqrt)
-  KILN_API_UNARY(rsqrt, Rsqrt) KILN_API_UNARY(sin, Sin) KILN_API_UNARY(cos, Cos)
-  KILN_API_UNARY(tan, Tan) KILN_API_UNARY(tanh, Tanh) KILN_API_UNARY(asin, Asin)
-  KILN_API_UNARY(acos, Acos) KILN_API_UNARY(atan, Atan) KILN_API_UNARY(sinh, Sinh)
-  KILN_API_UNARY(cosh, Cosh) KILN_API_UNARY(sigmoid, Sigmoid) KILN_API_UNARY(relu, Relu)
-  KILN_API_UNARY(silu, Silu) KILN_API_UNARY(erf, Erf) KILN_API_UNARY(reciprocal, Reciprocal)
-  KILN_API_UNARY(floor, Floor) KILN_API_UNARY(ceil, Ceil) KILN_API_UNARY(round, Round)
-  KILN_API_UNARY(trunc, Trunc) KILN_API_UNARY(sign, Sign) KILN_API_UNARY(square, Square)
-  KILN_API_UNARY(logical_not, LogicalNot) KILN_API_UNARY(bitwise_not, BitwiseNot)
+  KILN_API_UNARY(abs, Abs)
+  KILN_API_UNARY(neg, Neg) KILN_API_UNARY(exp, Exp) KILN_API_UNARY(exp2, Exp2)
+      KILN_API_UNARY(expm1, Expm1) KILN_API_UNARY(log, Log) KILN_API_UNARY(log1p, Log1p)
+          KILN_API_UNARY(log2, Log2) KILN_API_UNARY(sqrt, Sqrt) KILN_API_UNARY(rsqrt, Rsqrt)
+              KILN_API_UNARY(sin, Sin) KILN_API_UNARY(cos, Cos) KILN_API_UNARY(tan, Tan)
+                  KILN_API_UNARY(tanh, Tanh) KILN_API_UNARY(asin, Asin) KILN_API_UNARY(acos, Acos)
+                      KILN_API_UNARY(atan, Atan) KILN_API_UNARY(sinh, Sinh)
+                          KILN_API_UNARY(cosh, Cosh) KILN_API_UNARY(sigmoid, Sigmoid)
+                              KILN_API_UNARY(relu, Relu) KILN_API_UNARY(silu, Silu)
+                                  KILN_API_UNARY(erf, Erf) KILN_API_UNARY(reciprocal, Reciprocal)
+                                      KILN_API_UNARY(floor, Floor) KILN_API_UNARY(ceil, Ceil)
+                                          KILN_API_UNARY(round, Round) KILN_API_UNARY(trunc, Trunc)
+                                              KILN_API_UNARY(sign, Sign)
+                                                  KILN_API_UNARY(square, Square)
+                                                      KILN_API_UNARY(logical_not, LogicalNot)
+                                                          KILN_API_UNARY(bitwise_not, BitwiseNot)
 #undef KILN_API_UNARY
-  Tensor gelu(std::string approximate = "none", Loc loc = Loc::current()) const;
+                                                              Tensor
+      gelu(std::string approximate = "none", Loc loc = Loc::current()) const;
   Tensor gelu_(std::string approximate = "none", Loc loc = Loc::current()) const;
   Tensor isnan(Loc loc = Loc::current()) const;
 
-#define KILN_API_BINARY(method)                                                 \
+#define KILN_API_BINARY(method)                                               \
   Tensor method(const TensorOrNumber& other, Loc loc = Loc::current()) const; \
   Tensor method##_(const TensorOrNumber& other, Loc loc = Loc::current()) const;
-  KILN_API_BINARY(mul) KILN_API_BINARY(pow) KILN_API_BINARY(remainder) KILN_API_BINARY(fmod)
-  KILN_API_BINARY(maximum) KILN_API_BINARY(minimum) KILN_API_BINARY(atan2) KILN_API_BINARY(eq)
-  KILN_API_BINARY(ne) KILN_API_BINARY(lt) KILN_API_BINARY(le) KILN_API_BINARY(gt)
-  KILN_API_BINARY(ge) KILN_API_BINARY(logical_and) KILN_API_BINARY(logical_or)
-  KILN_API_BINARY(logical_xor) KILN_API_BINARY(bitwise_and) KILN_API_BINARY(bitwise_or)
-  KILN_API_BINARY(bitwise_xor)
+  KILN_API_BINARY(mul)
+  KILN_API_BINARY(pow) KILN_API_BINARY(remainder) KILN_API_BINARY(fmod) KILN_API_BINARY(maximum)
+      KILN_API_BINARY(minimum) KILN_API_BINARY(atan2) KILN_API_BINARY(eq) KILN_API_BINARY(ne)
+          KILN_API_BINARY(lt) KILN_API_BINARY(le) KILN_API_BINARY(gt) KILN_API_BINARY(ge)
+              KILN_API_BINARY(logical_and) KILN_API_BINARY(logical_or) KILN_API_BINARY(logical_xor)
+                  KILN_API_BINARY(bitwise_and) KILN_API_BINARY(bitwise_or)
+                      KILN_API_BINARY(bitwise_xor)
 #undef KILN_API_BINARY
-  Tensor add(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
+                          Tensor
+      add(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
   Tensor add_(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
   Tensor sub(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
   Tensor sub_(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
@@ -174,10 +182,14 @@ class Tensor {
                 Loc loc = Loc::current()) const;
   Tensor lerp(const Tensor& end, const TensorOrNumber& weight, Loc loc = Loc::current()) const;
   Tensor lerp_(const Tensor& end, const TensorOrNumber& weight, Loc loc = Loc::current()) const;
-  Tensor addcmul(const Tensor& t1, const Tensor& t2, Number value = 1, Loc loc = Loc::current()) const;
-  Tensor addcmul_(const Tensor& t1, const Tensor& t2, Number value = 1, Loc loc = Loc::current()) const;
-  Tensor addcdiv(const Tensor& t1, const Tensor& t2, Number value = 1, Loc loc = Loc::current()) const;
-  Tensor addcdiv_(const Tensor& t1, const Tensor& t2, Number value = 1, Loc loc = Loc::current()) const;
+  Tensor addcmul(const Tensor& t1, const Tensor& t2, Number value = 1,
+                 Loc loc = Loc::current()) const;
+  Tensor addcmul_(const Tensor& t1, const Tensor& t2, Number value = 1,
+                  Loc loc = Loc::current()) const;
+  Tensor addcdiv(const Tensor& t1, const Tensor& t2, Number value = 1,
+                 Loc loc = Loc::current()) const;
+  Tensor addcdiv_(const Tensor& t1, const Tensor& t2, Number value = 1,
+                  Loc loc = Loc::current()) const;
   Tensor to(DType dtype, Loc loc = Loc::current()) const;
 
   // ---- other mutation ----
@@ -188,7 +200,8 @@ class Tensor {
   Tensor transpose_(int64_t dim0, int64_t dim1, Loc loc = Loc::current()) const;
   Tensor unsqueeze_(int64_t dim, Loc loc = Loc::current()) const;
   Tensor squeeze_(std::optional<IntList> dims = std::nullopt, Loc loc = Loc::current()) const;
-  Tensor as_strided_(IntList size, IntList stride, std::optional<int64_t> storage_offset = std::nullopt,
+  Tensor as_strided_(IntList size, IntList stride,
+                     std::optional<int64_t> storage_offset = std::nullopt,
                      Loc loc = Loc::current()) const;
   // x[key] = value
   void index_put_(std::vector<TensorIndex> key, const TensorOrNumber& value,
@@ -212,8 +225,10 @@ class Tensor {
   Tensor select(int64_t dim, int64_t index, Loc loc = Loc::current()) const;
   Tensor index(std::vector<TensorIndex> key, Loc loc = Loc::current()) const;
   Tensor operator[](TensorIndex i) const;  // x[i] (location: the last recorded call's)
-  Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1, Loc loc = Loc::current()) const;
-  Tensor as_strided(IntList size, IntList stride, std::optional<int64_t> storage_offset = std::nullopt,
+  Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1,
+                  Loc loc = Loc::current()) const;
+  Tensor as_strided(IntList size, IntList stride,
+                    std::optional<int64_t> storage_offset = std::nullopt,
                     Loc loc = Loc::current()) const;
   std::vector<Tensor> split(int64_t split_size, int64_t dim = 0, Loc loc = Loc::current()) const;
   std::vector<Tensor> split(IntList split_sizes, int64_t dim = 0, Loc loc = Loc::current()) const;
@@ -242,14 +257,17 @@ class Tensor {
                 Loc loc = Loc::current()) const;
 
   // ---- compositions ----
-  Tensor softmax(int64_t dim, std::optional<DType> dtype = std::nullopt, Loc loc = Loc::current()) const;
+  Tensor softmax(int64_t dim, std::optional<DType> dtype = std::nullopt,
+                 Loc loc = Loc::current()) const;
   Tensor log_softmax(int64_t dim, std::optional<DType> dtype = std::nullopt,
                      Loc loc = Loc::current()) const;
   Tensor matmul(const Tensor& other, Loc loc = Loc::current()) const;
 
   // Records an op on this handle. Public for the free functions below; not for users.
   explicit Tensor(std::shared_ptr<detail::Handle> handle) : handle_(std::move(handle)) {}
-  const std::shared_ptr<detail::Handle>& handle() const { return handle_; }
+  const std::shared_ptr<detail::Handle>& handle() const {
+    return handle_;
+  }
 
  private:
   Tensor call(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Loc loc) const;
@@ -296,9 +314,12 @@ Tensor softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::n
                Loc loc = Loc::current());
 Tensor log_softmax(const Tensor& x, int64_t dim, std::optional<DType> dtype = std::nullopt,
                    Loc loc = Loc::current());
-Tensor layer_norm(const Tensor& x, IntList normalized_shape, std::optional<Tensor> weight = std::nullopt,
-                  std::optional<Tensor> bias = std::nullopt, double eps = 1e-5, Loc loc = Loc::current());
-Tensor rms_norm(const Tensor& x, IntList normalized_shape, std::optional<Tensor> weight = std::nullopt,
+Tensor layer_norm(const Tensor& x, IntList normalized_shape,
+                  std::optional<Tensor> weight = std::nullopt,
+                  std::optional<Tensor> bias = std::nullopt, double eps = 1e-5,
+                  Loc loc = Loc::current());
+Tensor rms_norm(const Tensor& x, IntList normalized_shape,
+                std::optional<Tensor> weight = std::nullopt,
                 std::optional<double> eps = std::nullopt, Loc loc = Loc::current());
 Tensor full(IntList size, Number fill_value, std::optional<DType> dtype = std::nullopt,
             Device device = Device::cpu(), Loc loc = Loc::current());
@@ -308,9 +329,12 @@ Tensor ones(IntList size, std::optional<DType> dtype = std::nullopt, Device devi
             Loc loc = Loc::current());
 Tensor full_like(const Tensor& t, Number fill_value, std::optional<DType> dtype = std::nullopt,
                  Loc loc = Loc::current());
-Tensor zeros_like(const Tensor& t, std::optional<DType> dtype = std::nullopt, Loc loc = Loc::current());
-Tensor ones_like(const Tensor& t, std::optional<DType> dtype = std::nullopt, Loc loc = Loc::current());
-Tensor empty_like(const Tensor& t, std::optional<DType> dtype = std::nullopt, Loc loc = Loc::current());
+Tensor zeros_like(const Tensor& t, std::optional<DType> dtype = std::nullopt,
+                  Loc loc = Loc::current());
+Tensor ones_like(const Tensor& t, std::optional<DType> dtype = std::nullopt,
+                 Loc loc = Loc::current());
+Tensor empty_like(const Tensor& t, std::optional<DType> dtype = std::nullopt,
+                  Loc loc = Loc::current());
 Tensor arange(Number start, Number end, Number step = 1, std::optional<DType> dtype = std::nullopt,
               Device device = Device::cpu(), Loc loc = Loc::current());
 Tensor fill(const Tensor& t, const TensorOrNumber& value, Loc loc = Loc::current());

@@ -15,15 +15,19 @@ namespace {
 // ar(*s): arange(prod(s), dtype=float32).reshape(s) / 10
 TensorHandle ar(Shape shape) {
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
   return make_tensor(f32, shape, v);
 }
 
-TensorHandle handle(const RtValue& v) { return std::get<TensorHandle>(v); }
+TensorHandle handle(const RtValue& v) {
+  return std::get<TensorHandle>(v);
+}
 
 std::vector<double> map(const std::vector<double>& xs, double (*f)(double)) {
   std::vector<double> out;
-  for (double x : xs) out.push_back(f(x));
+  for (double x : xs)
+    out.push_back(f(x));
   return out;
 }
 
@@ -45,10 +49,12 @@ TensorSpec spec_of(const TensorHandle& t) {
 // ---- seeds ----
 
 TEST(Cases, S1_TanhInPlaceThenPower) {
-  Trace t = trace([](Tensor a) {
-    a.tanh_();
-    return a * a * a * a;
-  }, {TensorSpec(f32, {2, 3})});
+  Trace t = trace(
+      [](Tensor a) {
+        a.tanh_();
+        return a * a * a * a;
+      },
+      {TensorSpec(f32, {2, 3})});
   TensorHandle a = ar({2, 3});
   std::vector<double> a0 = to_vector(*a);
   auto outs = interpret(t, {a});
@@ -58,25 +64,30 @@ TEST(Cases, S1_TanhInPlaceThenPower) {
 }
 
 TEST(Cases, S2_ExpSinThenCos) {
-  Trace t = trace([](Tensor x) {
-    x.exp_();
-    x.sin_();
-    return x.cos();
-  }, {TensorSpec(f32, {2, 3})});
+  Trace t = trace(
+      [](Tensor x) {
+        x.exp_();
+        x.sin_();
+        return x.cos();
+      },
+      {TensorSpec(f32, {2, 3})});
   TensorHandle x = ar({2, 3});
   std::vector<double> x0 = to_vector(*x);
   auto outs = interpret(t, {x});
-  expect_values(*handle(outs[0]), map(x0, [](double v) { return std::cos(std::sin(std::exp(v))); }));
+  expect_values(*handle(outs[0]),
+                map(x0, [](double v) { return std::cos(std::sin(std::exp(v))); }));
   expect_values(*x, map(x0, [](double v) { return std::sin(std::exp(v)); }));
 }
 
 // ---- in-place on inputs ----
 
 TEST(Cases, I1_ChainedInPlaceReturnsTheCallersObject) {
-  Trace t = trace([](Tensor x) {
-    x.add_(1).sin_().mul_(5);
-    return x;
-  }, {TensorSpec(f32, {4})});
+  Trace t = trace(
+      [](Tensor x) {
+        x.add_(1).sin_().mul_(5);
+        return x;
+      },
+      {TensorSpec(f32, {4})});
   TensorHandle x = ar({4});
   auto outs = interpret(t, {x});
   EXPECT_EQ(handle(outs[0]), x);
@@ -84,10 +95,12 @@ TEST(Cases, I1_ChainedInPlaceReturnsTheCallersObject) {
 }
 
 TEST(Cases, I2_MutationOfADeadTemporary) {
-  Trace t = trace([](Tensor x) {
-    x.add_(1).sin().mul_(5);
-    return x;
-  }, {TensorSpec(f32, {4})});
+  Trace t = trace(
+      [](Tensor x) {
+        x.add_(1).sin().mul_(5);
+        return x;
+      },
+      {TensorSpec(f32, {4})});
   TensorHandle x = ar({4});
   auto outs = interpret(t, {x});
   EXPECT_EQ(handle(outs[0]), x);
@@ -95,11 +108,13 @@ TEST(Cases, I2_MutationOfADeadTemporary) {
 }
 
 TEST(Cases, I3_MutateAnInputWithAValueComputedFromIt) {
-  Trace t = trace([](Tensor a, Tensor b) {
-    Tensor c = a + b;
-    b.mul_(c);
-    return b;
-  }, {TensorSpec(f32, {3}), TensorSpec(f32, {3})});
+  Trace t = trace(
+      [](Tensor a, Tensor b) {
+        Tensor c = a + b;
+        b.mul_(c);
+        return b;
+      },
+      {TensorSpec(f32, {3}), TensorSpec(f32, {3})});
   TensorHandle a = make_tensor(f32, {3}, {1, 2, 3});
   TensorHandle b = make_tensor(f32, {3}, {4, 5, 6});
   auto outs = interpret(t, {a, b});
@@ -116,7 +131,8 @@ TEST(Cases, I4_NoReturnValue) {
 }
 
 TEST(Cases, I5_Bf16PlusF32IsComputedInF32AndCastBack) {
-  Trace t = trace([](Tensor x, Tensor y) { x.add_(y); }, {TensorSpec(bf16, {3}), TensorSpec(f32, {3})});
+  Trace t =
+      trace([](Tensor x, Tensor y) { x.add_(y); }, {TensorSpec(bf16, {3}), TensorSpec(f32, {3})});
   TensorHandle x = make_tensor(bf16, {3}, {1.0, 256.0, -2.0});
   // 1 + 1.5*2^-8 lies 3/4 of the way to the next bf16 (1 + 2^-7); 256 + 1.5 lies 3/4 of the way
   // from 256 to 258; -2 + 2^-7 is exactly representable.
@@ -127,11 +143,13 @@ TEST(Cases, I5_Bf16PlusF32IsComputedInF32AndCastBack) {
 }
 
 TEST(Cases, I6_ResidualThenRelu) {
-  Trace t = trace([](Tensor h, Tensor r) {
-    h.add_(r);
-    h.relu_();
-    return h * 0.5;
-  }, {TensorSpec(f32, {4}), TensorSpec(f32, {4})});
+  Trace t = trace(
+      [](Tensor h, Tensor r) {
+        h.add_(r);
+        h.relu_();
+        return h * 0.5;
+      },
+      {TensorSpec(f32, {4}), TensorSpec(f32, {4})});
   TensorHandle h = make_tensor(f32, {4}, {1, -2, 3, -4});
   TensorHandle r = make_tensor(f32, {4}, {0.5, 1, -4, 5});
   auto outs = interpret(t, {h, r});
@@ -142,11 +160,13 @@ TEST(Cases, I6_ResidualThenRelu) {
 // ---- in-place on intermediates ----
 
 TEST(Cases, M1_IntermediateMutationLeavesInputsAlone) {
-  Trace t = trace([](Tensor a, Tensor b) {
-    Tensor c = a + b;
-    c.add_(1);
-    return c;
-  }, {TensorSpec(f32, {2}), TensorSpec(f32, {2})});
+  Trace t = trace(
+      [](Tensor a, Tensor b) {
+        Tensor c = a + b;
+        c.add_(1);
+        return c;
+      },
+      {TensorSpec(f32, {2}), TensorSpec(f32, {2})});
   TensorHandle a = make_tensor(f32, {2}, {1, 2});
   TensorHandle b = make_tensor(f32, {2}, {10, 20});
   auto outs = interpret(t, {a, b});
@@ -156,14 +176,16 @@ TEST(Cases, M1_IntermediateMutationLeavesInputsAlone) {
 }
 
 TEST(Cases, M2_IntermediatesMutatedInTurn) {
-  Trace t = trace([](Tensor a, Tensor b) {
-    Tensor c = a + b;
-    c.add_(1);
-    Tensor d = c + c;
-    d.add_(1);
-    c.add_(d);
-    return std::make_tuple(c, d);
-  }, {TensorSpec(f32, {2}), TensorSpec(f32, {2})});
+  Trace t = trace(
+      [](Tensor a, Tensor b) {
+        Tensor c = a + b;
+        c.add_(1);
+        Tensor d = c + c;
+        d.add_(1);
+        c.add_(d);
+        return std::make_tuple(c, d);
+      },
+      {TensorSpec(f32, {2}), TensorSpec(f32, {2})});
   auto outs = interpret(t, {make_tensor(f32, {2}, {1, 1}), make_tensor(f32, {2}, {1, 1})});
   expect_values(*handle(outs[0]), {10, 10});
   expect_values(*handle(outs[1]), {7, 7});
@@ -172,12 +194,14 @@ TEST(Cases, M2_IntermediatesMutatedInTurn) {
 // ---- views of inputs ----
 
 TEST(Cases, V1_WriteThroughAViewIsSeenByLaterReads) {
-  Trace t = trace([](Tensor x) {
-    Tensor y = x.view({4, 2});
-    y.add_(ones({4, 2}));
-    Tensor z = x * x;
-    return std::make_tuple(y, z);
-  }, {TensorSpec(f32, {8})});
+  Trace t = trace(
+      [](Tensor x) {
+        Tensor y = x.view({4, 2});
+        y.add_(ones({4, 2}));
+        Tensor z = x * x;
+        return std::make_tuple(y, z);
+      },
+      {TensorSpec(f32, {8})});
   TensorHandle x = ar({8});
   auto outs = interpret(t, {x});
   std::vector<double> after = to_vector(*x);
@@ -185,18 +209,21 @@ TEST(Cases, V1_WriteThroughAViewIsSeenByLaterReads) {
   EXPECT_NEAR(after[1], 1.1, 1e-6);
   EXPECT_NEAR(after[2], 1.2, 1e-6);
   std::vector<double> squares;
-  for (double v : after) squares.push_back(v * v);
+  for (double v : after)
+    squares.push_back(v * v);
   expect_values(*handle(outs[1]), squares);
   EXPECT_TRUE(shares_storage(handle(outs[0]), x)) << "y is a view of the caller's x";
   EXPECT_EQ(handle(outs[0])->sizes, Shape({4, 2}));
 }
 
 TEST(Cases, V2_AViewTakenBeforeTheMutationSeesIt) {
-  Trace t = trace([](Tensor x) {
-    Tensor y = x.view({8});
-    x.add_(1);
-    return y;
-  }, {TensorSpec(f32, {4, 2})});
+  Trace t = trace(
+      [](Tensor x) {
+        Tensor y = x.view({8});
+        x.add_(1);
+        return y;
+      },
+      {TensorSpec(f32, {4, 2})});
   TensorHandle x = ar({4, 2});
   auto outs = interpret(t, {x});
   EXPECT_TRUE(shares_storage(handle(outs[0]), x));
@@ -212,11 +239,13 @@ TEST(Cases, V3_StridedInputIsWrittenThroughItsStridesOnly) {
 }
 
 TEST(Cases, V4_TransposeInPlaceChangesTheCallersTensor) {
-  Trace t = trace([](Tensor x) {
-    x.transpose_(1, 0);
-    x[0].add_(1);
-    return x;
-  }, {TensorSpec(f32, {4, 2})});
+  Trace t = trace(
+      [](Tensor x) {
+        x.transpose_(1, 0);
+        x[0].add_(1);
+        return x;
+      },
+      {TensorSpec(f32, {4, 2})});
   TensorHandle x = ar({4, 2});
   auto outs = interpret(t, {x});
   EXPECT_EQ(handle(outs[0]), x);
@@ -227,11 +256,13 @@ TEST(Cases, V4_TransposeInPlaceChangesTheCallersTensor) {
 }
 
 TEST(Cases, V5_SetitemThroughAViewOfAView) {
-  Trace t = trace([](Tensor x) {
-    Tensor y = x.view({3, 2});
-    y[0].index_put_({0}, 0);
-    return x;
-  }, {TensorSpec(f32, {6})});
+  Trace t = trace(
+      [](Tensor x) {
+        Tensor y = x.view({3, 2});
+        y[0].index_put_({0}, 0);
+        return x;
+      },
+      {TensorSpec(f32, {6})});
   TensorHandle x = make_tensor(f32, {6}, {5, 6, 7, 8, 9, 10});
   auto outs = interpret(t, {x});
   EXPECT_EQ(handle(outs[0]), x);
@@ -242,11 +273,13 @@ TEST(Cases, V5_SetitemThroughAViewOfAView) {
 
 TEST(Cases, A1_TheSameTensorPassedTwice) {
   // Python evaluates a.exp_() before b.tanh_(); C++ leaves operand order open, so sequence it.
-  Trace t = trace([](Tensor a, Tensor b) {
-    Tensor e = a.exp_();
-    Tensor h = b.tanh_();
-    return std::make_tuple(e + h, a);
-  }, {TensorSpec(f32, {3}), TensorSpec(f32, {3})});
+  Trace t = trace(
+      [](Tensor a, Tensor b) {
+        Tensor e = a.exp_();
+        Tensor h = b.tanh_();
+        return std::make_tuple(e + h, a);
+      },
+      {TensorSpec(f32, {3}), TensorSpec(f32, {3})});
   TensorHandle x = make_tensor(f32, {3}, {-0.5, 0, 0.5});
   auto outs = interpret(t, {x, x});
   auto te = [](double v) { return std::tanh(std::exp(v)); };
@@ -257,7 +290,8 @@ TEST(Cases, A1_TheSameTensorPassedTwice) {
   TensorHandle a = make_tensor(f32, {3}, {-0.5, 0, 0.5});
   TensorHandle b = make_tensor(f32, {3}, {-0.5, 0, 0.5});
   auto outs2 = interpret(t, {a, b});
-  expect_values(*handle(outs2[0]), {std::exp(-0.5) + std::tanh(-0.5), 1.0, std::exp(0.5) + std::tanh(0.5)});
+  expect_values(*handle(outs2[0]),
+                {std::exp(-0.5) + std::tanh(-0.5), 1.0, std::exp(0.5) + std::tanh(0.5)});
 }
 
 TEST(Cases, A2_DisjointSlicesOfOneBuffer) {
@@ -265,11 +299,13 @@ TEST(Cases, A2_DisjointSlicesOfOneBuffer) {
   std::vector<double> x0 = to_vector(*x);
   TensorHandle a = make_view(x, {2, 4}, {4, 1}, 0);
   TensorHandle b = make_view(x, {2, 4}, {4, 1}, 8);
-  Trace t = trace([](Tensor a, Tensor b) {
-    a.mul_(3);
-    b.mul_(2);
-    return a + b;
-  }, {spec_of(a), spec_of(b)});
+  Trace t = trace(
+      [](Tensor a, Tensor b) {
+        a.mul_(3);
+        b.mul_(2);
+        return a + b;
+      },
+      {spec_of(a), spec_of(b)});
   auto outs = interpret(t, {a, b});
   std::vector<double> expected_x = x0, expected_out(8);
   for (size_t i = 0; i < 8; ++i) {
@@ -285,23 +321,28 @@ TEST(Cases, A3_OverlappingStridedViews) {
   TensorHandle base = make_tensor(f32, {64}, std::vector<double>(64, 1.0));
   TensorHandle a = make_view(base, {4, 4}, {9, 1}, 0);
   TensorHandle b = make_view(base, {4, 4}, {9, 1}, 24);
-  Trace t = trace([](Tensor a, Tensor b) {
-    a.mul_(3);
-    b.mul_(2);
-    return a.clone().view({-1}) + b.clone().view({-1});
-  }, {spec_of(a), spec_of(b)});
+  Trace t = trace(
+      [](Tensor a, Tensor b) {
+        a.mul_(3);
+        b.mul_(2);
+        return a.clone().view({-1}) + b.clone().view({-1});
+      },
+      {spec_of(a), spec_of(b)});
   auto outs = interpret(t, {a, b});
   std::vector<double> all = to_vector(*base);
-  EXPECT_EQ(std::vector<double>(all.begin() + 24, all.begin() + 28), std::vector<double>({2, 2, 2, 6}));
+  EXPECT_EQ(std::vector<double>(all.begin() + 24, all.begin() + 28),
+            std::vector<double>({2, 2, 2, 6}));
   std::vector<double> out = to_vector(*handle(outs[0]));
   EXPECT_EQ(std::accumulate(out.begin(), out.end(), 0.0), 87.0);
 }
 
 TEST(Cases, A4_TransposedAliasIsNotAReshape) {
-  Trace t = trace([](Tensor x, Tensor y) {
-    Tensor first = x + 1;  // before the mul_, as Python evaluates the tuple left to right
-    return std::make_tuple(first, y.mul_(2));
-  }, {TensorSpec(f32, {2, 2}), TensorSpec(f32, {2, 2}).strided({1, 2})});
+  Trace t = trace(
+      [](Tensor x, Tensor y) {
+        Tensor first = x + 1;  // before the mul_, as Python evaluates the tuple left to right
+        return std::make_tuple(first, y.mul_(2));
+      },
+      {TensorSpec(f32, {2, 2}), TensorSpec(f32, {2, 2}).strided({1, 2})});
   TensorHandle a = make_tensor(f32, {2, 2}, {1, 2, 3, 4});
   TensorHandle at = make_view(a, {2, 2}, {1, 2}, 0);  // a.t()
   auto outs = interpret(t, {a, at});
@@ -314,23 +355,28 @@ TEST(Cases, A4_TransposedAliasIsNotAReshape) {
 // ---- hazards and errors ----
 
 TEST(Cases, H1_ShiftedSelfAssignmentReadsBeforeWriting) {
-  Trace t = trace([](Tensor a) {
-    a.index_put_({Slice(), Slice(2, 7)}, a.index({Slice(), Slice(1, 6)}) + 2);
-  }, {TensorSpec(f32, {1, 16})});
+  Trace t = trace(
+      [](Tensor a) {
+        a.index_put_({Slice(), Slice(2, 7)}, a.index({Slice(), Slice(1, 6)}) + 2);
+      },
+      {TensorSpec(f32, {1, 16})});
   TensorHandle a = ar({1, 16});
   interpret(t, {a});
   std::vector<double> v = to_vector(*a);
   std::vector<double> first8(v.begin(), v.begin() + 8);
   std::vector<double> expected = {0.0, 0.1, 2.1, 2.2, 2.3, 2.4, 2.5, 0.7};
-  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(first8[i], expected[i], 1e-6) << i;
+  for (size_t i = 0; i < 8; ++i)
+    EXPECT_NEAR(first8[i], expected[i], 1e-6) << i;
 }
 
 TEST(Cases, H2_BroadcastReadBeforeTheWrite) {
-  Trace t = trace([](Tensor w, Tensor x) {
-    Tensor out = w + x;
-    x.mul_(10);
-    return out;
-  }, {TensorSpec(f32, {2, 3}), TensorSpec(f32, {2, 1})});
+  Trace t = trace(
+      [](Tensor w, Tensor x) {
+        Tensor out = w + x;
+        x.mul_(10);
+        return out;
+      },
+      {TensorSpec(f32, {2, 3}), TensorSpec(f32, {2, 1})});
   TensorHandle w = ar({2, 3});
   TensorHandle x = ar({2, 1});
   auto outs = interpret(t, {w, x});

@@ -49,11 +49,11 @@ TEST(DType, NamesRoundTrip) {
 TEST(DType, HalfConversionRoundsToNearestEven) {
   EXPECT_EQ(float_to_half(1.0f), 0x3c00);
   EXPECT_EQ(float_to_half(-2.0f), 0xc000);
-  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);           // largest finite
-  EXPECT_EQ(float_to_half(65520.0f), 0x7c00);           // rounds to inf
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);  // smallest subnormal
-  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -26)), 0x0000);  // below half of it: zero
-  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie: to even
+  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);                          // largest finite
+  EXPECT_EQ(float_to_half(65520.0f), 0x7c00);                          // rounds to inf
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001);             // smallest subnormal
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -26)), 0x0000);             // below half of it: zero
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3c00);      // tie: to even
   EXPECT_EQ(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);  // tie: to even (up)
   EXPECT_EQ(float_to_half(0.1f), 0x2e66);
   EXPECT_EQ(half_to_float(0x3555), 0.333251953125f);

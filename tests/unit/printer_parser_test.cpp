@@ -28,66 +28,129 @@ constexpr const char* kHeader =
 // fails EveryOpHasASample.
 const std::map<std::string, std::string>& samples() {
   static const std::map<std::string, std::string> s = {
-      {"abs", "ltorch.abs(x)"}, {"neg", "ltorch.neg(x)"}, {"exp", "ltorch.exp(x)"},
-      {"exp2", "ltorch.exp2(x)"}, {"expm1", "ltorch.expm1(x)"}, {"log", "ltorch.log(x)"},
-      {"log1p", "ltorch.log1p(x)"}, {"log2", "ltorch.log2(x)"}, {"sqrt", "ltorch.sqrt(x)"},
-      {"rsqrt", "ltorch.rsqrt(x)"}, {"sin", "ltorch.sin(x)"}, {"cos", "ltorch.cos(x)"},
-      {"tan", "ltorch.tan(x)"}, {"tanh", "ltorch.tanh(x)"}, {"asin", "ltorch.asin(x)"},
-      {"acos", "ltorch.acos(x)"}, {"atan", "ltorch.atan(x)"}, {"sinh", "ltorch.sinh(x)"},
-      {"cosh", "ltorch.cosh(x)"}, {"sigmoid", "ltorch.sigmoid(x)"}, {"relu", "ltorch.relu(x)"},
-      {"gelu", "ltorch.gelu(x, approximate=\"tanh\")"}, {"silu", "ltorch.silu(x)"},
-      {"erf", "ltorch.erf(x)"}, {"reciprocal", "ltorch.reciprocal(x)"},
-      {"floor", "ltorch.floor(x)"}, {"ceil", "ltorch.ceil(x)"}, {"round", "ltorch.round(x)"},
-      {"trunc", "ltorch.trunc(x)"}, {"sign", "ltorch.sign(x)"}, {"square", "ltorch.square(x)"},
-      {"logical_not", "ltorch.logical_not(m)"}, {"bitwise_not", "ltorch.bitwise_not(i)"},
+      {"abs", "ltorch.abs(x)"},
+      {"neg", "ltorch.neg(x)"},
+      {"exp", "ltorch.exp(x)"},
+      {"exp2", "ltorch.exp2(x)"},
+      {"expm1", "ltorch.expm1(x)"},
+      {"log", "ltorch.log(x)"},
+      {"log1p", "ltorch.log1p(x)"},
+      {"log2", "ltorch.log2(x)"},
+      {"sqrt", "ltorch.sqrt(x)"},
+      {"rsqrt", "ltorch.rsqrt(x)"},
+      {"sin", "ltorch.sin(x)"},
+      {"cos", "ltorch.cos(x)"},
+      {"tan", "ltorch.tan(x)"},
+      {"tanh", "ltorch.tanh(x)"},
+      {"asin", "ltorch.asin(x)"},
+      {"acos", "ltorch.acos(x)"},
+      {"atan", "ltorch.atan(x)"},
+      {"sinh", "ltorch.sinh(x)"},
+      {"cosh", "ltorch.cosh(x)"},
+      {"sigmoid", "ltorch.sigmoid(x)"},
+      {"relu", "ltorch.relu(x)"},
+      {"gelu", "ltorch.gelu(x, approximate=\"tanh\")"},
+      {"silu", "ltorch.silu(x)"},
+      {"erf", "ltorch.erf(x)"},
+      {"reciprocal", "ltorch.reciprocal(x)"},
+      {"floor", "ltorch.floor(x)"},
+      {"ceil", "ltorch.ceil(x)"},
+      {"round", "ltorch.round(x)"},
+      {"trunc", "ltorch.trunc(x)"},
+      {"sign", "ltorch.sign(x)"},
+      {"square", "ltorch.square(x)"},
+      {"logical_not", "ltorch.logical_not(m)"},
+      {"bitwise_not", "ltorch.bitwise_not(i)"},
       {"isnan", "ltorch.isnan(x)"},
-      {"add", "ltorch.add(x, y, alpha=2)"}, {"sub", "ltorch.sub(x, n)"}, {"mul", "ltorch.mul(x, 0.5)"},
-      {"div", "ltorch.div(x, y, rounding_mode=\"floor\")"}, {"pow", "ltorch.pow(x, 2)"},
-      {"remainder", "ltorch.remainder(x, 3)"}, {"fmod", "ltorch.fmod(x, -1.5)"},
-      {"maximum", "ltorch.maximum(x, y)"}, {"minimum", "ltorch.minimum(x, y)"},
-      {"atan2", "ltorch.atan2(x, y)"}, {"eq", "ltorch.eq(x, y)"}, {"ne", "ltorch.ne(x, 1)"},
-      {"lt", "ltorch.lt(x, y)"}, {"le", "ltorch.le(x, y)"}, {"gt", "ltorch.gt(x, 0.0)"},
-      {"ge", "ltorch.ge(x, y)"}, {"logical_and", "ltorch.logical_and(m, x)"},
-      {"logical_or", "ltorch.logical_or(x, m)"}, {"logical_xor", "ltorch.logical_xor(m, m)"},
-      {"bitwise_and", "ltorch.bitwise_and(i, 6)"}, {"bitwise_or", "ltorch.bitwise_or(i, i)"},
+      {"add", "ltorch.add(x, y, alpha=2)"},
+      {"sub", "ltorch.sub(x, n)"},
+      {"mul", "ltorch.mul(x, 0.5)"},
+      {"div", "ltorch.div(x, y, rounding_mode=\"floor\")"},
+      {"pow", "ltorch.pow(x, 2)"},
+      {"remainder", "ltorch.remainder(x, 3)"},
+      {"fmod", "ltorch.fmod(x, -1.5)"},
+      {"maximum", "ltorch.maximum(x, y)"},
+      {"minimum", "ltorch.minimum(x, y)"},
+      {"atan2", "ltorch.atan2(x, y)"},
+      {"eq", "ltorch.eq(x, y)"},
+      {"ne", "ltorch.ne(x, 1)"},
+      {"lt", "ltorch.lt(x, y)"},
+      {"le", "ltorch.le(x, y)"},
+      {"gt", "ltorch.gt(x, 0.0)"},
+      {"ge", "ltorch.ge(x, y)"},
+      {"logical_and", "ltorch.logical_and(m, x)"},
+      {"logical_or", "ltorch.logical_or(x, m)"},
+      {"logical_xor", "ltorch.logical_xor(m, m)"},
+      {"bitwise_and", "ltorch.bitwise_and(i, 6)"},
+      {"bitwise_or", "ltorch.bitwise_or(i, i)"},
       {"bitwise_xor", "ltorch.bitwise_xor(i, True)"},
-      {"where", "ltorch.where(m, x, float('inf'))"}, {"clamp", "ltorch.clamp(x, None, 1.0)"},
-      {"lerp", "ltorch.lerp(x, y, 0.25)"}, {"addcmul", "ltorch.addcmul(x, x, y, value=-2)"},
-      {"addcdiv", "ltorch.addcdiv(x, x, y, value=0.5)"}, {"to", "ltorch.to(x, torch.bfloat16)"},
+      {"where", "ltorch.where(m, x, float('inf'))"},
+      {"clamp", "ltorch.clamp(x, None, 1.0)"},
+      {"lerp", "ltorch.lerp(x, y, 0.25)"},
+      {"addcmul", "ltorch.addcmul(x, x, y, value=-2)"},
+      {"addcdiv", "ltorch.addcdiv(x, x, y, value=0.5)"},
+      {"to", "ltorch.to(x, torch.bfloat16)"},
       {"full", "ltorch.full([2, 2], 1.5, device=\"cuda:1\")"},
-      {"zeros", "ltorch.zeros([4], dtype=torch.int32)"}, {"ones", "ltorch.ones([2, 1])"},
-      {"full_like", "ltorch.full_like(x, 7)"}, {"zeros_like", "ltorch.zeros_like(x, dtype=torch.float64)"},
-      {"ones_like", "ltorch.ones_like(i)"}, {"empty_like", "ltorch.empty_like(x)"},
-      {"arange", "ltorch.arange(0, 10, 3)"}, {"fill", "ltorch.fill(x, -float('inf'))"},
-      {"sum", "ltorch.sum(x, [1], True, dtype=torch.float64)"}, {"prod", "ltorch.prod(i, 0)"},
-      {"mean", "ltorch.mean(x)"}, {"amax", "ltorch.amax(x, [-1])"}, {"amin", "ltorch.amin(bm, [0, 2], True)"},
-      {"var", "ltorch.var(x, [1], correction=0)"}, {"std", "ltorch.std(x, keepdim=True)"},
-      {"argmax", "ltorch.argmax(x, 1)"}, {"argmin", "ltorch.argmin(x)"},
-      {"view", "ltorch.view(x, [3, -1])"}, {"reshape", "ltorch.reshape(x, [6])"},
-      {"permute", "ltorch.permute(bm, [2, 0, 1])"}, {"transpose", "ltorch.transpose(x, 0, 1)"},
-      {"t", "ltorch.t(x)"}, {"expand", "ltorch.expand(v, [2, 3])"},
-      {"unsqueeze", "ltorch.unsqueeze(x, -1)"}, {"squeeze", "ltorch.squeeze(x, [0])"},
-      {"flatten", "ltorch.flatten(bm, 1)"}, {"unflatten", "ltorch.unflatten(v, 0, [1, 3])"},
-      {"slice", "ltorch.slice(x, 1, 0, None, 2)"}, {"narrow", "ltorch.narrow(x, 1, 1, 2)"},
+      {"zeros", "ltorch.zeros([4], dtype=torch.int32)"},
+      {"ones", "ltorch.ones([2, 1])"},
+      {"full_like", "ltorch.full_like(x, 7)"},
+      {"zeros_like", "ltorch.zeros_like(x, dtype=torch.float64)"},
+      {"ones_like", "ltorch.ones_like(i)"},
+      {"empty_like", "ltorch.empty_like(x)"},
+      {"arange", "ltorch.arange(0, 10, 3)"},
+      {"fill", "ltorch.fill(x, -float('inf'))"},
+      {"sum", "ltorch.sum(x, [1], True, dtype=torch.float64)"},
+      {"prod", "ltorch.prod(i, 0)"},
+      {"mean", "ltorch.mean(x)"},
+      {"amax", "ltorch.amax(x, [-1])"},
+      {"amin", "ltorch.amin(bm, [0, 2], True)"},
+      {"var", "ltorch.var(x, [1], correction=0)"},
+      {"std", "ltorch.std(x, keepdim=True)"},
+      {"argmax", "ltorch.argmax(x, 1)"},
+      {"argmin", "ltorch.argmin(x)"},
+      {"view", "ltorch.view(x, [3, -1])"},
+      {"reshape", "ltorch.reshape(x, [6])"},
+      {"permute", "ltorch.permute(bm, [2, 0, 1])"},
+      {"transpose", "ltorch.transpose(x, 0, 1)"},
+      {"t", "ltorch.t(x)"},
+      {"expand", "ltorch.expand(v, [2, 3])"},
+      {"unsqueeze", "ltorch.unsqueeze(x, -1)"},
+      {"squeeze", "ltorch.squeeze(x, [0])"},
+      {"flatten", "ltorch.flatten(bm, 1)"},
+      {"unflatten", "ltorch.unflatten(v, 0, [1, 3])"},
+      {"slice", "ltorch.slice(x, 1, 0, None, 2)"},
+      {"narrow", "ltorch.narrow(x, 1, 1, 2)"},
       {"select", "ltorch.select(x, 0, -1)"},
       {"getitem", "ltorch.getitem(bm, (0, ..., None, slice(None, None, 2)))"},
-      {"diagonal", "ltorch.diagonal(s, 1)"}, {"as_strided", "ltorch.as_strided(x, [2, 2], [1, 2], 1)"},
-      {"split", "ltorch.split(x, [1, 2], 1)"}, {"chunk", "ltorch.chunk(x, 2)"},
-      {"unbind", "ltorch.unbind(x, 1)"}, {"detach", "ltorch.detach(x)"}, {"alias", "ltorch.alias(x)"},
+      {"diagonal", "ltorch.diagonal(s, 1)"},
+      {"as_strided", "ltorch.as_strided(x, [2, 2], [1, 2], 1)"},
+      {"split", "ltorch.split(x, [1, 2], 1)"},
+      {"chunk", "ltorch.chunk(x, 2)"},
+      {"unbind", "ltorch.unbind(x, 1)"},
+      {"detach", "ltorch.detach(x)"},
+      {"alias", "ltorch.alias(x)"},
       {"slice_scatter", "ltorch.slice_scatter(x, y, 1)"},
       {"select_scatter", "ltorch.select_scatter(s, v, 1, 0)"},
       {"diagonal_scatter", "ltorch.diagonal_scatter(s, v)"},
       {"as_strided_scatter", "ltorch.as_strided_scatter(s, x, [2, 3], [3, 1])"},
-      {"fill_", "ltorch.fill_(x, 2)"}, {"zero_", "ltorch.zero_(x)"}, {"copy_", "ltorch.copy_(x, i)"},
+      {"fill_", "ltorch.fill_(x, 2)"},
+      {"zero_", "ltorch.zero_(x)"},
+      {"copy_", "ltorch.copy_(x, i)"},
       {"setitem_", "ltorch.setitem_(x, (slice(None, None, None), slice(1, 3, None)), 0.0)"},
-      {"t_", "ltorch.t_(x)"}, {"transpose_", "ltorch.transpose_(bm, 0, 2)"},
-      {"unsqueeze_", "ltorch.unsqueeze_(x, 0)"}, {"squeeze_", "ltorch.squeeze_(x)"},
+      {"t_", "ltorch.t_(x)"},
+      {"transpose_", "ltorch.transpose_(bm, 0, 2)"},
+      {"unsqueeze_", "ltorch.unsqueeze_(x, 0)"},
+      {"squeeze_", "ltorch.squeeze_(x)"},
       {"as_strided_", "ltorch.as_strided_(x, [3], [2])"},
-      {"cat", "ltorch.cat([x, y], 1)"}, {"stack", "ltorch.stack([x, y, x])"},
-      {"matmul", "ltorch.matmul(x, s)"}, {"bmm", "ltorch.bmm(bm, bm)"},
+      {"cat", "ltorch.cat([x, y], 1)"},
+      {"stack", "ltorch.stack([x, y, x])"},
+      {"matmul", "ltorch.matmul(x, s)"},
+      {"bmm", "ltorch.bmm(bm, bm)"},
       {"linear", "ltorch.linear(x, s, v)"},
-      {"softmax", "ltorch.softmax(x, -1)"}, {"log_softmax", "ltorch.log_softmax(x, 0, torch.float64)"},
-      {"layer_norm", "ltorch.layer_norm(x, [3], v, v)"}, {"rms_norm", "ltorch.rms_norm(x, [3], v, 1e-06)"},
+      {"softmax", "ltorch.softmax(x, -1)"},
+      {"log_softmax", "ltorch.log_softmax(x, 0, torch.float64)"},
+      {"layer_norm", "ltorch.layer_norm(x, [3], v, v)"},
+      {"rms_norm", "ltorch.rms_norm(x, [3], v, 1e-06)"},
   };
   return s;
 }
@@ -104,7 +167,8 @@ std::string sample_for(const OpInfo& op) {
 }
 
 TEST(PrinterParser, EveryOpHasASample) {
-  for (const OpInfo& op : all_ops()) EXPECT_FALSE(sample_for(op).empty()) << op.name;
+  for (const OpInfo& op : all_ops())
+    EXPECT_FALSE(sample_for(op).empty()) << op.name;
 }
 
 // Builds `call` through the parser (with fresh output names), prints, parses the print and
@@ -129,7 +193,8 @@ TEST(PrinterParser, EveryOpRoundTrips) {
         ASSERT_NE(at, std::string::npos) << msg;
         n = std::stoul(msg.substr(at + 8));
       }
-      for (size_t k = 0; k < n; ++k) outputs += (k ? ", r" : "r") + std::to_string(k);
+      for (size_t k = 0; k < n; ++k)
+        outputs += (k ? ", r" : "r") + std::to_string(k);
     }
     std::string stmt = outputs.empty() ? call : outputs + " = " + call;
     std::string text = std::string(kHeader) + "  " + stmt + "\n  return {\"output\": ()}\n";
@@ -156,7 +221,8 @@ TEST(PrinterParser, TracedProgramRoundTripsWithLocationsAndSubsymbols) {
   std::string printed = print_trace(t);
   EXPECT_NE(printed.find("printer_parser_test.cpp:"), std::string::npos) << printed;
   EXPECT_NE(printed.find("    # "), std::string::npos) << "subsymbols are printed: " << printed;
-  EXPECT_NE(printed.find("# b: \"cpu bf16[4] strides=(2,) offset=1\""), std::string::npos) << printed;
+  EXPECT_NE(printed.find("# b: \"cpu bf16[4] strides=(2,) offset=1\""), std::string::npos)
+      << printed;
   Trace again = parse_trace(printed, "again.trace");
   EXPECT_EQ(print_trace(again), printed);
   verify_trace(again);
@@ -195,21 +261,26 @@ TEST(PrinterParser, MalformedTextGivesFileLineColumn) {
             std::string::npos)
       << shapes;
   // A declared type that disagrees with the op's type rule.
-  std::string declared = parse_error(head + "  t0 = ltorch.exp(a)  # t0: \"cpu f64[4]\"\n"
-                                            "  return {\"output\": (t0,)}\n");
+  std::string declared = parse_error(head +
+                                     "  t0 = ltorch.exp(a)  # t0: \"cpu f64[4]\"\n"
+                                     "  return {\"output\": (t0,)}\n");
   EXPECT_NE(declared.find("bad.trace:3:"), std::string::npos) << declared;
   EXPECT_NE(declared.find("declared \"cpu f64[4]\" but ltorch.exp gives \"cpu f32[4]\""),
             std::string::npos)
       << declared;
   // Subsymbols that are not the op's decomposition.
-  std::string subs = parse_error(head + "  t1 = ltorch.softmax(a, 0)\n    # t1 = ltorch.exp(a)\n"
-                                        "  return {\"output\": (t1,)}\n");
+  std::string subs = parse_error(head +
+                                 "  t1 = ltorch.softmax(a, 0)\n    # t1 = ltorch.exp(a)\n"
+                                 "  return {\"output\": (t1,)}\n");
   EXPECT_NE(subs.find("bad.trace:3:"), std::string::npos) << subs;
-  EXPECT_EQ(parse_error(head + "  t0 = ltorch.exp(a)\n  t0 = ltorch.exp(a)\n  return {\"output\": (t0,)}\n"),
-            "bad.trace:4:3: error: 't0' is defined twice; give every value its own name");
-  EXPECT_EQ(parse_error(head + "  t0 = ltorch.sum(a, [0], keepdim=1)\n  return {\"output\": (t0,)}\n")
-                .substr(0, 30),
-            "bad.trace:3:3: error: kiln: su");
+  EXPECT_EQ(
+      parse_error(head +
+                  "  t0 = ltorch.exp(a)\n  t0 = ltorch.exp(a)\n  return {\"output\": (t0,)}\n"),
+      "bad.trace:4:3: error: 't0' is defined twice; give every value its own name");
+  EXPECT_EQ(
+      parse_error(head + "  t0 = ltorch.sum(a, [0], keepdim=1)\n  return {\"output\": (t0,)}\n")
+          .substr(0, 30),
+      "bad.trace:3:3: error: kiln: su");
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 namespace kiln {
 namespace {
 
-TensorSpec spec(DType d, Shape s) { return TensorSpec(d, std::move(s)); }
+TensorSpec spec(DType d, Shape s) {
+  return TensorSpec(d, std::move(s));
+}
 
 template <class F>
 TensorType out(F fn, std::vector<TensorSpec> specs, size_t i = 0) {
@@ -27,10 +29,10 @@ std::string error(F fn, std::vector<TensorSpec> specs) {
   return "";
 }
 
-#define EXPECT_TYPE(t, dtype_, ...)     \
-  do {                                  \
-    TensorType tt = (t);                \
-    EXPECT_EQ(tt.dtype, dtype_);        \
+#define EXPECT_TYPE(t, dtype_, ...)          \
+  do {                                       \
+    TensorType tt = (t);                     \
+    EXPECT_EQ(tt.dtype, dtype_);             \
     EXPECT_EQ(tt.shape, Shape(__VA_ARGS__)); \
   } while (0)
 
@@ -56,8 +58,8 @@ TEST(TypePromotion, ZeroDimTensorsRankBelowDimensionedOnes) {
   EXPECT_TYPE(out([](Tensor a, Tensor b) { return a + b; }, {spec(i32, {3}), spec(f64, {})}), f64,
               {3});
   // Both dimensioned: ordinary promotion, f16 with bf16 gives f32.
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return a * b; }, {spec(f16, {3}), spec(bf16, {3})}),
-              f32, {3});
+  EXPECT_TYPE(out([](Tensor a, Tensor b) { return a * b; }, {spec(f16, {3}), spec(bf16, {3})}), f32,
+              {3});
   EXPECT_TYPE(out([](Tensor a, Tensor b) { return a - b; }, {spec(i64, {3}), spec(f16, {1})}), f16,
               {3});
 }
@@ -70,9 +72,9 @@ TEST(TypePromotion, OpCategories) {
               kbool, {2});
   EXPECT_TYPE(out([](Tensor a, Tensor b) { return a / b; }, {spec(i64, {2}), spec(i64, {2})}), f32,
               {2});
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return a.div(b, "floor"); },
-                  {spec(i64, {2}), spec(i32, {2})}),
-              i64, {2});
+  EXPECT_TYPE(
+      out([](Tensor a, Tensor b) { return a.div(b, "floor"); }, {spec(i64, {2}), spec(i32, {2})}),
+      i64, {2});
   EXPECT_TYPE(out([](Tensor a) { return a.logical_not(); }, {spec(f32, {2})}), kbool, {2});
   EXPECT_TYPE(out([](Tensor a) { return a.isnan(); }, {spec(f32, {2})}), kbool, {2});
   EXPECT_TYPE(out([](Tensor a) { return a.atan2(a); }, {spec(i32, {2})}), f32, {2});
@@ -80,13 +82,16 @@ TEST(TypePromotion, OpCategories) {
   EXPECT_TYPE(out([](Tensor c, Tensor a) { return where(c, a, 2.5); },
                   {spec(kbool, {2, 1}), spec(i32, {3})}),
               f32, {2, 3});
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return a.clamp(b, 3); }, {spec(i32, {2}), spec(i64, {2})}),
-              i64, {2});
+  EXPECT_TYPE(
+      out([](Tensor a, Tensor b) { return a.clamp(b, 3); }, {spec(i32, {2}), spec(i64, {2})}), i64,
+      {2});
 }
 
 TEST(TypePromotion, RejectedDtypes) {
-  EXPECT_ERROR(error([](Tensor a) { return a.abs(); }, {spec(kbool, {2})}), "does not support bool");
-  EXPECT_ERROR(error([](Tensor a) { return a - a; }, {spec(kbool, {2})}), "subtraction of two bool");
+  EXPECT_ERROR(error([](Tensor a) { return a.abs(); }, {spec(kbool, {2})}),
+               "does not support bool");
+  EXPECT_ERROR(error([](Tensor a) { return a - a; }, {spec(kbool, {2})}),
+               "subtraction of two bool");
   EXPECT_ERROR(error([](Tensor a) { return a & 1; }, {spec(f32, {2})}), "needs integer or bool");
   EXPECT_ERROR(error([](Tensor a) { return a.gelu(); }, {spec(i64, {2})}), "floating-point");
   EXPECT_ERROR(error([](Tensor a) { return where(a, a, a); }, {spec(f32, {2})}), "bool condition");
@@ -106,73 +111,119 @@ TEST(InPlace, ResultMustCastBackAndKeepTheShape) {
   EXPECT_ERROR(cast, "kiln: add_ at type_rules_test.cpp:");
   EXPECT_ERROR(cast, "result type f32 can't be cast to the desired output type i64");
   EXPECT_ERROR(error([](Tensor x) { return x.sin_(); }, {spec(i32, {4})}), "can't be cast");
-  std::string grow = error([](Tensor x, Tensor y) { return x.add_(y); }, {spec(f32, {4}), spec(f32, {2, 4})});
+  std::string grow =
+      error([](Tensor x, Tensor y) { return x.add_(y); }, {spec(f32, {4}), spec(f32, {2, 4})});
   EXPECT_ERROR(grow, "output with shape [4] doesn't match the broadcast shape [2, 4]");
-  EXPECT_ERROR(error([](Tensor x, Tensor y) { return x.copy_(y); }, {spec(f32, {4}), spec(f32, {3})}),
-               "shapes [4] and [3] do not broadcast");
-  EXPECT_ERROR(error([](Tensor x, Tensor y) { return x.copy_(y); }, {spec(f32, {4}), spec(f32, {2, 4})}),
-               "cannot be broadcast to the target's shape [4]");
-  EXPECT_ERROR(error([](Tensor x, Tensor y) { return x.fill_(y); }, {spec(f32, {4}), spec(f32, {1})}),
-               "0-dimensional value tensor");
+  EXPECT_ERROR(
+      error([](Tensor x, Tensor y) { return x.copy_(y); }, {spec(f32, {4}), spec(f32, {3})}),
+      "shapes [4] and [3] do not broadcast");
+  EXPECT_ERROR(
+      error([](Tensor x, Tensor y) { return x.copy_(y); }, {spec(f32, {4}), spec(f32, {2, 4})}),
+      "cannot be broadcast to the target's shape [4]");
+  EXPECT_ERROR(
+      error([](Tensor x, Tensor y) { return x.fill_(y); }, {spec(f32, {4}), spec(f32, {1})}),
+      "0-dimensional value tensor");
 }
 
 TEST(Broadcasting, Shapes) {
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return a + b; }, {spec(f32, {2, 1, 3}), spec(f32, {4, 3})}),
-              f32, {2, 4, 3});
+  EXPECT_TYPE(
+      out([](Tensor a, Tensor b) { return a + b; }, {spec(f32, {2, 1, 3}), spec(f32, {4, 3})}), f32,
+      {2, 4, 3});
   EXPECT_TYPE(out([](Tensor a, Tensor b) { return a * b; }, {spec(f32, {0, 1}), spec(f32, {1, 5})}),
               f32, {0, 5});
-  std::string msg = error([](Tensor a, Tensor b) { return a + b; }, {spec(f32, {2, 3}), spec(f32, {4, 3})});
+  std::string msg =
+      error([](Tensor a, Tensor b) { return a + b; }, {spec(f32, {2, 3}), spec(f32, {4, 3})});
   EXPECT_ERROR(msg, "kiln: add at type_rules_test.cpp:");
   EXPECT_ERROR(msg, "shapes [2, 3] and [4, 3] do not broadcast");
 }
 
 TEST(Reductions, DtypesAndShapes) {
   EXPECT_TYPE(out([](Tensor a) { return a.sum(); }, {spec(i32, {2, 3})}), i64, {});
-  EXPECT_TYPE(out([](Tensor a) { return a.sum(IntList{1}, true); }, {spec(kbool, {2, 3})}), i64, {2, 1});
-  EXPECT_TYPE(out([](Tensor a) { return a.sum(IntList{0, -1}, false, f64); }, {spec(f32, {2, 3, 4})}),
+  EXPECT_TYPE(out([](Tensor a) { return a.sum(IntList{1}, true); }, {spec(kbool, {2, 3})}), i64,
+              {2, 1});
+  EXPECT_TYPE(out(
+                  [](Tensor a) {
+                    return a.sum(IntList{0, -1}, false, f64);
+                  },
+                  {spec(f32, {2, 3, 4})}),
               f64, {3});
   EXPECT_TYPE(out([](Tensor a) { return a.prod(1); }, {spec(f16, {2, 3})}), f16, {2});
   EXPECT_TYPE(out([](Tensor a) { return a.mean(IntList{0}); }, {spec(f32, {2, 3})}), f32, {3});
-  EXPECT_TYPE(out([](Tensor a) { return a.amax(IntList{}, true); }, {spec(i32, {2, 3})}), i32, {1, 1});
+  EXPECT_TYPE(out([](Tensor a) { return a.amax(IntList{}, true); }, {spec(i32, {2, 3})}), i32,
+              {1, 1});
   EXPECT_TYPE(out([](Tensor a) { return a.var(IntList{1}, 0); }, {spec(f32, {2, 3})}), f32, {2});
   EXPECT_TYPE(out([](Tensor a) { return a.argmax(); }, {spec(f32, {2, 3})}), i64, {});
   EXPECT_TYPE(out([](Tensor a) { return a.argmin(0, true); }, {spec(f32, {2, 3})}), i64, {1, 3});
   EXPECT_ERROR(error([](Tensor a) { return a.mean(); }, {spec(i64, {2})}), "mean could not infer");
   EXPECT_ERROR(error([](Tensor a) { return a.std(); }, {spec(i64, {2})}), "floating-point");
-  EXPECT_ERROR(error([](Tensor a) { return a.sum(IntList{0, -2}); }, {spec(f32, {2, 3})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a) {
+                     return a.sum(IntList{0, -2});
+                   },
+                   {spec(f32, {2, 3})}),
                "appears multiple times");
   EXPECT_ERROR(error([](Tensor a) { return a.sum(IntList{2}); }, {spec(f32, {2, 3})}),
                "dimension 2 is out of range for a tensor of rank 2");
-  EXPECT_ERROR(error([](Tensor a) { return a.amax(IntList{0}); }, {spec(f32, {0, 3})}),
-               "size 0");
+  EXPECT_ERROR(error([](Tensor a) { return a.amax(IntList{0}); }, {spec(f32, {0, 3})}), "size 0");
 }
 
 TEST(Views, Shapes) {
   EXPECT_TYPE(out([](Tensor a) { return a.view({-1, 2}); }, {spec(f32, {3, 4})}), f32, {6, 2});
-  EXPECT_TYPE(out([](Tensor a) { return a.reshape({2, 2, 3}); }, {spec(f32, {3, 4})}), f32, {2, 2, 3});
-  EXPECT_TYPE(out([](Tensor a) { return a.permute({2, 0, 1}); }, {spec(f32, {2, 3, 4})}), f32, {4, 2, 3});
-  EXPECT_TYPE(out([](Tensor a) { return a.transpose(-1, 0); }, {spec(f32, {2, 3, 4})}), f32, {4, 3, 2});
+  EXPECT_TYPE(out(
+                  [](Tensor a) {
+                    return a.reshape({2, 2, 3});
+                  },
+                  {spec(f32, {3, 4})}),
+              f32, {2, 2, 3});
+  EXPECT_TYPE(out(
+                  [](Tensor a) {
+                    return a.permute({2, 0, 1});
+                  },
+                  {spec(f32, {2, 3, 4})}),
+              f32, {4, 2, 3});
+  EXPECT_TYPE(out([](Tensor a) { return a.transpose(-1, 0); }, {spec(f32, {2, 3, 4})}), f32,
+              {4, 3, 2});
   EXPECT_TYPE(out([](Tensor a) { return a.t(); }, {spec(f32, {3})}), f32, {3});
-  EXPECT_TYPE(out([](Tensor a) { return a.expand({2, 3, -1}); }, {spec(f32, {3, 1})}), f32, {2, 3, 1});
+  EXPECT_TYPE(out(
+                  [](Tensor a) {
+                    return a.expand({2, 3, -1});
+                  },
+                  {spec(f32, {3, 1})}),
+              f32, {2, 3, 1});
   EXPECT_TYPE(out([](Tensor a) { return a.unsqueeze(-1); }, {spec(f32, {2, 3})}), f32, {2, 3, 1});
   EXPECT_TYPE(out([](Tensor a) { return a.squeeze(); }, {spec(f32, {1, 2, 1})}), f32, {2});
-  EXPECT_TYPE(out([](Tensor a) { return a.squeeze(IntList{1}); }, {spec(f32, {1, 2, 1})}), f32, {1, 2, 1});
+  EXPECT_TYPE(out([](Tensor a) { return a.squeeze(IntList{1}); }, {spec(f32, {1, 2, 1})}), f32,
+              {1, 2, 1});
   EXPECT_TYPE(out([](Tensor a) { return a.flatten(1); }, {spec(f32, {2, 3, 4})}), f32, {2, 12});
   EXPECT_TYPE(out([](Tensor a) { return a.flatten(); }, {spec(f32, {})}), f32, {1});
-  EXPECT_TYPE(out([](Tensor a) { return a.unflatten(1, {-1, 2}); }, {spec(f32, {3, 4})}), f32, {3, 2, 2});
+  EXPECT_TYPE(out(
+                  [](Tensor a) {
+                    return a.unflatten(1, {-1, 2});
+                  },
+                  {spec(f32, {3, 4})}),
+              f32, {3, 2, 2});
   EXPECT_TYPE(out([](Tensor a) { return a.slice(0, -3); }, {spec(f32, {10})}), f32, {3});
   EXPECT_TYPE(out([](Tensor a) { return a.slice(0, 1, 8, 3); }, {spec(f32, {10})}), f32, {3});
   EXPECT_TYPE(out([](Tensor a) { return a.slice(0, 7, 2); }, {spec(f32, {10})}), f32, {0});
   EXPECT_TYPE(out([](Tensor a) { return a.narrow(1, -2, 2); }, {spec(f32, {2, 5})}), f32, {2, 2});
   EXPECT_TYPE(out([](Tensor a) { return a.select(1, -1); }, {spec(f32, {2, 5})}), f32, {2});
-  EXPECT_TYPE(out([](Tensor a) { return a.index({0, Ellipsis, None, Slice(1, 3)}); },
+  EXPECT_TYPE(out(
+                  [](Tensor a) {
+                    return a.index({0, Ellipsis, None, Slice(1, 3)});
+                  },
                   {spec(f32, {2, 3, 4})}),
               f32, {3, 1, 2});
   EXPECT_TYPE(out([](Tensor a) { return a[-1]; }, {spec(f32, {2, 3})}), f32, {3});
   EXPECT_TYPE(out([](Tensor a) { return a.diagonal(1); }, {spec(f32, {3, 4})}), f32, {3});
   EXPECT_TYPE(out([](Tensor a) { return a.diagonal(-1); }, {spec(f32, {3, 4})}), f32, {2});
-  EXPECT_TYPE(out([](Tensor a) { return a.diagonal(0, 0, 2); }, {spec(f32, {3, 5, 4})}), f32, {5, 3});
-  EXPECT_TYPE(out([](Tensor a) { return a.as_strided({2, 2}, {1, 2}, 1); }, {spec(f32, {6})}), f32, {2, 2});
+  EXPECT_TYPE(out([](Tensor a) { return a.diagonal(0, 0, 2); }, {spec(f32, {3, 5, 4})}), f32,
+              {5, 3});
+  EXPECT_TYPE(out(
+                  [](Tensor a) {
+                    return a.as_strided({2, 2}, {1, 2}, 1);
+                  },
+                  {spec(f32, {6})}),
+              f32, {2, 2});
 
   Trace split = trace([](Tensor a) { return a.split(3); }, {spec(f32, {10, 2})});
   ASSERT_EQ(split.outputs().size(), 4u);
@@ -188,27 +239,53 @@ TEST(Views, Shapes) {
 TEST(Views, Errors) {
   EXPECT_ERROR(error([](Tensor a) { return a.view({5}); }, {spec(f32, {3, 4})}),
                "shape '[5]' is invalid for input of size 12");
-  EXPECT_ERROR(error([](Tensor a) { return a.view({-1, -1}); }, {spec(f32, {3, 4})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a) {
+                     return a.view({-1, -1});
+                   },
+                   {spec(f32, {3, 4})}),
                "only one dimension can be inferred");
-  EXPECT_ERROR(error([](Tensor a) { return a.permute({0, 0}); }, {spec(f32, {3, 4})}), "repeated dim");
+  EXPECT_ERROR(error(
+                   [](Tensor a) {
+                     return a.permute({0, 0});
+                   },
+                   {spec(f32, {3, 4})}),
+               "repeated dim");
   EXPECT_ERROR(error([](Tensor a) { return a.t(); }, {spec(f32, {2, 3, 4})}), "<= 2 dimensions");
-  EXPECT_ERROR(error([](Tensor a) { return a.expand({3, 4}); }, {spec(f32, {3, 2})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a) {
+                     return a.expand({3, 4});
+                   },
+                   {spec(f32, {3, 2})}),
                "must match the existing size (2) at non-singleton dimension 1");
   EXPECT_ERROR(error([](Tensor a) { return a.slice(0, 0, 4, 0); }, {spec(f32, {4})}),
                "slice step must be positive");
-  EXPECT_ERROR(error([](Tensor a) { return a.narrow(0, 2, 3); }, {spec(f32, {4})}), "exceeds dimension size");
+  EXPECT_ERROR(error([](Tensor a) { return a.narrow(0, 2, 3); }, {spec(f32, {4})}),
+               "exceeds dimension size");
   EXPECT_ERROR(error([](Tensor a) { return a.select(0, 4); }, {spec(f32, {4})}),
                "index 4 is out of range for dimension 0 with size 4");
-  EXPECT_ERROR(error([](Tensor a) { return a.index({0, 0, 0}); }, {spec(f32, {2, 3})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a) {
+                     return a.index({0, 0, 0});
+                   },
+                   {spec(f32, {2, 3})}),
                "too many indices for tensor of dimension 2");
   EXPECT_ERROR(error([](Tensor a) { return a.index({Slice(None, None, -1)}); }, {spec(f32, {2})}),
                "slice step must be positive");
   EXPECT_ERROR(error([](Tensor a) { return a.diagonal(0, 1, 1); }, {spec(f32, {2, 3})}),
                "diagonal dimensions cannot be identical");
-  EXPECT_ERROR(error([](Tensor a) { return a.split(IntList{1, 2}); }, {spec(f32, {4})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a) {
+                     return a.split(IntList{1, 2});
+                   },
+                   {spec(f32, {4})}),
                "sum exactly to 4");
   EXPECT_ERROR(error([](Tensor a) { return a.chunk(0); }, {spec(f32, {4})}), "greater than 0");
-  EXPECT_ERROR(error([](Tensor a) { return a.as_strided({2, 2}, {1}); }, {spec(f32, {4})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a) {
+                     return a.as_strided({2, 2}, {1});
+                   },
+                   {spec(f32, {4})}),
                "mismatch in length of strides and shape");
   EXPECT_ERROR(error([](Tensor a) { return a.unsqueeze(3); }, {spec(f32, {4})}),
                "dimension 3 is out of range for a tensor of rank 2");
@@ -236,25 +313,50 @@ TEST(Scatters, SrcMustHaveTheViewsShape) {
 }
 
 TEST(Joins, CatStackMatmul) {
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return cat({a, b}); }, {spec(f32, {2, 3}), spec(f64, {1, 3})}),
+  EXPECT_TYPE(out(
+                  [](Tensor a, Tensor b) {
+                    return cat({a, b});
+                  },
+                  {spec(f32, {2, 3}), spec(f64, {1, 3})}),
               f64, {3, 3});
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return stack({a, b}, -1); }, {spec(f32, {2, 3}), spec(f32, {2, 3})}),
+  EXPECT_TYPE(out(
+                  [](Tensor a, Tensor b) {
+                    return stack({a, b}, -1);
+                  },
+                  {spec(f32, {2, 3}), spec(f32, {2, 3})}),
               f32, {2, 3, 2});
-  EXPECT_ERROR(error([](Tensor a, Tensor b) { return cat({a, b}, 1); }, {spec(f32, {2, 3}), spec(f32, {1, 3})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a, Tensor b) {
+                     return cat({a, b}, 1);
+                   },
+                   {spec(f32, {2, 3}), spec(f32, {1, 3})}),
                "sizes of tensors must match except in dimension 1");
-  EXPECT_ERROR(error([](Tensor a, Tensor b) { return stack({a, b}); }, {spec(f32, {2}), spec(f32, {3})}),
+  EXPECT_ERROR(error(
+                   [](Tensor a, Tensor b) {
+                     return stack({a, b});
+                   },
+                   {spec(f32, {2}), spec(f32, {3})}),
                "equal size");
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {3}), spec(f32, {3})}), f32, {});
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {2, 3}), spec(f32, {3})}), f32, {2});
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {3}), spec(f32, {3, 4})}), f32, {4});
+  EXPECT_TYPE(
+      out([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {3}), spec(f32, {3})}), f32,
+      {});
+  EXPECT_TYPE(
+      out([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {2, 3}), spec(f32, {3})}),
+      f32, {2});
+  EXPECT_TYPE(
+      out([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {3}), spec(f32, {3, 4})}),
+      f32, {4});
   EXPECT_TYPE(out([](Tensor a, Tensor b) { return matmul(a, b); },
                   {spec(f32, {5, 1, 2, 3}), spec(f32, {4, 3, 2})}),
               f32, {5, 4, 2, 2});
-  EXPECT_ERROR(error([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {2, 3}), spec(f32, {2, 3})}),
+  EXPECT_ERROR(error([](Tensor a, Tensor b) { return matmul(a, b); },
+                     {spec(f32, {2, 3}), spec(f32, {2, 3})}),
                "cannot be multiplied");
-  EXPECT_ERROR(error([](Tensor a, Tensor b) { return matmul(a, b); }, {spec(f32, {2, 3}), spec(f64, {3, 3})}),
+  EXPECT_ERROR(error([](Tensor a, Tensor b) { return matmul(a, b); },
+                     {spec(f32, {2, 3}), spec(f64, {3, 3})}),
                "same dtype");
-  EXPECT_TYPE(out([](Tensor a, Tensor b) { return bmm(a, b); }, {spec(f32, {2, 3, 4}), spec(f32, {2, 4, 5})}),
+  EXPECT_TYPE(out([](Tensor a, Tensor b) { return bmm(a, b); },
+                  {spec(f32, {2, 3, 4}), spec(f32, {2, 4, 5})}),
               f32, {2, 3, 5});
   EXPECT_TYPE(out([](Tensor x, Tensor w, Tensor b) { return linear(x, w, b); },
                   {spec(f32, {7, 2, 3}), spec(f32, {5, 3}), spec(f32, {5})}),
@@ -273,8 +375,14 @@ TEST(Creation, DtypesFromTheFillValue) {
   EXPECT_TYPE(one([](Tensor) { return arange(5, 0, -2); }), i64, {3});
   EXPECT_TYPE(one([](Tensor a) { return full_like(a, 2, i64); }), i64, {2});
   EXPECT_TYPE(one([](Tensor a) { return empty_like(a); }), f32, {2});
-  EXPECT_ERROR(error([](Tensor) { return arange(0, 10, -1); }, {spec(f32, {2})}), "inconsistent with step sign");
-  EXPECT_ERROR(error([](Tensor) { return zeros({2, -1}); }, {spec(f32, {2})}), "negative dimension");
+  EXPECT_ERROR(error([](Tensor) { return arange(0, 10, -1); }, {spec(f32, {2})}),
+               "inconsistent with step sign");
+  EXPECT_ERROR(error(
+                   [](Tensor) {
+                     return zeros({2, -1});
+                   },
+                   {spec(f32, {2})}),
+               "negative dimension");
 }
 
 TEST(Decompositions, RecordTheirSubsymbols) {
@@ -306,9 +414,13 @@ TEST(Signature, BindingErrorsNameTheParameter) {
     return std::string();
   };
   EXPECT_ERROR(msg([&] { b.call(OpId::kAdd, {x}); }), "missing the required argument 'other'");
-  EXPECT_ERROR(msg([&] { b.call(OpId::kAdd, {x, x}, {{"beta", 1}}); }),
+  EXPECT_ERROR(msg([&] {
+                 b.call(OpId::kAdd, {x, x}, {{"beta", 1}});
+               }),
                "unexpected keyword argument 'beta'");
-  EXPECT_ERROR(msg([&] { b.call(OpId::kSum, {x, Constant(std::string("a"))}); }),
+  EXPECT_ERROR(msg([&] {
+                 b.call(OpId::kSum, {x, Constant(std::string("a"))});
+               }),
                "argument 'dim' of sum must be a list of ints or None");
   EXPECT_ERROR(msg([&] { b.call(OpId::kExp, {x, x}); }), "at most 1 positional");
   EXPECT_ERROR(msg([&] { b.add_input("x", ScalarType{}); }), "defined twice");

@@ -107,19 +107,28 @@ void run_trace(const kiln::Trace& trace, const Options& o) {
           << "=<number>.";
       double v = it->second[0];
       switch (in->scalar_type().kind) {
-        case kiln::ScalarKind::kBool: inputs.emplace_back(kiln::RtScalar(v != 0)); break;
-        case kiln::ScalarKind::kInt: inputs.emplace_back(kiln::RtScalar(static_cast<int64_t>(v))); break;
-        case kiln::ScalarKind::kFloat: inputs.emplace_back(kiln::RtScalar(v)); break;
+        case kiln::ScalarKind::kBool:
+          inputs.emplace_back(kiln::RtScalar(v != 0));
+          break;
+        case kiln::ScalarKind::kInt:
+          inputs.emplace_back(kiln::RtScalar(static_cast<int64_t>(v)));
+          break;
+        case kiln::ScalarKind::kFloat:
+          inputs.emplace_back(kiln::RtScalar(v));
+          break;
       }
       continue;
     }
     auto it = o.inputs.find(in->name());
-    if (it != o.inputs.end()) inputs.emplace_back(kiln::make_input(in->tensor_type(), it->second));
-    else inputs.emplace_back(kiln::make_random_input(in->tensor_type(), seed++));
+    if (it != o.inputs.end())
+      inputs.emplace_back(kiln::make_input(in->tensor_type(), it->second));
+    else
+      inputs.emplace_back(kiln::make_random_input(in->tensor_type(), seed++));
   }
   for (const auto& [name, values] : o.inputs) {
     bool known = false;
-    for (kiln::Value* in : trace.inputs()) known = known || in->name() == name;
+    for (kiln::Value* in : trace.inputs())
+      known = known || in->name() == name;
     KILN_CHECK(known) << "--input names '" << name << "', which is not an input of the trace.";
   }
   std::cout << "# inputs before the call\n";

@@ -10,7 +10,8 @@
 namespace kiln {
 
 TensorHandle make_input(const TensorType& type, const std::vector<double>& values) {
-  std::vector<int64_t> strides = type.layout ? type.layout->strides : contiguous_strides(type.shape);
+  std::vector<int64_t> strides =
+      type.layout ? type.layout->strides : contiguous_strides(type.shape);
   int64_t offset = type.layout ? type.layout->offset : 0;
   // The storage must reach the last element the layout can address.
   int64_t extent = offset + 1;
@@ -21,7 +22,8 @@ TensorHandle make_input(const TensorType& type, const std::vector<double>& value
     }
     extent += (type.shape[i] - 1) * strides[i];
   }
-  TensorHandle t = make_strided(type.dtype, type.shape, strides, offset, std::max<int64_t>(extent, 0));
+  TensorHandle t =
+      make_strided(type.dtype, type.shape, strides, offset, std::max<int64_t>(extent, 0));
   KILN_CHECK(static_cast<int64_t>(values.size()) == t->numel())
       << "got " << values.size() << " values for an input of shape " << shape_str(type.shape)
       << " (" << t->numel() << " elements); give one value per element, in row-major order.";
@@ -36,9 +38,12 @@ TensorHandle make_random_input(const TensorType& type, uint64_t seed) {
   std::uniform_int_distribution<int64_t> integer(-5, 5);
   std::vector<double> values(static_cast<size_t>(type.numel()));
   for (double& v : values) {
-    if (type.dtype == DType::kBool) v = static_cast<double>(integer(rng) > 0);
-    else if (is_integral(type.dtype, false)) v = static_cast<double>(integer(rng));
-    else v = std::round(real(rng) * 1000.0) / 1000.0;  // short, readable values
+    if (type.dtype == DType::kBool)
+      v = static_cast<double>(integer(rng) > 0);
+    else if (is_integral(type.dtype, false))
+      v = static_cast<double>(integer(rng));
+    else
+      v = std::round(real(rng) * 1000.0) / 1000.0;  // short, readable values
   }
   return make_input(type, values);
 }

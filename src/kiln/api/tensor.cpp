@@ -32,11 +32,14 @@ SourceLoc to_loc(const Loc& loc) {
   return SourceLoc{file, static_cast<int>(loc.line()), ""};
 }
 
-Tensor wrap(Value* v) { return Tensor(std::make_shared<Handle>(Handle{v})); }
+Tensor wrap(Value* v) {
+  return Tensor(std::make_shared<Handle>(Handle{v}));
+}
 
 std::vector<Tensor> wrap_all(const std::vector<Value*>& vs) {
   std::vector<Tensor> out;
-  for (Value* v : vs) out.push_back(wrap(v));
+  for (Value* v : vs)
+    out.push_back(wrap(v));
   return out;
 }
 
@@ -61,12 +64,14 @@ Operand opt_operand(const std::optional<TensorOrNumber>& v) {
 }
 Operand index_key(const std::vector<TensorIndex>& key) {
   IndexKey k;
-  for (const TensorIndex& i : key) k.push_back(i.item);
+  for (const TensorIndex& i : key)
+    k.push_back(i.item);
   return Operand(Constant(k));
 }
 std::vector<Value*> values_of(const std::vector<Tensor>& ts) {
   std::vector<Value*> vs;
-  for (const Tensor& t : ts) vs.push_back(t.value());
+  for (const Tensor& t : ts)
+    vs.push_back(t.value());
   return vs;
 }
 }  // namespace
@@ -127,7 +132,9 @@ Operand TensorOrNumber::operand() const {
   return tensor ? Operand(tensor->value()) : Operand(number);
 }
 
-const TensorType& Tensor::type() const { return value()->tensor_type(); }
+const TensorType& Tensor::type() const {
+  return value()->tensor_type();
+}
 
 int64_t Tensor::size(int64_t d) const {
   return shape()[static_cast<size_t>(wrap_dim(d, dim()))];
@@ -152,47 +159,62 @@ Tensor Tensor::mutate(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Lo
   return *this;
 }
 
-#define KILN_API_UNARY(method, Id)                                                    \
-  Tensor Tensor::method(Loc loc) const { return call(OpId::k##Id, {}, {}, loc); }    \
-  Tensor Tensor::method##_(Loc loc) const { return mutate(OpId::k##Id##_, {}, {}, loc); }
-KILN_API_UNARY(abs, Abs) KILN_API_UNARY(neg, Neg) KILN_API_UNARY(exp, Exp)
-KILN_API_UNARY(exp2, Exp2) KILN_API_UNARY(expm1, Expm1) KILN_API_UNARY(log, Log)
-KILN_API_UNARY(log1p, Log1p) KILN_API_UNARY(log2, Log2) KILN_API_UNARY(sqrt, Sqrt)
-KILN_API_UNARY(rsqrt, Rsqrt) KILN_API_UNARY(sin, Sin) KILN_API_UNARY(cos, Cos)
-KILN_API_UNARY(tan, Tan) KILN_API_UNARY(tanh, Tanh) KILN_API_UNARY(asin, Asin)
-KILN_API_UNARY(acos, Acos) KILN_API_UNARY(atan, Atan) KILN_API_UNARY(sinh, Sinh)
-KILN_API_UNARY(cosh, Cosh) KILN_API_UNARY(sigmoid, Sigmoid) KILN_API_UNARY(relu, Relu)
-KILN_API_UNARY(silu, Silu) KILN_API_UNARY(erf, Erf) KILN_API_UNARY(reciprocal, Reciprocal)
-KILN_API_UNARY(floor, Floor) KILN_API_UNARY(ceil, Ceil) KILN_API_UNARY(round, Round)
-KILN_API_UNARY(trunc, Trunc) KILN_API_UNARY(sign, Sign) KILN_API_UNARY(square, Square)
-KILN_API_UNARY(logical_not, LogicalNot) KILN_API_UNARY(bitwise_not, BitwiseNot)
+#define KILN_API_UNARY(method, Id)              \
+  Tensor Tensor::method(Loc loc) const {        \
+    return call(OpId::k##Id, {}, {}, loc);      \
+  }                                             \
+  Tensor Tensor::method##_(Loc loc) const {     \
+    return mutate(OpId::k##Id##_, {}, {}, loc); \
+  }
+KILN_API_UNARY(abs, Abs)
+KILN_API_UNARY(neg, Neg) KILN_API_UNARY(exp, Exp) KILN_API_UNARY(exp2, Exp2)
+    KILN_API_UNARY(expm1, Expm1) KILN_API_UNARY(log, Log) KILN_API_UNARY(log1p, Log1p)
+        KILN_API_UNARY(log2, Log2) KILN_API_UNARY(sqrt, Sqrt) KILN_API_UNARY(rsqrt, Rsqrt)
+            KILN_API_UNARY(sin, Sin) KILN_API_UNARY(cos, Cos) KILN_API_UNARY(tan, Tan)
+                KILN_API_UNARY(tanh, Tanh) KILN_API_UNARY(asin, Asin) KILN_API_UNARY(acos, Acos)
+                    KILN_API_UNARY(atan, Atan) KILN_API_UNARY(sinh, Sinh) KILN_API_UNARY(cosh, Cosh)
+                        KILN_API_UNARY(sigmoid, Sigmoid) KILN_API_UNARY(relu, Relu)
+                            KILN_API_UNARY(silu, Silu) KILN_API_UNARY(erf, Erf)
+                                KILN_API_UNARY(reciprocal, Reciprocal) KILN_API_UNARY(floor, Floor)
+                                    KILN_API_UNARY(ceil, Ceil) KILN_API_UNARY(round, Round)
+                                        KILN_API_UNARY(trunc, Trunc) KILN_API_UNARY(sign, Sign)
+                                            KILN_API_UNARY(square, Square)
+                                                KILN_API_UNARY(logical_not, LogicalNot)
+                                                    KILN_API_UNARY(bitwise_not, BitwiseNot)
 #undef KILN_API_UNARY
 
-Tensor Tensor::gelu(std::string approximate, Loc loc) const {
+                                                        Tensor Tensor::gelu(std::string approximate,
+                                                                            Loc loc) const {
   return call(OpId::kGelu, {}, {{"approximate", Constant(approximate)}}, loc);
 }
 Tensor Tensor::gelu_(std::string approximate, Loc loc) const {
   return mutate(OpId::kGelu_, {}, {{"approximate", Constant(approximate)}}, loc);
 }
-Tensor Tensor::isnan(Loc loc) const { return call(OpId::kIsnan, {}, {}, loc); }
+Tensor Tensor::isnan(Loc loc) const {
+  return call(OpId::kIsnan, {}, {}, loc);
+}
 
-#define KILN_API_BINARY(method, Id)                                               \
-  Tensor Tensor::method(const TensorOrNumber& other, Loc loc) const {            \
-    return call(OpId::k##Id, {other.operand()}, {}, loc);                         \
-  }                                                                               \
-  Tensor Tensor::method##_(const TensorOrNumber& other, Loc loc) const {         \
-    return mutate(OpId::k##Id##_, {other.operand()}, {}, loc);                    \
+#define KILN_API_BINARY(method, Id)                                      \
+  Tensor Tensor::method(const TensorOrNumber& other, Loc loc) const {    \
+    return call(OpId::k##Id, {other.operand()}, {}, loc);                \
+  }                                                                      \
+  Tensor Tensor::method##_(const TensorOrNumber& other, Loc loc) const { \
+    return mutate(OpId::k##Id##_, {other.operand()}, {}, loc);           \
   }
-KILN_API_BINARY(mul, Mul) KILN_API_BINARY(pow, Pow) KILN_API_BINARY(remainder, Remainder)
-KILN_API_BINARY(fmod, Fmod) KILN_API_BINARY(maximum, Maximum) KILN_API_BINARY(minimum, Minimum)
-KILN_API_BINARY(atan2, Atan2) KILN_API_BINARY(eq, Eq) KILN_API_BINARY(ne, Ne)
-KILN_API_BINARY(lt, Lt) KILN_API_BINARY(le, Le) KILN_API_BINARY(gt, Gt) KILN_API_BINARY(ge, Ge)
-KILN_API_BINARY(logical_and, LogicalAnd) KILN_API_BINARY(logical_or, LogicalOr)
-KILN_API_BINARY(logical_xor, LogicalXor) KILN_API_BINARY(bitwise_and, BitwiseAnd)
-KILN_API_BINARY(bitwise_or, BitwiseOr) KILN_API_BINARY(bitwise_xor, BitwiseXor)
+KILN_API_BINARY(mul, Mul)
+KILN_API_BINARY(pow, Pow) KILN_API_BINARY(remainder, Remainder) KILN_API_BINARY(fmod, Fmod)
+    KILN_API_BINARY(maximum, Maximum) KILN_API_BINARY(minimum, Minimum)
+        KILN_API_BINARY(atan2, Atan2) KILN_API_BINARY(eq, Eq) KILN_API_BINARY(ne, Ne)
+            KILN_API_BINARY(lt, Lt) KILN_API_BINARY(le, Le) KILN_API_BINARY(gt, Gt)
+                KILN_API_BINARY(ge, Ge) KILN_API_BINARY(logical_and, LogicalAnd)
+                    KILN_API_BINARY(logical_or, LogicalOr) KILN_API_BINARY(logical_xor, LogicalXor)
+                        KILN_API_BINARY(bitwise_and, BitwiseAnd)
+                            KILN_API_BINARY(bitwise_or, BitwiseOr)
+                                KILN_API_BINARY(bitwise_xor, BitwiseXor)
 #undef KILN_API_BINARY
 
-Tensor Tensor::add(const TensorOrNumber& other, Number alpha, Loc loc) const {
+                                    Tensor Tensor::add(const TensorOrNumber& other, Number alpha,
+                                                       Loc loc) const {
   return call(OpId::kAdd, {other.operand()}, {{"alpha", alpha.value}}, loc);
 }
 Tensor Tensor::add_(const TensorOrNumber& other, Number alpha, Loc loc) const {
@@ -241,31 +263,42 @@ Tensor Tensor::addcdiv(const Tensor& t1, const Tensor& t2, Number value, Loc loc
 Tensor Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, Number value, Loc loc) const {
   return mutate(OpId::kAddcdiv_, {t1.value(), t2.value()}, {{"value", value.value}}, loc);
 }
-Tensor Tensor::to(DType dtype, Loc loc) const { return call(OpId::kTo, {Constant(dtype)}, {}, loc); }
+Tensor Tensor::to(DType dtype, Loc loc) const {
+  return call(OpId::kTo, {Constant(dtype)}, {}, loc);
+}
 
 Tensor Tensor::fill_(const TensorOrNumber& value, Loc loc) const {
   return mutate(OpId::kFill_, {value.operand()}, {}, loc);
 }
-Tensor Tensor::zero_(Loc loc) const { return mutate(OpId::kZero_, {}, {}, loc); }
+Tensor Tensor::zero_(Loc loc) const {
+  return mutate(OpId::kZero_, {}, {}, loc);
+}
 Tensor Tensor::copy_(const Tensor& src, Loc loc) const {
   return mutate(OpId::kCopy_, {src.value()}, {}, loc);
 }
-Tensor Tensor::t_(Loc loc) const { return mutate(OpId::kT_, {}, {}, loc); }
+Tensor Tensor::t_(Loc loc) const {
+  return mutate(OpId::kT_, {}, {}, loc);
+}
 Tensor Tensor::transpose_(int64_t d0, int64_t d1, Loc loc) const {
   return mutate(OpId::kTranspose_, {d0, d1}, {}, loc);
 }
-Tensor Tensor::unsqueeze_(int64_t d, Loc loc) const { return mutate(OpId::kUnsqueeze_, {d}, {}, loc); }
+Tensor Tensor::unsqueeze_(int64_t d, Loc loc) const {
+  return mutate(OpId::kUnsqueeze_, {d}, {}, loc);
+}
 Tensor Tensor::squeeze_(std::optional<IntList> dims, Loc loc) const {
   return mutate(OpId::kSqueeze_, {opt_ints(dims)}, {}, loc);
 }
-Tensor Tensor::as_strided_(IntList size, IntList stride, std::optional<int64_t> off, Loc loc) const {
+Tensor Tensor::as_strided_(IntList size, IntList stride, std::optional<int64_t> off,
+                           Loc loc) const {
   return mutate(OpId::kAsStrided_, {Constant(size), Constant(stride), opt_int(off)}, {}, loc);
 }
 void Tensor::index_put_(std::vector<TensorIndex> key, const TensorOrNumber& value, Loc loc) const {
   mutate(OpId::kSetitem_, {detail::index_key(key), value.operand()}, {}, loc);
 }
 
-Tensor Tensor::view(IntList size, Loc loc) const { return call(OpId::kView, {Constant(size)}, {}, loc); }
+Tensor Tensor::view(IntList size, Loc loc) const {
+  return call(OpId::kView, {Constant(size)}, {}, loc);
+}
 Tensor Tensor::reshape(IntList shape, Loc loc) const {
   return call(OpId::kReshape, {Constant(shape)}, {}, loc);
 }
@@ -275,13 +308,21 @@ Tensor Tensor::permute(IntList dims, Loc loc) const {
 Tensor Tensor::transpose(int64_t d0, int64_t d1, Loc loc) const {
   return call(OpId::kTranspose, {d0, d1}, {}, loc);
 }
-Tensor Tensor::t(Loc loc) const { return call(OpId::kT, {}, {}, loc); }
-Tensor Tensor::expand(IntList size, Loc loc) const { return call(OpId::kExpand, {Constant(size)}, {}, loc); }
-Tensor Tensor::unsqueeze(int64_t d, Loc loc) const { return call(OpId::kUnsqueeze, {d}, {}, loc); }
+Tensor Tensor::t(Loc loc) const {
+  return call(OpId::kT, {}, {}, loc);
+}
+Tensor Tensor::expand(IntList size, Loc loc) const {
+  return call(OpId::kExpand, {Constant(size)}, {}, loc);
+}
+Tensor Tensor::unsqueeze(int64_t d, Loc loc) const {
+  return call(OpId::kUnsqueeze, {d}, {}, loc);
+}
 Tensor Tensor::squeeze(std::optional<IntList> dims, Loc loc) const {
   return call(OpId::kSqueeze, {opt_ints(dims)}, {}, loc);
 }
-Tensor Tensor::flatten(int64_t s, int64_t e, Loc loc) const { return call(OpId::kFlatten, {s, e}, {}, loc); }
+Tensor Tensor::flatten(int64_t s, int64_t e, Loc loc) const {
+  return call(OpId::kFlatten, {s, e}, {}, loc);
+}
 Tensor Tensor::unflatten(int64_t d, IntList sizes, Loc loc) const {
   return call(OpId::kUnflatten, {d, Constant(sizes)}, {}, loc);
 }
@@ -298,7 +339,9 @@ Tensor Tensor::select(int64_t d, int64_t index, Loc loc) const {
 Tensor Tensor::index(std::vector<TensorIndex> key, Loc loc) const {
   return call(OpId::kGetitem, {detail::index_key(key)}, {}, loc);
 }
-Tensor Tensor::operator[](TensorIndex i) const { return index({i}, Loc::current()); }
+Tensor Tensor::operator[](TensorIndex i) const {
+  return index({i}, Loc::current());
+}
 Tensor Tensor::diagonal(int64_t off, int64_t d1, int64_t d2, Loc loc) const {
   return call(OpId::kDiagonal, {off, d1, d2}, {}, loc);
 }
@@ -309,7 +352,8 @@ std::vector<Tensor> Tensor::split(int64_t split_size, int64_t d, Loc loc) const 
   return detail::wrap_all(builder().call(OpId::kSplit, {value(), split_size, d}, {}, to_loc(loc)));
 }
 std::vector<Tensor> Tensor::split(IntList sizes, int64_t d, Loc loc) const {
-  return detail::wrap_all(builder().call(OpId::kSplit, {value(), Constant(sizes), d}, {}, to_loc(loc)));
+  return detail::wrap_all(
+      builder().call(OpId::kSplit, {value(), Constant(sizes), d}, {}, to_loc(loc)));
 }
 std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d, Loc loc) const {
   return detail::wrap_all(builder().call(OpId::kChunk, {value(), chunks, d}, {}, to_loc(loc)));
@@ -317,20 +361,27 @@ std::vector<Tensor> Tensor::chunk(int64_t chunks, int64_t d, Loc loc) const {
 std::vector<Tensor> Tensor::unbind(int64_t d, Loc loc) const {
   return detail::wrap_all(builder().call(OpId::kUnbind, {value(), d}, {}, to_loc(loc)));
 }
-Tensor Tensor::detach(Loc loc) const { return call(OpId::kDetach, {}, {}, loc); }
-Tensor Tensor::alias(Loc loc) const { return call(OpId::kAlias, {}, {}, loc); }
+Tensor Tensor::detach(Loc loc) const {
+  return call(OpId::kDetach, {}, {}, loc);
+}
+Tensor Tensor::alias(Loc loc) const {
+  return call(OpId::kAlias, {}, {}, loc);
+}
 Tensor Tensor::clone(Loc loc) const {
   Tensor fresh = call(OpId::kEmptyLike, {}, {}, loc);
   return fresh.copy_(*this, loc);
 }
 
-Tensor Tensor::sum(std::optional<IntList> d, bool keepdim, std::optional<DType> dtype, Loc loc) const {
+Tensor Tensor::sum(std::optional<IntList> d, bool keepdim, std::optional<DType> dtype,
+                   Loc loc) const {
   return call(OpId::kSum, {opt_ints(d), keepdim}, {{"dtype", opt_dtype(dtype)}}, loc);
 }
-Tensor Tensor::prod(std::optional<int64_t> d, bool keepdim, std::optional<DType> dtype, Loc loc) const {
+Tensor Tensor::prod(std::optional<int64_t> d, bool keepdim, std::optional<DType> dtype,
+                    Loc loc) const {
   return call(OpId::kProd, {opt_int(d), keepdim}, {{"dtype", opt_dtype(dtype)}}, loc);
 }
-Tensor Tensor::mean(std::optional<IntList> d, bool keepdim, std::optional<DType> dtype, Loc loc) const {
+Tensor Tensor::mean(std::optional<IntList> d, bool keepdim, std::optional<DType> dtype,
+                    Loc loc) const {
   return call(OpId::kMean, {opt_ints(d), keepdim}, {{"dtype", opt_dtype(dtype)}}, loc);
 }
 Tensor Tensor::amax(IntList d, bool keepdim, Loc loc) const {
@@ -340,10 +391,12 @@ Tensor Tensor::amin(IntList d, bool keepdim, Loc loc) const {
   return call(OpId::kAmin, {Constant(d), keepdim}, {}, loc);
 }
 Tensor Tensor::var(std::optional<IntList> d, Number correction, bool keepdim, Loc loc) const {
-  return call(OpId::kVar, {opt_ints(d)}, {{"correction", correction.value}, {"keepdim", keepdim}}, loc);
+  return call(OpId::kVar, {opt_ints(d)}, {{"correction", correction.value}, {"keepdim", keepdim}},
+              loc);
 }
 Tensor Tensor::std(std::optional<IntList> d, Number correction, bool keepdim, Loc loc) const {
-  return call(OpId::kStd, {opt_ints(d)}, {{"correction", correction.value}, {"keepdim", keepdim}}, loc);
+  return call(OpId::kStd, {opt_ints(d)}, {{"correction", correction.value}, {"keepdim", keepdim}},
+              loc);
 }
 Tensor Tensor::argmax(std::optional<int64_t> d, bool keepdim, Loc loc) const {
   return call(OpId::kArgmax, {opt_int(d), keepdim}, {}, loc);
@@ -376,10 +429,18 @@ Tensor reversed(OpId op, const Number& a, const Tensor& b) {
 }
 }  // namespace
 
-Tensor operator+(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kAdd, a, b); }
-Tensor operator-(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kSub, a, b); }
-Tensor operator*(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kMul, a, b); }
-Tensor operator/(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kDiv, a, b); }
+Tensor operator+(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kAdd, a, b);
+}
+Tensor operator-(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kSub, a, b);
+}
+Tensor operator*(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kMul, a, b);
+}
+Tensor operator/(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kDiv, a, b);
+}
 Tensor operator+(const Number& a, const Tensor& b) {
   return call_free(OpId::kAdd, {b.value(), Operand(a.value)}, {}, a.loc);
 }
@@ -391,18 +452,42 @@ Tensor operator-(const Number& a, const Tensor& b) {
   Tensor neg = call_free(OpId::kNeg, {b.value()}, {}, a.loc);
   return call_free(OpId::kAdd, {neg.value(), Operand(a.value)}, {}, a.loc);
 }
-Tensor operator/(const Number& a, const Tensor& b) { return reversed(OpId::kDiv, a, b); }
-Tensor operator-(const Tensor& a) { return a.neg(); }
-Tensor operator<(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kLt, a, b); }
-Tensor operator<=(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kLe, a, b); }
-Tensor operator>(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kGt, a, b); }
-Tensor operator>=(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kGe, a, b); }
-Tensor operator==(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kEq, a, b); }
-Tensor operator!=(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kNe, a, b); }
-Tensor operator&(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kBitwiseAnd, a, b); }
-Tensor operator|(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kBitwiseOr, a, b); }
-Tensor operator^(const Tensor& a, const TensorOrNumber& b) { return binary(OpId::kBitwiseXor, a, b); }
-Tensor operator~(const Tensor& a) { return a.bitwise_not(); }
+Tensor operator/(const Number& a, const Tensor& b) {
+  return reversed(OpId::kDiv, a, b);
+}
+Tensor operator-(const Tensor& a) {
+  return a.neg();
+}
+Tensor operator<(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kLt, a, b);
+}
+Tensor operator<=(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kLe, a, b);
+}
+Tensor operator>(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kGt, a, b);
+}
+Tensor operator>=(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kGe, a, b);
+}
+Tensor operator==(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kEq, a, b);
+}
+Tensor operator!=(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kNe, a, b);
+}
+Tensor operator&(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kBitwiseAnd, a, b);
+}
+Tensor operator|(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kBitwiseOr, a, b);
+}
+Tensor operator^(const Tensor& a, const TensorOrNumber& b) {
+  return binary(OpId::kBitwiseXor, a, b);
+}
+Tensor operator~(const Tensor& a) {
+  return a.bitwise_not();
+}
 Tensor& operator+=(Tensor& a, const TensorOrNumber& b) {
   a.add_(b, 1, b.loc);
   return a;
@@ -447,8 +532,8 @@ Tensor log_softmax(const Tensor& x, int64_t d, std::optional<DType> dtype, Loc l
 }
 Tensor layer_norm(const Tensor& x, IntList ns, std::optional<Tensor> w, std::optional<Tensor> b,
                   double eps, Loc loc) {
-  return call_free(OpId::kLayerNorm, {x.value(), Constant(ns), opt_tensor(w), opt_tensor(b), eps}, {},
-                   loc);
+  return call_free(OpId::kLayerNorm, {x.value(), Constant(ns), opt_tensor(w), opt_tensor(b), eps},
+                   {}, loc);
 }
 Tensor rms_norm(const Tensor& x, IntList ns, std::optional<Tensor> w, std::optional<double> eps,
                 Loc loc) {
@@ -460,15 +545,16 @@ Tensor full(IntList size, Number v, std::optional<DType> dtype, Device device, L
                    {{"dtype", opt_dtype(dtype)}, {"device", Constant(device)}}, loc);
 }
 Tensor zeros(IntList size, std::optional<DType> dtype, Device device, Loc loc) {
-  return call_free(OpId::kZeros, {Constant(size)}, {{"dtype", opt_dtype(dtype)}, {"device", Constant(device)}},
-                   loc);
+  return call_free(OpId::kZeros, {Constant(size)},
+                   {{"dtype", opt_dtype(dtype)}, {"device", Constant(device)}}, loc);
 }
 Tensor ones(IntList size, std::optional<DType> dtype, Device device, Loc loc) {
-  return call_free(OpId::kOnes, {Constant(size)}, {{"dtype", opt_dtype(dtype)}, {"device", Constant(device)}},
-                   loc);
+  return call_free(OpId::kOnes, {Constant(size)},
+                   {{"dtype", opt_dtype(dtype)}, {"device", Constant(device)}}, loc);
 }
 Tensor full_like(const Tensor& t, Number v, std::optional<DType> dtype, Loc loc) {
-  return call_free(OpId::kFullLike, {t.value(), Operand(v.value)}, {{"dtype", opt_dtype(dtype)}}, loc);
+  return call_free(OpId::kFullLike, {t.value(), Operand(v.value)}, {{"dtype", opt_dtype(dtype)}},
+                   loc);
 }
 Tensor zeros_like(const Tensor& t, std::optional<DType> dtype, Loc loc) {
   return call_free(OpId::kZerosLike, {t.value()}, {{"dtype", opt_dtype(dtype)}}, loc);
@@ -479,7 +565,8 @@ Tensor ones_like(const Tensor& t, std::optional<DType> dtype, Loc loc) {
 Tensor empty_like(const Tensor& t, std::optional<DType> dtype, Loc loc) {
   return call_free(OpId::kEmptyLike, {t.value()}, {{"dtype", opt_dtype(dtype)}}, loc);
 }
-Tensor arange(Number start, Number end, Number step, std::optional<DType> dtype, Device device, Loc loc) {
+Tensor arange(Number start, Number end, Number step, std::optional<DType> dtype, Device device,
+              Loc loc) {
   return call_free(OpId::kArange, {Operand(start.value), Operand(end.value), Operand(step.value)},
                    {{"dtype", opt_dtype(dtype)}, {"device", Constant(device)}}, loc);
 }
@@ -488,8 +575,8 @@ Tensor fill(const Tensor& t, const TensorOrNumber& v, Loc loc) {
 }
 Tensor slice_scatter(const Tensor& self, const Tensor& src, int64_t d, std::optional<int64_t> start,
                      std::optional<int64_t> end, int64_t step, Loc loc) {
-  return call_free(OpId::kSliceScatter, {self.value(), src.value(), d, opt_int(start), opt_int(end), step},
-                   {}, loc);
+  return call_free(OpId::kSliceScatter,
+                   {self.value(), src.value(), d, opt_int(start), opt_int(end), step}, {}, loc);
 }
 Tensor select_scatter(const Tensor& self, const Tensor& src, int64_t d, int64_t index, Loc loc) {
   return call_free(OpId::kSelectScatter, {self.value(), src.value(), d, index}, {}, loc);
@@ -501,7 +588,8 @@ Tensor diagonal_scatter(const Tensor& self, const Tensor& src, int64_t off, int6
 Tensor as_strided_scatter(const Tensor& self, const Tensor& src, IntList size, IntList stride,
                           std::optional<int64_t> off, Loc loc) {
   return call_free(OpId::kAsStridedScatter,
-                   {self.value(), src.value(), Constant(size), Constant(stride), opt_int(off)}, {}, loc);
+                   {self.value(), src.value(), Constant(size), Constant(stride), opt_int(off)}, {},
+                   loc);
 }
 
 }  // namespace kiln

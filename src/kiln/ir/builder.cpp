@@ -7,7 +7,8 @@
 namespace kiln {
 
 Builder::Builder(Trace& trace) : trace_(trace), sink_(&trace.nodes_) {
-  for (const auto& v : trace.values_) used_names_.insert(v->name());
+  for (const auto& v : trace.values_)
+    used_names_.insert(v->name());
 }
 
 Value* Builder::new_value(std::string name, Type type) {
@@ -36,7 +37,8 @@ std::string Builder::fresh_name() {
 
 Value* Builder::add_input(std::string name, Type type) {
   bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9');
-  for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
+  for (char c : name)
+    ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_');
   KILN_CHECK(ok) << "input name '" << name
                  << "' is not a Python identifier; use letters, digits and '_'.";
   Value* v = new_value(std::move(name), std::move(type));
@@ -48,24 +50,37 @@ namespace {
 
 std::string kind_name(ParamKind kind) {
   switch (kind) {
-    case ParamKind::kTensor: return "a tensor";
-    case ParamKind::kTensorOrScalar: return "a tensor or a number";
-    case ParamKind::kScalar: return "a number";
-    case ParamKind::kInt: return "an int";
-    case ParamKind::kInts: return "a list of ints";
-    case ParamKind::kIntOrInts: return "an int or a list of ints";
-    case ParamKind::kBool: return "a bool";
-    case ParamKind::kDType: return "a dtype";
-    case ParamKind::kString: return "a string";
-    case ParamKind::kDevice: return "a device";
-    case ParamKind::kIndex: return "an index (ints, slices, None, ...)";
-    case ParamKind::kTensorList: return "a list of tensors";
+    case ParamKind::kTensor:
+      return "a tensor";
+    case ParamKind::kTensorOrScalar:
+      return "a tensor or a number";
+    case ParamKind::kScalar:
+      return "a number";
+    case ParamKind::kInt:
+      return "an int";
+    case ParamKind::kInts:
+      return "a list of ints";
+    case ParamKind::kIntOrInts:
+      return "an int or a list of ints";
+    case ParamKind::kBool:
+      return "a bool";
+    case ParamKind::kDType:
+      return "a dtype";
+    case ParamKind::kString:
+      return "a string";
+    case ParamKind::kDevice:
+      return "a device";
+    case ParamKind::kIndex:
+      return "an index (ints, slices, None, ...)";
+    case ParamKind::kTensorList:
+      return "a list of tensors";
   }
   return "?";
 }
 
 std::string describe(const Operand& arg) {
-  if (arg.is_value()) return "'" + arg.value()->name() + "' (" + type_str(arg.value()->type()) + ")";
+  if (arg.is_value())
+    return "'" + arg.value()->name() + "' (" + type_str(arg.value()->type()) + ")";
   if (arg.is_value_list()) return "a list of values";
   return constant_str(arg.constant());
 }
@@ -118,12 +133,14 @@ bool conform(const Param& p, Operand& arg) {
 
 }  // namespace
 
-std::vector<Operand> Builder::bind(const OpInfo& op, std::vector<Operand> args, KeywordArgs kwargs) {
+std::vector<Operand> Builder::bind(const OpInfo& op, std::vector<Operand> args,
+                                   KeywordArgs kwargs) {
   const auto& params = op.params;
   std::vector<Operand> bound(params.size());
   std::vector<bool> set(params.size(), false);
   size_t positional = 0;
-  for (const Param& p : params) positional += !p.keyword_only;
+  for (const Param& p : params)
+    positional += !p.keyword_only;
   KILN_CHECK(args.size() <= positional)
       << op.name << " takes at most " << positional << " positional arguments but " << args.size()
       << " were given; pass the others by keyword.";
@@ -142,8 +159,8 @@ std::vector<Operand> Builder::bind(const OpInfo& op, std::vector<Operand> args, 
   }
   for (size_t i = 0; i < params.size(); ++i) {
     if (!set[i]) {
-      KILN_CHECK(params[i].has_default) << op.name << " is missing the required argument '"
-                                        << params[i].name << "'; pass it.";
+      KILN_CHECK(params[i].has_default)
+          << op.name << " is missing the required argument '" << params[i].name << "'; pass it.";
       bound[i] = Operand(params[i].default_value);
     }
     std::string before = describe(bound[i]);
@@ -182,8 +199,8 @@ std::vector<Value*> Builder::call_named(OpId op, std::vector<Operand> args, Keyw
   rename_results_ = subsymbol_names.empty();
   std::vector<Value*> outs;
   try {
-    outs = emit(info, bind(info, std::move(args), std::move(kwargs)), std::move(loc),
-                &output_names);
+    outs =
+        emit(info, bind(info, std::move(args), std::move(kwargs)), std::move(loc), &output_names);
   } catch (...) {
     rename_results_ = false;
     pending_names_.clear();
@@ -227,10 +244,13 @@ std::vector<Value*> Builder::emit(const OpInfo& op, std::vector<Operand> operand
     for (size_t i = 0; i < results.size(); ++i) {
       Value* r = results[i];
       KILN_ASSERT(r->is_tensor() && r->tensor_type() == types[i])
-          << op.name << "'s decomposition makes " << type_str(r->type()) << " but its type rule says "
-          << types[i].str();
-      bool from_subsymbol = std::any_of(node->subsymbols.begin(), node->subsymbols.end(),
-                                        [&](const auto& s) { return s->outputs.size() && std::find(s->outputs.begin(), s->outputs.end(), r) != s->outputs.end(); });
+          << op.name << "'s decomposition makes " << type_str(r->type())
+          << " but its type rule says " << types[i].str();
+      bool from_subsymbol =
+          std::any_of(node->subsymbols.begin(), node->subsymbols.end(), [&](const auto& s) {
+            return s->outputs.size() &&
+                   std::find(s->outputs.begin(), s->outputs.end(), r) != s->outputs.end();
+          });
       KILN_ASSERT(from_subsymbol) << op.name << "'s decomposition must end in a new value";
       if (output_names && rename_results_ && r->name() != (*output_names)[i]) {
         KILN_CHECK(!used_names_.contains((*output_names)[i]))

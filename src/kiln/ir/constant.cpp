@@ -33,7 +33,8 @@ std::string constant_str(const Constant& c) {
     std::string operator()(DType d) const { return std::string(dtype_torch_name(d)); }
     std::string operator()(const IntList& l) const {
       std::string s = "[";
-      for (size_t i = 0; i < l.size(); ++i) s += (i ? ", " : "") + std::to_string(l[i]);
+      for (size_t i = 0; i < l.size(); ++i)
+        s += (i ? ", " : "") + std::to_string(l[i]);
       return s + "]";
     }
     std::string operator()(const std::string& s) const {

@@ -20,10 +20,10 @@ struct NoneValue {
 struct IndexItem {
   enum class Kind : uint8_t { kInt, kSlice, kNone, kEllipsis };
   Kind kind = Kind::kInt;
-  int64_t index = 0;                 // kInt
-  std::optional<int64_t> start;      // kSlice
-  std::optional<int64_t> stop;       // kSlice
-  std::optional<int64_t> step;       // kSlice
+  int64_t index = 0;             // kInt
+  std::optional<int64_t> start;  // kSlice
+  std::optional<int64_t> stop;   // kSlice
+  std::optional<int64_t> step;   // kSlice
   bool operator==(const IndexItem&) const = default;
 
   static IndexItem integer(int64_t i) { return {Kind::kInt, i, {}, {}, {}}; }
@@ -48,7 +48,9 @@ std::string constant_str(const Constant& c);
 // Python-style repr of a float that reads back to the same double.
 std::string float_str(double value);
 
-inline bool is_none(const Constant& c) { return std::holds_alternative<NoneValue>(c); }
+inline bool is_none(const Constant& c) {
+  return std::holds_alternative<NoneValue>(c);
+}
 // A Python number (bool, int or float) as a double / int; asserts on other kinds.
 bool is_number(const Constant& c);
 double number_as_double(const Constant& c);

@@ -11,22 +11,28 @@ namespace kiln {
 
 namespace {
 
-DType type_of(Value* v) { return v->tensor_type().dtype; }
+DType type_of(Value* v) {
+  return v->tensor_type().dtype;
+}
 
 IntList trailing_dims(int64_t rank, size_t count) {
   IntList dims;
-  for (int64_t i = rank - static_cast<int64_t>(count); i < rank; ++i) dims.push_back(i);
+  for (int64_t i = rank - static_cast<int64_t>(count); i < rank; ++i)
+    dims.push_back(i);
   return dims;
 }
 
 // f16 and bf16 normalizations compute in f32, as PyTorch's kernels do.
-bool needs_upcast(DType d) { return d == DType::kFloat16 || d == DType::kBFloat16; }
+bool needs_upcast(DType d) {
+  return d == DType::kFloat16 || d == DType::kBFloat16;
+}
 
 std::vector<Value*> decompose_softmax(Builder& b, const Node& n) {
   const SourceLoc& loc = n.loc;
   Value* x = n.input(0);
   int64_t dim = n.arg("dim").as_int();
-  if (auto d = n.arg("dtype").as_optional_dtype()) x = b.call1(OpId::kTo, {x, Constant(*d)}, {}, loc);
+  if (auto d = n.arg("dtype").as_optional_dtype())
+    x = b.call1(OpId::kTo, {x, Constant(*d)}, {}, loc);
   Value* m = b.call1(OpId::kAmax, {x, Constant(IntList{dim}), true}, {}, loc);
   Value* s = b.call1(OpId::kSub, {x, m}, {}, loc);
   Value* e = b.call1(OpId::kExp, {s}, {}, loc);
@@ -47,7 +53,8 @@ std::vector<Value*> decompose_norm(Builder& b, const Node& n) {
   if (n.id() == OpId::kLayerNorm) {
     Value* mean = b.call1(OpId::kMean, {x, dims, true}, {}, loc);
     Value* centered = b.call1(OpId::kSub, {x, mean}, {}, loc);
-    Value* var = b.call1(OpId::kVar, {x, dims}, {{"correction", int64_t{0}}, {"keepdim", true}}, loc);
+    Value* var =
+        b.call1(OpId::kVar, {x, dims}, {{"correction", int64_t{0}}, {"keepdim", true}}, loc);
     Value* shifted = b.call1(OpId::kAdd, {var, n.arg("eps")}, {}, loc);
     Value* r = b.call1(OpId::kRsqrt, {shifted}, {}, loc);
     y = b.call1(OpId::kMul, {centered, r}, {}, loc);
@@ -55,8 +62,8 @@ std::vector<Value*> decompose_norm(Builder& b, const Node& n) {
     Operand eps = n.arg("eps");
     if (eps.is_none()) {
       // torch.finfo(dtype).eps of the input's dtype.
-      double e = dtype == DType::kFloat64   ? 2.220446049250313e-16
-                 : dtype == DType::kFloat16 ? 0.0009765625
+      double e = dtype == DType::kFloat64    ? 2.220446049250313e-16
+                 : dtype == DType::kFloat16  ? 0.0009765625
                  : dtype == DType::kBFloat16 ? 0.0078125
                                              : 1.1920928955078125e-07;
       eps = Operand(e);

@@ -15,16 +15,24 @@ struct DTypeInfo {
   int64_t size;
 };
 constexpr DTypeInfo kInfo[kNumDTypes] = {
-    {"bool", "torch.bool", 1},       {"i32", "torch.int32", 4},   {"i64", "torch.int64", 8},
-    {"f16", "torch.float16", 2},     {"bf16", "torch.bfloat16", 2}, {"f32", "torch.float32", 4},
+    {"bool", "torch.bool", 1},   {"i32", "torch.int32", 4},     {"i64", "torch.int64", 8},
+    {"f16", "torch.float16", 2}, {"bf16", "torch.bfloat16", 2}, {"f32", "torch.float32", 4},
     {"f64", "torch.float64", 8},
 };
-const DTypeInfo& info(DType d) { return kInfo[static_cast<int>(d)]; }
+const DTypeInfo& info(DType d) {
+  return kInfo[static_cast<int>(d)];
+}
 }  // namespace
 
-std::string_view dtype_name(DType dtype) { return info(dtype).name; }
-std::string_view dtype_torch_name(DType dtype) { return info(dtype).torch_name; }
-int64_t dtype_size(DType dtype) { return info(dtype).size; }
+std::string_view dtype_name(DType dtype) {
+  return info(dtype).name;
+}
+std::string_view dtype_torch_name(DType dtype) {
+  return info(dtype).torch_name;
+}
+int64_t dtype_size(DType dtype) {
+  return info(dtype).size;
+}
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (int i = 0; i < kNumDTypes; ++i) {
@@ -93,7 +101,7 @@ uint16_t float_to_half(float value) {
   if (abs < 0x38800000u) {
     // Subnormal half (or zero): value = abs * 2^24 rounded to an integer, ties to even.
     float f = std::bit_cast<float>(abs);
-    float scaled = f * 16777216.0f;  // exact: f < 2^-14, so scaled < 2^10
+    float scaled = f * 16777216.0f;    // exact: f < 2^-14, so scaled < 2^10
     float r = std::nearbyint(scaled);  // default rounding mode is to nearest even
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
   }

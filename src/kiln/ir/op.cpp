@@ -16,15 +16,24 @@ std::vector<TensorType> infer_elementwise(const OpInfo&, std::span<const Operand
 
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kElementwise: return "elementwise";
-    case OpKind::kReduction: return "reduction";
-    case OpKind::kView: return "view";
-    case OpKind::kScatter: return "scatter";
-    case OpKind::kMutation: return "mutation";
-    case OpKind::kCreation: return "creation";
-    case OpKind::kJoin: return "join";
-    case OpKind::kOpaque: return "opaque";
-    case OpKind::kComposite: return "composite";
+    case OpKind::kElementwise:
+      return "elementwise";
+    case OpKind::kReduction:
+      return "reduction";
+    case OpKind::kView:
+      return "view";
+    case OpKind::kScatter:
+      return "scatter";
+    case OpKind::kMutation:
+      return "mutation";
+    case OpKind::kCreation:
+      return "creation";
+    case OpKind::kJoin:
+      return "join";
+    case OpKind::kOpaque:
+      return "opaque";
+    case OpKind::kComposite:
+      return "composite";
   }
   return "?";
 }
@@ -43,7 +52,8 @@ Constant parse_default(std::string_view text) {
     while (!body.empty()) {
       size_t comma = body.find(',');
       std::string_view item = body.substr(0, comma);
-      while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+      while (!item.empty() && item.front() == ' ')
+        item.remove_prefix(1);
       int64_t v = 0;
       std::from_chars(item.data(), item.data() + item.size(), v);
       list.push_back(v);
@@ -63,12 +73,12 @@ Constant parse_default(std::string_view text) {
 
 ParamKind parse_kind(std::string_view k) {
   static const std::unordered_map<std::string_view, ParamKind> kinds = {
-      {"T", ParamKind::kTensor},       {"TS", ParamKind::kTensorOrScalar},
-      {"S", ParamKind::kScalar},       {"int", ParamKind::kInt},
-      {"ints", ParamKind::kInts},      {"int|ints", ParamKind::kIntOrInts},
-      {"bool", ParamKind::kBool},      {"dtype", ParamKind::kDType},
-      {"str", ParamKind::kString},     {"device", ParamKind::kDevice},
-      {"index", ParamKind::kIndex},    {"Ts", ParamKind::kTensorList},
+      {"T", ParamKind::kTensor},    {"TS", ParamKind::kTensorOrScalar},
+      {"S", ParamKind::kScalar},    {"int", ParamKind::kInt},
+      {"ints", ParamKind::kInts},   {"int|ints", ParamKind::kIntOrInts},
+      {"bool", ParamKind::kBool},   {"dtype", ParamKind::kDType},
+      {"str", ParamKind::kString},  {"device", ParamKind::kDevice},
+      {"index", ParamKind::kIndex}, {"Ts", ParamKind::kTensorList},
   };
   auto it = kinds.find(k);
   KILN_ASSERT(it != kinds.end()) << "unknown parameter kind '" << k << "' in ops.def";
@@ -127,18 +137,28 @@ struct Registry {
     }
     // `to` returns its input object itself when the dtype does not change, as eager does.
     AliasKind alias = rule == DTypeRule::kCast ? AliasKind::kMaybeViewOf0 : AliasKind::kNone;
-    OpInfo f{id, name, OpKind::kElementwise, params, &infer_elementwise, 1, alias, rule, arity, id,
-             inplace};
+    OpInfo f{id, name,   OpKind::kElementwise, params, &infer_elementwise, 1, alias, rule, arity,
+             id, inplace};
     add(std::move(f));
     if (inplace) {
       OpId in_id = static_cast<OpId>(static_cast<int>(id) + 1);
-      OpInfo m{in_id, std::string(name) + "_", OpKind::kMutation, params, &infer_elementwise, 1,
-               AliasKind::kMutates0, rule, arity, id, false};
+      OpInfo m{in_id,
+               std::string(name) + "_",
+               OpKind::kMutation,
+               params,
+               &infer_elementwise,
+               1,
+               AliasKind::kMutates0,
+               rule,
+               arity,
+               id,
+               false};
       add(std::move(m));
     }
   }
   void add(OpInfo info) {
-    KILN_ASSERT(static_cast<size_t>(info.id) == ops.size()) << "op table out of order at " << info.name;
+    KILN_ASSERT(static_cast<size_t>(info.id) == ops.size())
+        << "op table out of order at " << info.name;
     by_name.emplace(info.name, info.id);
     ops.push_back(std::move(info));
   }
@@ -150,7 +170,7 @@ struct Registry {
   add_elementwise(OpId::k##Id, name, sig, DTypeRule::rule, 2, inplace);
 #define KILN_TERNARY(Id, name, sig, rule, inplace, f, i) \
   add_elementwise(OpId::k##Id, name, sig, DTypeRule::rule, 3, inplace);
-#define KILN_OP(Id, name, kind, sig, rule, outputs, alias)                                   \
+#define KILN_OP(Id, name, kind, sig, rule, outputs, alias)                          \
   add(OpInfo{OpId::k##Id, name, OpKind::kind, parse_signature(sig), &rule, outputs, \
              AliasKind::alias, DTypeRule::kNotElementwise, 0, OpId::k##Id, false});
 #include "kiln/ir/ops.def"
@@ -184,7 +204,9 @@ const OpInfo* find_op(std::string_view name) {
   return &r.ops[static_cast<size_t>(it->second)];
 }
 
-std::span<const OpInfo> all_ops() { return registry().ops; }
+std::span<const OpInfo> all_ops() {
+  return registry().ops;
+}
 
 OpId inplace_form(OpId id) {
   const OpInfo& info = op_info(id);

@@ -42,11 +42,11 @@ std::string_view op_kind_name(OpKind kind);
 
 // How an op's output relates to its first argument.
 enum class AliasKind : uint8_t {
-  kNone,           // a fresh tensor
-  kViewOf0,        // shares storage with argument 0
-  kMaybeViewOf0,   // a view when the strides allow, else a copy (reshape, flatten)
-  kMutates0,       // writes argument 0's memory and returns it
-  kMetadata0,      // changes argument 0's sizes/strides in place (transpose_, ...) and returns it
+  kNone,          // a fresh tensor
+  kViewOf0,       // shares storage with argument 0
+  kMaybeViewOf0,  // a view when the strides allow, else a copy (reshape, flatten)
+  kMutates0,      // writes argument 0's memory and returns it
+  kMetadata0,     // changes argument 0's sizes/strides in place (transpose_, ...) and returns it
 };
 
 // How an elementwise op decides its result dtype from the promoted dtype of its operands.
@@ -89,7 +89,7 @@ enum class ParamKind : uint8_t {
 struct Param {
   std::string name;
   ParamKind kind = ParamKind::kTensor;
-  bool optional = false;     // accepts None
+  bool optional = false;  // accepts None
   bool keyword_only = false;
   bool has_default = false;
   Constant default_value;
@@ -105,15 +105,15 @@ using TypeRule = std::vector<TensorType> (*)(const OpInfo& op, std::span<const O
 
 struct OpInfo {
   OpId id;
-  std::string name;     // "add", "add_"
+  std::string name;  // "add", "add_"
   OpKind kind;
   std::vector<Param> params;
   TypeRule type_rule;
-  int num_outputs;      // -1: decided by the type rule (split, chunk, unbind)
+  int num_outputs;  // -1: decided by the type rule (split, chunk, unbind)
   AliasKind alias;
   DTypeRule dtype_rule = DTypeRule::kNotElementwise;
-  int arity = 0;        // number of elementwise operands (elementwise ops only)
-  OpId functional_form; // for an in-place elementwise op, the op it applies; else its own id
+  int arity = 0;         // number of elementwise operands (elementwise ops only)
+  OpId functional_form;  // for an in-place elementwise op, the op it applies; else its own id
   bool has_inplace_form = false;
 
   bool is_inplace_elementwise() const { return functional_form != id; }

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <functional>
 #include <charconv>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <optional>
 #include <vector>
@@ -18,8 +18,8 @@ namespace kiln {
 namespace {
 
 struct Line {
-  int number = 0;          // 1-based
-  std::string_view text;   // without the newline
+  int number = 0;         // 1-based
+  std::string_view text;  // without the newline
 };
 
 class ParseFailure {
@@ -37,7 +37,8 @@ class Cursor {
     throw ParseFailure{base_col_ + static_cast<int>(pos_), msg};
   }
   void skip_spaces() {
-    while (pos_ < text_.size() && text_[pos_] == ' ') ++pos_;
+    while (pos_ < text_.size() && text_[pos_] == ' ')
+      ++pos_;
   }
   bool at_end() {
     skip_spaces();
@@ -62,9 +63,8 @@ class Cursor {
   std::string identifier() {
     skip_spaces();
     size_t start = pos_;
-    while (pos_ < text_.size() &&
-           (std::isalnum(static_cast<unsigned char>(text_[pos_])) || text_[pos_] == '_' ||
-            (text_[pos_] == '.' && pos_ > start)))
+    while (pos_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[pos_])) ||
+                                   text_[pos_] == '_' || (text_[pos_] == '.' && pos_ > start)))
       ++pos_;
     if (pos_ == start || std::isdigit(static_cast<unsigned char>(text_[start]))) {
       pos_ = start;
@@ -78,7 +78,8 @@ class Cursor {
   }
   std::string string_literal() {
     skip_spaces();
-    if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\'')) fail("expected a string");
+    if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\''))
+      fail("expected a string");
     char quote = text_[pos_++];
     std::string out;
     while (pos_ < text_.size() && text_[pos_] != quote) {
@@ -132,7 +133,8 @@ class Cursor {
   bool at_number() {
     char c = peek();
     if (std::isdigit(static_cast<unsigned char>(c))) return true;
-    return c == '-' && pos_ + 1 < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_ + 1]));
+    return c == '-' && pos_ + 1 < text_.size() &&
+           std::isdigit(static_cast<unsigned char>(text_[pos_ + 1]));
   }
   size_t pos() const { return pos_; }
   void set_pos(size_t pos) { pos_ = pos; }
@@ -194,7 +196,8 @@ class TraceParser {
       std::string name(t.substr(2, colon - 2));
       if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) break;
       std::string_view type_text = t.substr(colon + 3);
-      if (!type_text.ends_with('"')) error_at(lines_[i], 1, "expected a closing '\"' after the type");
+      if (!type_text.ends_with('"'))
+        error_at(lines_[i], 1, "expected a closing '\"' after the type");
       Type type;
       if (!parse_type(type_text.substr(0, type_text.size() - 1), &type))
         error_at(lines_[i], static_cast<int>(indent(lines_[i].text) + colon + 4),
@@ -205,7 +208,8 @@ class TraceParser {
     for (const std::string& name : input_names) {
       auto it = input_types.find(name);
       if (it == input_types.end())
-        error_at(lines_[def_line_], 1, "input '" + name + "' has no type comment (# " + name + ": \"cpu f32[4]\")");
+        error_at(lines_[def_line_], 1,
+                 "input '" + name + "' has no type comment (# " + name + ": \"cpu f32[4]\")");
       values_[name] = b.add_input(name, it->second);
     }
     // Fresh names (a decomposition's temporaries) must not take a name the file defines later.
@@ -234,7 +238,8 @@ class TraceParser {
       if (t.starts_with("#"))
         error_at(line, static_cast<int>(indent(line.text)) + 1,
                  "a subsymbol comment must follow the statement it belongs to");
-      if (returned) error_at(line, static_cast<int>(indent(line.text)) + 1, "unexpected text after the return");
+      if (returned)
+        error_at(line, static_cast<int>(indent(line.text)) + 1, "unexpected text after the return");
       if (t.starts_with("return")) {
         parse_return(line, b);
         returned = true;
@@ -258,17 +263,21 @@ class TraceParser {
 
  private:
   static std::string_view trim(std::string_view s) {
-    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    while (!s.empty() && s.front() == ' ')
+      s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ')
+      s.remove_suffix(1);
     return s;
   }
   static size_t indent(std::string_view s) {
     size_t n = 0;
-    while (n < s.size() && s[n] == ' ') ++n;
+    while (n < s.size() && s[n] == ' ')
+      ++n;
     return n;
   }
   size_t skip_blank(size_t i) const {
-    while (i < lines_.size() && trim(lines_[i].text).empty()) ++i;
+    while (i < lines_.size() && trim(lines_[i].text).empty())
+      ++i;
     return i;
   }
 
@@ -355,7 +364,8 @@ class TraceParser {
       return IndexItem::slice(parts[0], parts[1], parts[2]);
     }
     Constant n = c.number();
-    if (!std::holds_alternative<int64_t>(n)) c.fail("an index must be an int, a slice, None or ...");
+    if (!std::holds_alternative<int64_t>(n))
+      c.fail("an index must be an int, a slice, None or ...");
     return IndexItem::integer(std::get<int64_t>(n));
   }
 
@@ -444,9 +454,11 @@ class TraceParser {
         // name=value?
         std::string_view r = c.rest();
         size_t k = 0;
-        while (k < r.size() && r[k] == ' ') ++k;
+        while (k < r.size() && r[k] == ' ')
+          ++k;
         size_t n = k;
-        while (n < r.size() && (std::isalnum(static_cast<unsigned char>(r[n])) || r[n] == '_')) ++n;
+        while (n < r.size() && (std::isalnum(static_cast<unsigned char>(r[n])) || r[n] == '_'))
+          ++n;
         if (n > k && n < r.size() && r[n] == '=' && (n + 1 >= r.size() || r[n + 1] != '=')) {
           std::string key = c.identifier();
           c.expect("=");
@@ -486,11 +498,12 @@ class TraceParser {
         if (close == std::string_view::npos) error_at(line, col, "unterminated type string");
         Type declared;
         std::string_view text = rest.substr(0, close);
-        if (!parse_type(text, &declared)) error_at(line, col, "malformed type '" + std::string(text) + "'");
+        if (!parse_type(text, &declared))
+          error_at(line, col, "malformed type '" + std::string(text) + "'");
         if (!(declared == outs[k]->type()))
-          error_at(line, col, "'" + outs[k]->name() + "' is declared \"" + std::string(text) +
-                                  "\" but ltorch." + st.op + " gives \"" +
-                                  type_str(outs[k]->type()) + "\"");
+          error_at(line, col,
+                   "'" + outs[k]->name() + "' is declared \"" + std::string(text) +
+                       "\" but ltorch." + st.op + " gives \"" + type_str(outs[k]->type()) + "\"");
         rest.remove_prefix(close + 1);
       }
     }
@@ -504,8 +517,9 @@ class TraceParser {
     if (colon == std::string_view::npos ||
         std::from_chars(where.data() + colon + 1, where.data() + where.size(), number).ptr !=
             where.data() + where.size())
-      error_at(line, col, "expected a source location 'file:line' in the comment, got '" +
-                              std::string(where) + "'");
+      error_at(line, col,
+               "expected a source location 'file:line' in the comment, got '" + std::string(where) +
+                   "'");
     loc->file = std::string(where.substr(0, colon));
     loc->line = number;
     if (sep != std::string_view::npos) loc->text = std::string(trim(rest.substr(sep)));
@@ -550,9 +564,9 @@ class TraceParser {
     share_loc(*node);
     // The subsymbols written in the file must be exactly the decomposition kiln makes.
     if (subs.size() != node->subsymbols.size() && !subs.empty())
-      error_at(line, col, "ltorch." + st.op + " decomposes into " +
-                              std::to_string(node->subsymbols.size()) + " subsymbols but " +
-                              std::to_string(subs.size()) + " are written under it");
+      error_at(line, col,
+               "ltorch." + st.op + " decomposes into " + std::to_string(node->subsymbols.size()) +
+                   " subsymbols but " + std::to_string(subs.size()) + " are written under it");
     for (size_t k = 0; k < subs.size(); ++k) {
       std::string written(trim(trim(subs[k]->text).substr(2)));
       size_t hash = written.find("  #");
@@ -563,7 +577,8 @@ class TraceParser {
                  "this subsymbol does not match the decomposition of ltorch." + st.op +
                      ", which gives '" + made + "'");
     }
-    for (Value* v : outs) values_[v->name()] = v;
+    for (Value* v : outs)
+      values_[v->name()] = v;
   }
 
   // Parses "a, b = ltorch.op(...)" for its output names only.

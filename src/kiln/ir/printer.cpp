@@ -10,7 +10,8 @@ std::string operand_str(const Operand& op) {
   if (op.is_value()) return op.value()->name();
   if (op.is_value_list()) {
     std::string s = "[";
-    for (size_t i = 0; i < op.values().size(); ++i) s += (i ? ", " : "") + op.values()[i]->name();
+    for (size_t i = 0; i < op.values().size(); ++i)
+      s += (i ? ", " : "") + op.values()[i]->name();
     return s + "]";
   }
   return constant_str(op.constant());
@@ -36,14 +37,16 @@ void print_node(std::string& out, const Node& node, int indent) {
   }
   if (!comment.empty()) line += "  # " + comment;
   out += line + "\n";
-  for (const auto& sub : node.subsymbols) print_node(out, *sub, indent + 2);
+  for (const auto& sub : node.subsymbols)
+    print_node(out, *sub, indent + 2);
 }
 
 }  // namespace
 
 std::string print_statement(const Node& node) {
   std::string s;
-  for (size_t i = 0; i < node.outputs.size(); ++i) s += (i ? ", " : "") + node.outputs[i]->name();
+  for (size_t i = 0; i < node.outputs.size(); ++i)
+    s += (i ? ", " : "") + node.outputs[i]->name();
   if (!node.outputs.empty()) s += " = ";
   s += "ltorch." + node.op->name + "(";
   const auto& params = node.op->params;
@@ -73,8 +76,10 @@ std::string print_trace(const Trace& trace) {
   for (size_t i = 0; i < trace.inputs().size(); ++i)
     out += (i ? ", " : "") + trace.inputs()[i]->name();
   out += "):\n";
-  for (Value* in : trace.inputs()) out += "  # " + in->name() + ": \"" + type_str(in->type()) + "\"\n";
-  for (const auto& node : trace.nodes()) print_node(out, *node, 2);
+  for (Value* in : trace.inputs())
+    out += "  # " + in->name() + ": \"" + type_str(in->type()) + "\"\n";
+  for (const auto& node : trace.nodes())
+    print_node(out, *node, 2);
   out += "  return {\"output\": (";
   for (size_t i = 0; i < trace.outputs().size(); ++i)
     out += (i ? ", " : "") + trace.outputs()[i]->name();

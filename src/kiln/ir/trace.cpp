@@ -13,28 +13,40 @@ const T& get_constant(const Operand& op, const char* what) {
 }
 }  // namespace
 
-int64_t Operand::as_int() const { return get_constant<int64_t>(*this, "an int"); }
+int64_t Operand::as_int() const {
+  return get_constant<int64_t>(*this, "an int");
+}
 std::optional<int64_t> Operand::as_optional_int() const {
   if (is_none()) return std::nullopt;
   return as_int();
 }
-const IntList& Operand::as_ints() const { return get_constant<IntList>(*this, "an int list"); }
+const IntList& Operand::as_ints() const {
+  return get_constant<IntList>(*this, "an int list");
+}
 std::optional<IntList> Operand::as_optional_ints() const {
   if (is_none()) return std::nullopt;
   if (is_constant() && std::holds_alternative<int64_t>(constant())) return IntList{as_int()};
   return as_ints();
 }
-bool Operand::as_bool() const { return get_constant<bool>(*this, "a bool"); }
+bool Operand::as_bool() const {
+  return get_constant<bool>(*this, "a bool");
+}
 std::optional<DType> Operand::as_optional_dtype() const {
   if (is_none()) return std::nullopt;
   return as_dtype();
 }
-DType Operand::as_dtype() const { return get_constant<DType>(*this, "a dtype"); }
+DType Operand::as_dtype() const {
+  return get_constant<DType>(*this, "a dtype");
+}
 const std::string& Operand::as_string() const {
   return get_constant<std::string>(*this, "a string");
 }
-Device Operand::as_device() const { return get_constant<Device>(*this, "a device"); }
-const IndexKey& Operand::as_index() const { return get_constant<IndexKey>(*this, "an index"); }
+Device Operand::as_device() const {
+  return get_constant<Device>(*this, "a device");
+}
+const IndexKey& Operand::as_index() const {
+  return get_constant<IndexKey>(*this, "an index");
+}
 
 const Operand& Node::arg(std::string_view param_name) const {
   int i = op->param_index(param_name);

@@ -22,7 +22,8 @@ struct Node;
 
 class Value {
  public:
-  Value(int id, std::string name, Type type) : id_(id), name_(std::move(name)), type_(std::move(type)) {}
+  Value(int id, std::string name, Type type)
+      : id_(id), name_(std::move(name)), type_(std::move(type)) {}
   int id() const { return id_; }
   const std::string& name() const { return name_; }
   const Type& type() const { return type_; }
@@ -46,12 +47,12 @@ struct Operand {
 
   Operand() : data(Constant(NoneValue{})) {}
   Operand(Value* v) : data(v) {}  // NOLINT: implicit on purpose, operands read like arguments
-  Operand(Constant c) : data(std::move(c)) {}  // NOLINT
+  Operand(Constant c) : data(std::move(c)) {}               // NOLINT
   Operand(std::vector<Value*> vs) : data(std::move(vs)) {}  // NOLINT
-  Operand(int64_t i) : data(Constant(i)) {}  // NOLINT
-  Operand(int i) : data(Constant(int64_t{i})) {}  // NOLINT
-  Operand(double d) : data(Constant(d)) {}  // NOLINT
-  Operand(bool b) : data(Constant(b)) {}  // NOLINT
+  Operand(int64_t i) : data(Constant(i)) {}                 // NOLINT
+  Operand(int i) : data(Constant(int64_t{i})) {}            // NOLINT
+  Operand(double d) : data(Constant(d)) {}                  // NOLINT
+  Operand(bool b) : data(Constant(b)) {}                    // NOLINT
 
   bool is_value() const { return std::holds_alternative<Value*>(data); }
   bool is_constant() const { return std::holds_alternative<Constant>(data); }

@@ -14,13 +14,17 @@ namespace {
 
 using Args = std::span<const Operand>;
 
-const TensorType& tensor(Args args, size_t i) { return args[i].value()->tensor_type(); }
+const TensorType& tensor(Args args, size_t i) {
+  return args[i].value()->tensor_type();
+}
 
 TensorType make(DType dtype, Shape shape, Device device) {
   return TensorType{dtype, std::move(shape), device, std::nullopt};
 }
 
-TensorType like(const TensorType& t) { return make(t.dtype, t.shape, t.device); }
+TensorType like(const TensorType& t) {
+  return make(t.dtype, t.shape, t.device);
+}
 
 // PyTorch's combine_categories: how a higher-priority group's dtype combines with a lower one's.
 std::optional<DType> combine(std::optional<DType> higher, std::optional<DType> lower) {
@@ -53,8 +57,10 @@ DType result_type(std::span<const Operand> operands) {
   for (const Operand& op : operands) {
     if (op.is_value() && op.value()->is_tensor()) {
       const TensorType& t = op.value()->tensor_type();
-      if (t.rank() > 0) dim_result = promote_opt(dim_result, t.dtype);
-      else zero_result = promote_opt(zero_result, t.dtype);
+      if (t.rank() > 0)
+        dim_result = promote_opt(dim_result, t.dtype);
+      else
+        zero_result = promote_opt(zero_result, t.dtype);
     } else if (op.is_value()) {
       wrapped_result = promote_opt(wrapped_result, op.value()->scalar_type().default_dtype());
     } else if (op.is_constant() && is_number(op.constant())) {
@@ -152,9 +158,8 @@ ElementwiseTyping elementwise_typing(const OpInfo& op, Args args) {
       break;
     case DTypeRule::kUnaryFloatOnly:
     case DTypeRule::kFloatOnly:
-      KILN_CHECK(is_floating(r.common))
-          << name << " needs floating-point tensors, but got " << dtype_list(args)
-          << "; convert with .float() first.";
+      KILN_CHECK(is_floating(r.common)) << name << " needs floating-point tensors, but got "
+                                        << dtype_list(args) << "; convert with .float() first.";
       r.out = r.common;
       break;
     case DTypeRule::kUnaryToBool:
@@ -276,7 +281,8 @@ std::vector<TensorType> infer_arange(const OpInfo&, Args args) {
       << end << ", step " << step << "); flip the step or the bounds.";
   bool any_float = false;
   for (int i = 0; i < 3; ++i)
-    any_float = any_float || std::holds_alternative<double>(args[static_cast<size_t>(i)].constant());
+    any_float =
+        any_float || std::holds_alternative<double>(args[static_cast<size_t>(i)].constant());
   DType d = args[3].as_optional_dtype().value_or(any_float ? kDefaultFloat : DType::kInt64);
   auto n = static_cast<int64_t>(std::ceil((end - start) / step));
   return {make(d, {n}, args[4].as_device())};
@@ -292,14 +298,17 @@ std::vector<TensorType> infer_fill(const OpInfo& op, Args args) {
   return {like(tensor(args, 0))};
 }
 
-std::vector<TensorType> infer_fill_(const OpInfo& op, Args args) { return infer_fill(op, args); }
+std::vector<TensorType> infer_fill_(const OpInfo& op, Args args) {
+  return infer_fill(op, args);
+}
 
 // ---- reductions -------------------------------------------------------------------------------
 
 std::vector<int64_t> reduction_dims(const std::optional<IntList>& dims, int64_t rank) {
   std::vector<int64_t> out;
   if (!dims || dims->empty()) {
-    for (int64_t i = 0; i < rank; ++i) out.push_back(i);
+    for (int64_t i = 0; i < rank; ++i)
+      out.push_back(i);
     return out;
   }
   for (int64_t d : *dims) {
@@ -359,8 +368,10 @@ std::vector<TensorType> infer_reduction(const OpInfo& op, Args args) {
   Shape shape;
   for (int64_t i = 0; i < self.rank(); ++i) {
     bool r = std::find(reduced.begin(), reduced.end(), i) != reduced.end();
-    if (!r) shape.push_back(self.shape[static_cast<size_t>(i)]);
-    else if (keepdim) shape.push_back(1);
+    if (!r)
+      shape.push_back(self.shape[static_cast<size_t>(i)]);
+    else if (keepdim)
+      shape.push_back(1);
   }
   return {make(out, shape, self.device)};
 }
@@ -459,8 +470,8 @@ std::vector<TensorType> infer_expand(const OpInfo&, Args args) {
     int64_t have = self.shape[i - lead];
     int64_t want = size[i] == -1 ? have : size[i];
     KILN_CHECK(have == want || have == 1)
-        << "the expanded size of the tensor (" << want << ") must match the existing size ("
-        << have << ") at non-singleton dimension " << i << "; only size-1 dims can expand.";
+        << "the expanded size of the tensor (" << want << ") must match the existing size (" << have
+        << ") at non-singleton dimension " << i << "; only size-1 dims can expand.";
     shape[i] = want;
   }
   return {make(self.dtype, shape, self.device)};
@@ -479,7 +490,8 @@ std::vector<TensorType> infer_squeeze(const OpInfo&, Args args) {
   std::optional<IntList> dims = args[1].as_optional_ints();
   std::vector<bool> drop(self.shape.size(), false);
   if (!dims) {
-    for (size_t i = 0; i < self.shape.size(); ++i) drop[i] = self.shape[i] == 1;
+    for (size_t i = 0; i < self.shape.size(); ++i)
+      drop[i] = self.shape[i] == 1;
   } else {
     for (int64_t d : *dims) {
       int64_t w = wrap_dim(d, self.rank());
@@ -505,7 +517,8 @@ std::vector<TensorType> infer_flatten(const OpInfo&, Args args) {
                      << ") cannot come after end_dim (" << e << ").";
   Shape shape(self.shape.begin(), self.shape.begin() + s);
   int64_t n = 1;
-  for (int64_t i = s; i <= e; ++i) n *= self.shape[static_cast<size_t>(i)];
+  for (int64_t i = s; i <= e; ++i)
+    n *= self.shape[static_cast<size_t>(i)];
   shape.push_back(n);
   shape.insert(shape.end(), self.shape.begin() + e + 1, self.shape.end());
   return {make(self.dtype, shape, self.device)};
@@ -584,8 +597,7 @@ void check_as_strided(const IntList& size, const IntList& stride, std::optional<
   check_sizes(size);
   for (int64_t s : stride)
     KILN_CHECK(s >= 0) << "negative strides are not supported (got " << s << ").";
-  if (offset)
-    KILN_CHECK(*offset >= 0) << "storage_offset must be >= 0, got " << *offset << ".";
+  if (offset) KILN_CHECK(*offset >= 0) << "storage_offset must be >= 0, got " << *offset << ".";
 }
 
 void check_same_shape(const std::string& what, const Shape& expected, const TensorType& src) {
@@ -706,7 +718,8 @@ std::vector<int64_t> split_sizes(int64_t dim_size, const Operand& split_size) {
     KILN_CHECK(s > 0 || (s == 0 && dim_size == 0))
         << "split expects split_size be positive, but got split_size=" << s << ".";
     if (dim_size == 0) return {0};
-    for (int64_t start = 0; start < dim_size; start += s) sizes.push_back(std::min(s, dim_size - start));
+    for (int64_t start = 0; start < dim_size; start += s)
+      sizes.push_back(std::min(s, dim_size - start));
     return sizes;
   }
   sizes = split_size.as_ints();
@@ -764,17 +777,19 @@ std::vector<TensorType> infer_unbind(const OpInfo&, Args args) {
                                  make(self.dtype, shape, self.device));
 }
 
-std::vector<TensorType> infer_identity(const OpInfo&, Args args) { return {like(tensor(args, 0))}; }
+std::vector<TensorType> infer_identity(const OpInfo&, Args args) {
+  return {like(tensor(args, 0))};
+}
 
 // ---- scatters ---------------------------------------------------------------------------------
 
 namespace {
 void check_scatter_src(const OpInfo& op, const TensorType& self, const TensorType& src) {
-  KILN_CHECK(src.dtype == self.dtype) << op.name << " expects src to have self's dtype "
-                                      << dtype_name(self.dtype) << ", got "
-                                      << dtype_name(src.dtype) << "; convert src with .to().";
-  KILN_CHECK(src.device == self.device) << op.name << " expects src on " << self.device.str()
-                                        << ", got " << src.device.str() << ".";
+  KILN_CHECK(src.dtype == self.dtype)
+      << op.name << " expects src to have self's dtype " << dtype_name(self.dtype) << ", got "
+      << dtype_name(src.dtype) << "; convert src with .to().";
+  KILN_CHECK(src.device == self.device)
+      << op.name << " expects src on " << self.device.str() << ", got " << src.device.str() << ".";
 }
 }  // namespace
 
@@ -833,8 +848,9 @@ std::vector<TensorType> infer_setitem_(const OpInfo&, Args args) {
   if (value.is_value() && value.value()->is_tensor()) {
     const TensorType& v = value.value()->tensor_type();
     KILN_CHECK(broadcast_shapes(view, v.shape) == view)
-        << "cannot assign a value of shape " << shape_str(v.shape) << " to the indexed region of shape "
-        << shape_str(view) << "; make the value broadcastable to it.";
+        << "cannot assign a value of shape " << shape_str(v.shape)
+        << " to the indexed region of shape " << shape_str(view)
+        << "; make the value broadcastable to it.";
   }
   return {};
 }
@@ -889,7 +905,8 @@ std::vector<TensorType> infer_stack(const OpInfo& op, Args args) {
 
 namespace {
 void check_matmul_operands(const OpInfo& op, const TensorType& a, const TensorType& b) {
-  KILN_CHECK(a.dtype == b.dtype) << op.name << " expects both operands to have the same dtype, but got "
+  KILN_CHECK(a.dtype == b.dtype) << op.name
+                                 << " expects both operands to have the same dtype, but got "
                                  << dtype_name(a.dtype) << " and " << dtype_name(b.dtype)
                                  << "; convert one with .to().";
   KILN_CHECK(a.device == b.device) << op.name << " expects both operands on one device.";
@@ -920,8 +937,8 @@ std::vector<TensorType> infer_bmm(const OpInfo& op, Args args) {
   const TensorType& a = tensor(args, 0);
   const TensorType& b = tensor(args, 1);
   check_matmul_operands(op, a, b);
-  KILN_CHECK(a.rank() == 3 && b.rank() == 3) << "bmm expects 3D tensors, but got " << a.rank()
-                                             << "D and " << b.rank() << "D.";
+  KILN_CHECK(a.rank() == 3 && b.rank() == 3)
+      << "bmm expects 3D tensors, but got " << a.rank() << "D and " << b.rank() << "D.";
   KILN_CHECK(a.shape[0] == b.shape[0] && a.shape[2] == b.shape[1])
       << "bmm got incompatible shapes " << shape_str(a.shape) << " and " << shape_str(b.shape)
       << "; expected [b, n, m] and [b, m, p].";
@@ -953,16 +970,16 @@ std::vector<TensorType> infer_softmax(const OpInfo& op, Args args) {
   const TensorType& self = tensor(args, 0);
   wrap_dim(args[1].as_int(), self.rank());
   DType d = args[2].as_optional_dtype().value_or(self.dtype);
-  KILN_CHECK(is_floating(d)) << op.name << " needs a floating-point input, got "
-                             << dtype_name(d) << "; pass dtype=torch.float32.";
+  KILN_CHECK(is_floating(d)) << op.name << " needs a floating-point input, got " << dtype_name(d)
+                             << "; pass dtype=torch.float32.";
   return {make(d, self.shape, self.device)};
 }
 
 std::vector<TensorType> infer_norm(const OpInfo& op, Args args) {
   const TensorType& x = tensor(args, 0);
   const IntList& ns = args[1].as_ints();
-  KILN_CHECK(is_floating(x.dtype)) << op.name << " needs a floating-point input, got "
-                                   << dtype_name(x.dtype) << ".";
+  KILN_CHECK(is_floating(x.dtype))
+      << op.name << " needs a floating-point input, got " << dtype_name(x.dtype) << ".";
   KILN_CHECK(static_cast<int64_t>(ns.size()) <= x.rank() &&
              std::equal(ns.begin(), ns.end(), x.shape.end() - static_cast<int64_t>(ns.size())))
       << "given normalized_shape=" << shape_str(ns) << ", expected input with shape [*, "

@@ -18,22 +18,23 @@ struct ElementwiseTyping {
   DType common;   // torch.result_type of the operands that take part in promotion
   DType compute;  // the dtype the math is done in (converted to `out` afterwards)
   DType out;
-  Shape shape;    // broadcast shape
+  Shape shape;  // broadcast shape
   Device device;
 };
 ElementwiseTyping elementwise_typing(const OpInfo& op, std::span<const Operand> args);
 
 // One primitive view step a __getitem__ key lowers to.
 struct IndexStep {
-  OpId op;                 // kSelect, kSlice or kUnsqueeze
+  OpId op;  // kSelect, kSlice or kUnsqueeze
   int64_t dim = 0;
-  int64_t a = 0;           // select: index; slice: start
-  int64_t b = 0;           // slice: end
-  int64_t step = 1;        // slice: step
+  int64_t a = 0;     // select: index; slice: start
+  int64_t b = 0;     // slice: end
+  int64_t step = 1;  // slice: step
 };
 // Lowers a key against a shape: the view steps in order and the final shape. User errors for
 // too many indices, out-of-range ints and non-positive steps.
-std::vector<IndexStep> lower_index_key(const Shape& shape, const IndexKey& key, Shape* result_shape);
+std::vector<IndexStep> lower_index_key(const Shape& shape, const IndexKey& key,
+                                       Shape* result_shape);
 
 // PyTorch's slice bounds: negative start/end wrap once, then clamp to [0, size]; end >= start.
 void normalize_slice(int64_t size, std::optional<int64_t> start, std::optional<int64_t> end,

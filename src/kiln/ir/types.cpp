@@ -8,7 +8,8 @@ namespace kiln {
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t s : shape) n *= s;
+  for (int64_t s : shape)
+    n *= s;
   return n;
 }
 
@@ -31,7 +32,9 @@ std::vector<int64_t> contiguous_strides(const Shape& shape) {
   return strides;
 }
 
-int64_t TensorType::numel() const { return shape_numel(shape); }
+int64_t TensorType::numel() const {
+  return shape_numel(shape);
+}
 
 std::string TensorType::str() const {
   std::string s = device.str() + " " + std::string(dtype_name(dtype)) + shape_str(shape);
@@ -77,9 +80,9 @@ std::string type_str(const Type& type) {
 
 int64_t wrap_dim(int64_t dim, int64_t rank) {
   int64_t r = rank == 0 ? 1 : rank;
-  KILN_CHECK(dim >= -r && dim < r) << "dimension " << dim << " is out of range for a tensor of rank "
-                                   << rank << " (expected a dim in [" << -r << ", " << r - 1
-                                   << "]); pass a dim in that range.";
+  KILN_CHECK(dim >= -r && dim < r)
+      << "dimension " << dim << " is out of range for a tensor of rank " << rank
+      << " (expected a dim in [" << -r << ", " << r - 1 << "]); pass a dim in that range.";
   return dim < 0 ? dim + r : dim;
 }
 
@@ -90,8 +93,8 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
     int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
     int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
     KILN_CHECK(da == db || da == 1 || db == 1)
-        << "shapes " << shape_str(a) << " and " << shape_str(b)
-        << " do not broadcast (size " << da << " against " << db << " at dim " << i
+        << "shapes " << shape_str(a) << " and " << shape_str(b) << " do not broadcast (size " << da
+        << " against " << db << " at dim " << i
         << " of the broadcast shape); make the sizes equal or 1, e.g. with unsqueeze or expand.";
     out[i] = da == 1 ? db : da;
   }

@@ -81,12 +81,14 @@ std::vector<std::string> verify_trace_problems(const Trace& trace) {
   std::set<const Value*> defined;
   std::set<std::string> names;
   for (Value* in : trace.inputs()) {
-    if (!names.insert(in->name()).second) v.problems.push_back("input '" + in->name() + "' appears twice");
+    if (!names.insert(in->name()).second)
+      v.problems.push_back("input '" + in->name() + "' appears twice");
     defined.insert(in);
   }
   v.check_nodes(trace.nodes(), defined, true);
   for (Value* out : trace.outputs()) {
-    if (!defined.contains(out)) v.problems.push_back("the trace returns '" + out->name() + "', which is never defined");
+    if (!defined.contains(out))
+      v.problems.push_back("the trace returns '" + out->name() + "', which is never defined");
   }
   return v.problems;
 }
@@ -95,7 +97,8 @@ void verify_trace(const Trace& trace) {
   std::vector<std::string> problems = verify_trace_problems(trace);
   if (problems.empty()) return;
   std::string msg;
-  for (const auto& p : problems) msg += "\n  " + p;
+  for (const auto& p : problems)
+    msg += "\n  " + p;
   KILN_ASSERT(false) << "the trace is malformed:" << msg << "\n" << print_trace(trace);
 }
 

@@ -20,6 +20,8 @@ ScopedErrorContext::ScopedErrorContext(std::string op, std::string location)
   current_context = ErrorContext{std::move(op), std::move(location)};
 }
 
-ScopedErrorContext::~ScopedErrorContext() { current_context = saved_; }
+ScopedErrorContext::~ScopedErrorContext() {
+  current_context = saved_;
+}
 
 }  // namespace kiln

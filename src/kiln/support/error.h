@@ -48,8 +48,7 @@ class Thrower {
   }
   [[noreturn]] ~Thrower() noexcept(false) {
     if constexpr (std::is_same_v<E, InternalError>) {
-      stream_ << " [kiln internal error at " << file_ << ":" << line_
-              << "; please report it]";
+      stream_ << " [kiln internal error at " << file_ << ":" << line_ << "; please report it]";
     }
     throw E(stream_.str());
   }
@@ -91,17 +90,18 @@ class ScopedErrorContext {
 
 }  // namespace kiln
 
-#define KILN_CHECK(cond)                           \
-  (cond) ? (void)0                                 \
-         : ::kiln::detail::Voidify() &             \
+#define KILN_CHECK(cond)                                                               \
+  (cond) ? (void)0                                                                     \
+         : ::kiln::detail::Voidify() &                                                 \
                ::kiln::detail::Thrower<::kiln::UserError>(nullptr, __FILE__, __LINE__) \
                    << ::kiln::user_error_prefix()
 
-#define KILN_ASSERT(cond)                                                                   \
-  (cond) ? (void)0                                                                          \
-         : ::kiln::detail::Voidify() & ::kiln::detail::Thrower<::kiln::InternalError>(     \
-                                           "kiln internal error: assertion `" #cond "` failed: ", \
-                                           __FILE__, __LINE__)
+#define KILN_ASSERT(cond)                                      \
+  (cond) ? (void)0                                             \
+         : ::kiln::detail::Voidify() &                         \
+               ::kiln::detail::Thrower<::kiln::InternalError>( \
+                   "kiln internal error: assertion `" #cond "` failed: ", __FILE__, __LINE__)
 
-#define KILN_USER_ERROR() \
-  ::kiln::detail::Thrower<::kiln::UserError>(nullptr, __FILE__, __LINE__) << ::kiln::user_error_prefix()
+#define KILN_USER_ERROR()                                                 \
+  ::kiln::detail::Thrower<::kiln::UserError>(nullptr, __FILE__, __LINE__) \
+      << ::kiln::user_error_prefix()
