@@ -131,44 +131,20 @@ class Tensor {
   bool same_object(const Tensor& other) const { return handle_ == other.handle_; }
 
   // ---- elementwise (each with its in-place form, which returns this same object) ----
+// clang-format off
 #define KILN_API_UNARY(method, Id)               \
   Tensor method(Loc loc = Loc::current()) const; \
   Tensor method##_(Loc loc = Loc::current()) const;
-  KILN_API_UNARY(abs, Abs)
-  KILN_API_UNARY(neg, Neg) KILN_API_UNARY(exp, Exp) KILN_API_UNARY(exp2, Exp2)
-      KILN_API_UNARY(expm1, Expm1) KILN_API_UNARY(log, Log) KILN_API_UNARY(log1p, Log1p)
-          KILN_API_UNARY(log2, Log2) KILN_API_UNARY(sqrt, Sqrt) KILN_API_UNARY(rsqrt, Rsqrt)
-              KILN_API_UNARY(sin, Sin) KILN_API_UNARY(cos, Cos) KILN_API_UNARY(tan, Tan)
-                  KILN_API_UNARY(tanh, Tanh) KILN_API_UNARY(asin, Asin) KILN_API_UNARY(acos, Acos)
-                      KILN_API_UNARY(atan, Atan) KILN_API_UNARY(sinh, Sinh)
-                          KILN_API_UNARY(cosh, Cosh) KILN_API_UNARY(sigmoid, Sigmoid)
-                              KILN_API_UNARY(relu, Relu) KILN_API_UNARY(silu, Silu)
-                                  KILN_API_UNARY(erf, Erf) KILN_API_UNARY(reciprocal, Reciprocal)
-                                      KILN_API_UNARY(floor, Floor) KILN_API_UNARY(ceil, Ceil)
-                                          KILN_API_UNARY(round, Round) KILN_API_UNARY(trunc, Trunc)
-                                              KILN_API_UNARY(sign, Sign)
-                                                  KILN_API_UNARY(square, Square)
-                                                      KILN_API_UNARY(logical_not, LogicalNot)
-                                                          KILN_API_UNARY(bitwise_not, BitwiseNot)
-#undef KILN_API_UNARY
-                                                              Tensor
-      gelu(std::string approximate = "none", Loc loc = Loc::current()) const;
+#define KILN_API_BINARY(method, Id)                                           \
+  Tensor method(const TensorOrNumber& other, Loc loc = Loc::current()) const; \
+  Tensor method##_(const TensorOrNumber& other, Loc loc = Loc::current()) const;
+#include "kiln/tensor_methods.def"
+  // clang-format on
+  Tensor gelu(std::string approximate = "none", Loc loc = Loc::current()) const;
   Tensor gelu_(std::string approximate = "none", Loc loc = Loc::current()) const;
   Tensor isnan(Loc loc = Loc::current()) const;
 
-#define KILN_API_BINARY(method)                                               \
-  Tensor method(const TensorOrNumber& other, Loc loc = Loc::current()) const; \
-  Tensor method##_(const TensorOrNumber& other, Loc loc = Loc::current()) const;
-  KILN_API_BINARY(mul)
-  KILN_API_BINARY(pow) KILN_API_BINARY(remainder) KILN_API_BINARY(fmod) KILN_API_BINARY(maximum)
-      KILN_API_BINARY(minimum) KILN_API_BINARY(atan2) KILN_API_BINARY(eq) KILN_API_BINARY(ne)
-          KILN_API_BINARY(lt) KILN_API_BINARY(le) KILN_API_BINARY(gt) KILN_API_BINARY(ge)
-              KILN_API_BINARY(logical_and) KILN_API_BINARY(logical_or) KILN_API_BINARY(logical_xor)
-                  KILN_API_BINARY(bitwise_and) KILN_API_BINARY(bitwise_or)
-                      KILN_API_BINARY(bitwise_xor)
-#undef KILN_API_BINARY
-                          Tensor
-      add(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
+  Tensor add(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
   Tensor add_(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
   Tensor sub(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;
   Tensor sub_(const TensorOrNumber& other, Number alpha = 1, Loc loc = Loc::current()) const;

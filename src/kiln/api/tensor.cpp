@@ -159,6 +159,7 @@ Tensor Tensor::mutate(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Lo
   return *this;
 }
 
+// clang-format off
 #define KILN_API_UNARY(method, Id)              \
   Tensor Tensor::method(Loc loc) const {        \
     return call(OpId::k##Id, {}, {}, loc);      \
@@ -166,25 +167,10 @@ Tensor Tensor::mutate(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Lo
   Tensor Tensor::method##_(Loc loc) const {     \
     return mutate(OpId::k##Id##_, {}, {}, loc); \
   }
-KILN_API_UNARY(abs, Abs)
-KILN_API_UNARY(neg, Neg) KILN_API_UNARY(exp, Exp) KILN_API_UNARY(exp2, Exp2)
-    KILN_API_UNARY(expm1, Expm1) KILN_API_UNARY(log, Log) KILN_API_UNARY(log1p, Log1p)
-        KILN_API_UNARY(log2, Log2) KILN_API_UNARY(sqrt, Sqrt) KILN_API_UNARY(rsqrt, Rsqrt)
-            KILN_API_UNARY(sin, Sin) KILN_API_UNARY(cos, Cos) KILN_API_UNARY(tan, Tan)
-                KILN_API_UNARY(tanh, Tanh) KILN_API_UNARY(asin, Asin) KILN_API_UNARY(acos, Acos)
-                    KILN_API_UNARY(atan, Atan) KILN_API_UNARY(sinh, Sinh) KILN_API_UNARY(cosh, Cosh)
-                        KILN_API_UNARY(sigmoid, Sigmoid) KILN_API_UNARY(relu, Relu)
-                            KILN_API_UNARY(silu, Silu) KILN_API_UNARY(erf, Erf)
-                                KILN_API_UNARY(reciprocal, Reciprocal) KILN_API_UNARY(floor, Floor)
-                                    KILN_API_UNARY(ceil, Ceil) KILN_API_UNARY(round, Round)
-                                        KILN_API_UNARY(trunc, Trunc) KILN_API_UNARY(sign, Sign)
-                                            KILN_API_UNARY(square, Square)
-                                                KILN_API_UNARY(logical_not, LogicalNot)
-                                                    KILN_API_UNARY(bitwise_not, BitwiseNot)
-#undef KILN_API_UNARY
+#include "kiln/tensor_methods.def"
+// clang-format on
 
-                                                        Tensor Tensor::gelu(std::string approximate,
-                                                                            Loc loc) const {
+Tensor Tensor::gelu(std::string approximate, Loc loc) const {
   return call(OpId::kGelu, {}, {{"approximate", Constant(approximate)}}, loc);
 }
 Tensor Tensor::gelu_(std::string approximate, Loc loc) const {
@@ -194,6 +180,7 @@ Tensor Tensor::isnan(Loc loc) const {
   return call(OpId::kIsnan, {}, {}, loc);
 }
 
+// clang-format off
 #define KILN_API_BINARY(method, Id)                                      \
   Tensor Tensor::method(const TensorOrNumber& other, Loc loc) const {    \
     return call(OpId::k##Id, {other.operand()}, {}, loc);                \
@@ -201,20 +188,10 @@ Tensor Tensor::isnan(Loc loc) const {
   Tensor Tensor::method##_(const TensorOrNumber& other, Loc loc) const { \
     return mutate(OpId::k##Id##_, {other.operand()}, {}, loc);           \
   }
-KILN_API_BINARY(mul, Mul)
-KILN_API_BINARY(pow, Pow) KILN_API_BINARY(remainder, Remainder) KILN_API_BINARY(fmod, Fmod)
-    KILN_API_BINARY(maximum, Maximum) KILN_API_BINARY(minimum, Minimum)
-        KILN_API_BINARY(atan2, Atan2) KILN_API_BINARY(eq, Eq) KILN_API_BINARY(ne, Ne)
-            KILN_API_BINARY(lt, Lt) KILN_API_BINARY(le, Le) KILN_API_BINARY(gt, Gt)
-                KILN_API_BINARY(ge, Ge) KILN_API_BINARY(logical_and, LogicalAnd)
-                    KILN_API_BINARY(logical_or, LogicalOr) KILN_API_BINARY(logical_xor, LogicalXor)
-                        KILN_API_BINARY(bitwise_and, BitwiseAnd)
-                            KILN_API_BINARY(bitwise_or, BitwiseOr)
-                                KILN_API_BINARY(bitwise_xor, BitwiseXor)
-#undef KILN_API_BINARY
+#include "kiln/tensor_methods.def"
+// clang-format on
 
-                                    Tensor Tensor::add(const TensorOrNumber& other, Number alpha,
-                                                       Loc loc) const {
+Tensor Tensor::add(const TensorOrNumber& other, Number alpha, Loc loc) const {
   return call(OpId::kAdd, {other.operand()}, {{"alpha", alpha.value}}, loc);
 }
 Tensor Tensor::add_(const TensorOrNumber& other, Number alpha, Loc loc) const {
