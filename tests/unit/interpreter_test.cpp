@@ -4,11 +4,6 @@
 // matrix products.
 #include "kiln/runtime/interpreter/interpreter.h"
 
-// GCC 12 warns "may be used uninitialized" inside std::variant's destructor for braced operand
-// lists ({x, 1.0}); a known false positive of that version.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ == 12
-#endif
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -1183,6 +1178,37 @@ TEST(Composites, RunThroughTheirSubsymbols) {
   // (x - 2) / sqrt(2/3 + 1e-5)
   double s = 1 / std::sqrt(2.0 / 3 + 1e-5);
   expect_values(r[2], {-s, 0, s}, 1e-6);
+}
+
+TEST(Composites, NormalizationsWithWeightAndBias) {
+  Program p;
+  Value* x = p.tensor("x", DType::kFloat32, {2, 2});
+  Value* w = p.tensor("w", DType::kFloat32, {2});
+  Value* bias = p.tensor("bias", DType::kFloat32, {2});
+  Value* rms = p.b.call1(OpId::kRmsNorm, {x, ints({2}), w, 0.0});
+  Value* ln = p.b.call1(OpId::kLayerNorm, {x, ints({2}), w, bias, 0.0});
+  std::vector<RtValue> r =
+      p.run({rms, ln}, {f32({2, 2}, {3, 4, -1, 1}), f32({2}, {2, 0.5}), f32({2}, {1, -1})});
+  // Row [3, 4]: rms = sqrt(12.5); row [-1, 1]: rms = 1. Then times w.
+  double r0 = std::sqrt(12.5);
+  expect_values(r[0], {2 * 3 / r0, 0.5 * 4 / r0, -2, 0.5}, 1e-6);
+  // Each row normalizes to [-1, 1] (mean in the middle, population std 0.5 or 1); then * w + b.
+  expect_values(r[1], {-2 + 1, 0.5 - 1, -2 + 1, 0.5 - 1}, 1e-5);
+}
+
+TEST(Views, TransposeAndOnesLike) {
+  Program p;
+  Value* x = p.tensor("x", DType::kInt32, {2, 3});
+  Value* t = p.b.call1(OpId::kTranspose, {x, 0, -1});
+  Value* o = p.b.call1(OpId::kOnesLike, {t});
+  TensorHandle in = make_int_tensor(DType::kInt32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  std::vector<RtValue> r = p.run({t, o}, {in});
+  EXPECT_EQ(handle(r[0])->storage, in->storage);
+  EXPECT_EQ(handle(r[0])->strides, Strides({1, 3}));
+  EXPECT_EQ(to_int_vector(*handle(r[0])), std::vector<int64_t>({1, 4, 2, 5, 3, 6}));
+  EXPECT_EQ(handle(r[1])->dtype(), DType::kInt32);
+  EXPECT_EQ(handle(r[1])->sizes, Shape({3, 2}));
+  EXPECT_EQ(to_int_vector(*handle(r[1])), std::vector<int64_t>(6, 1));
 }
 
 // ---- aliased inputs

@@ -251,6 +251,10 @@ TEST(PrinterParser, MalformedTextGivesFileLineColumn) {
             "bad.trace:3:1: error: the trace has no 'return {\"output\": (...)}' line");
   EXPECT_EQ(parse_error("def computation(a):\n  t0 = ltorch.exp(a)\n"),
             "bad.trace:1:1: error: input 'a' has no type comment (# a: \"cpu f32[4]\")");
+  EXPECT_EQ(
+      parse_error("def computation(a, a):\n  # a: \"cpu f32[4]\"\n  return {\"output\": ()}\n"),
+      "bad.trace:1:1: error: kiln: the name 'a' is defined twice; give every value its own "
+      "name.");
   EXPECT_EQ(parse_error("def computation(a):\n  # a: \"cpu f99[4]\"\n"),
             "bad.trace:2:9: error: malformed type 'cpu f99[4]'");
   // A type error inside a statement names the op and the fix, at the statement's line.

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/ir/builder.h"
@@ -210,7 +211,7 @@ class TraceParser {
       if (it == input_types.end())
         error_at(lines_[def_line_], 1,
                  "input '" + name + "' has no type comment (# " + name + ": \"cpu f32[4]\")");
-      values_[name] = b.add_input(name, it->second);
+      values_[name] = on_line(lines_[def_line_], 1, [&] { return b.add_input(name, it->second); });
     }
     // Fresh names (a decomposition's temporaries) must not take a name the file defines later.
     for (size_t k = i; k < lines_.size(); ++k) {
@@ -287,7 +288,7 @@ class TraceParser {
   }
 
   template <class F>
-  auto on_line(const Line& line, int start_col, F&& f) {
+  std::invoke_result_t<F> on_line(const Line& line, int start_col, F&& f) {
     try {
       return f();
     } catch (const ParseFailure& e) {
