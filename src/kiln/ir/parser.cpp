@@ -433,9 +433,9 @@ class TraceParser {
     c.fail("expected float('inf') or float('nan')");
   }
 
-  Statement statement(Cursor& c) {
+  // "a, b = ltorch.op": the output names (if any) and the op's name.
+  Statement statement_head(Cursor& c) {
     Statement st;
-    // Outputs, if any: "a, b = ltorch.op(...)".
     c.skip_spaces();
     if (!c.rest().starts_with("ltorch.")) {
       do {
@@ -448,6 +448,11 @@ class TraceParser {
     std::string callee = c.identifier();
     if (!callee.starts_with("ltorch.")) c.fail("expected an op call 'ltorch.<op>(...)'");
     st.op = callee.substr(7);
+    return st;
+  }
+
+  Statement statement(Cursor& c) {
+    Statement st = statement_head(c);
     c.expect("(");
     bool keywords = false;
     if (!c.accept(")")) {
@@ -540,8 +545,8 @@ class TraceParser {
     for (const Line* s : subs) {
       Statement sub = on_line(*s, static_cast<int>(indent(s->text)) + 3, [&] {
         Cursor c(trim(s->text).substr(2), static_cast<int>(indent(s->text)) + 3);
-        // Subsymbols may use values only they define; parse without resolving names.
-        return statement_shape(c);
+        // Subsymbols may use values only they define: read only the names they define.
+        return statement_head(c);
       });
       sub_names.insert(sub_names.end(), sub.outputs.begin(), sub.outputs.end());
     }
@@ -580,22 +585,6 @@ class TraceParser {
     }
     for (Value* v : outs)
       values_[v->name()] = v;
-  }
-
-  // Parses "a, b = ltorch.op(...)" for its output names only.
-  Statement statement_shape(Cursor& c) {
-    Statement st;
-    c.skip_spaces();
-    if (!c.rest().starts_with("ltorch.")) {
-      do {
-        st.outputs.push_back(c.identifier());
-      } while (c.accept(","));
-      c.expect("=");
-    }
-    std::string callee = c.identifier();
-    if (!callee.starts_with("ltorch.")) c.fail("expected an op call 'ltorch.<op>(...)'");
-    st.op = callee.substr(7);
-    return st;
   }
 
   void parse_return(const Line& line, Builder& b) {
