@@ -5,22 +5,37 @@
 //   kiln-opt seed.trace --run [--seed=N] [--input=a=1,2,3,4]
 //                                             run in the reference interpreter and print the
 //                                             outputs and the inputs after the call
+//   kiln-opt seed.trace --pipeline            run the whole pipeline, print the final trace
+//   kiln-opt seed.trace --passes=functionalize,cse
+//                                             run the pipeline up to the last pass named
+//   kiln-opt seed.trace --pipeline --history  print the trace after every pass
+//   kiln-opt seed.trace --pipeline --run      execute the compiled program (regions in the
+//                                             reference interpreter) and print the results
+//   --alias="a: base0[4] strides=(1,) offset=0; b: ...; base0: f32[8]"
+//                                             compile for inputs that share memory this way
 //   kiln-opt - ...                            read the trace from standard input
 //
 // Exit status: 0 on success, 1 on a user error (malformed trace, bad input, an error eager
 // PyTorch would raise), 2 on an internal error.
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "kiln/kiln.h"
+#include "kiln/passes/pipeline.h"
+#include "kiln/runtime/executor.h"
 
 namespace {
 
 struct Options {
   std::string file;
   std::vector<std::string> passes;
+  bool pipeline = false;
+  bool history = false;
+  std::string alias;
   bool run = false;
   uint64_t seed = 0;
   std::map<std::string, std::vector<double>> inputs;
@@ -50,6 +65,12 @@ Options parse_args(int argc, char** argv) {
       o.passes = split(a.substr(9), ',');
     } else if (a == "--run") {
       o.run = true;
+    } else if (a == "--pipeline") {
+      o.pipeline = true;
+    } else if (a == "--history") {
+      o.history = true;
+    } else if (a.starts_with("--alias=")) {
+      o.alias = a.substr(8);
     } else if (a.starts_with("--seed=")) {
       try {
         o.seed = std::stoull(a.substr(7));
@@ -80,7 +101,7 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (o.file.empty()) usage_error("no input file");
-  if (o.passes.empty() && !o.run) o.passes = {"verify", "print"};
+  if (o.passes.empty() && !o.run && !o.pipeline) o.passes = {"verify", "print"};
   return o;
 }
 
@@ -96,60 +117,88 @@ std::string read_input(const std::string& file) {
   return ss.str();
 }
 
-void run_trace(const kiln::Trace& trace, const Options& o) {
+// Inputs for `trace`: numbers from --input, tensors from --input or seeded random values, laid
+// out in memory as the alias pattern says (inputs of one group are views of one storage).
+std::vector<kiln::RtValue> make_inputs(const kiln::Trace& trace, const kiln::AliasPattern& pattern,
+                                       const Options& o) {
+  for (const auto& [name, values] : o.inputs) {
+    bool known = false;
+    for (kiln::Value* in : trace.inputs()) known = known || in->name() == name;
+    KILN_CHECK(known) << "--input names '" << name << "', which is not an input of the trace.";
+  }
+  std::vector<kiln::TensorHandle> bases(pattern.groups.size());
+  for (size_t g = 0; g < pattern.groups.size(); ++g) {
+    const kiln::AliasPattern::Group& group = pattern.groups[g];
+    kiln::TensorType flat{group.dtype, {group.numel}, kiln::Device::cpu(), std::nullopt};
+    bases[g] = kiln::make_random_input(flat, o.seed + g);
+  }
   std::vector<kiln::RtValue> inputs;
-  uint64_t seed = o.seed;
-  for (kiln::Value* in : trace.inputs()) {
+  for (size_t j = 0; j < trace.inputs().size(); ++j) {
+    kiln::Value* in = trace.inputs()[j];
+    auto given = o.inputs.find(in->name());
     if (!in->is_tensor()) {
-      auto it = o.inputs.find(in->name());
-      KILN_CHECK(it != o.inputs.end() && it->second.size() == 1)
-          << "the scalar input '" << in->name() << "' needs a value; pass --input=" << in->name()
-          << "=<number>.";
-      double v = it->second[0];
+      KILN_CHECK(given != o.inputs.end() && given->second.size() == 1)
+          << "the scalar input '" << in->name() << "' needs a value; pass --input="
+          << in->name() << "=<number>.";
+      double v = given->second[0];
       switch (in->scalar_type().kind) {
-        case kiln::ScalarKind::kBool:
-          inputs.emplace_back(kiln::RtScalar(v != 0));
-          break;
-        case kiln::ScalarKind::kInt:
-          inputs.emplace_back(kiln::RtScalar(static_cast<int64_t>(v)));
-          break;
-        case kiln::ScalarKind::kFloat:
-          inputs.emplace_back(kiln::RtScalar(v));
-          break;
+        case kiln::ScalarKind::kBool: inputs.emplace_back(kiln::RtScalar(v != 0)); break;
+        case kiln::ScalarKind::kInt: inputs.emplace_back(kiln::RtScalar(static_cast<int64_t>(v))); break;
+        case kiln::ScalarKind::kFloat: inputs.emplace_back(kiln::RtScalar(v)); break;
       }
       continue;
     }
-    auto it = o.inputs.find(in->name());
-    if (it != o.inputs.end())
-      inputs.emplace_back(kiln::make_input(in->tensor_type(), it->second));
-    else
-      inputs.emplace_back(kiln::make_random_input(in->tensor_type(), seed++));
+    const kiln::AliasPattern::Input& entry = pattern.inputs[j];
+    const kiln::TensorType& type = in->tensor_type();
+    kiln::TensorHandle t;
+    if (entry.duplicate_of >= 0) {
+      t = std::get<kiln::TensorHandle>(inputs[static_cast<size_t>(entry.duplicate_of)]);
+    } else if (!pattern.groups[static_cast<size_t>(entry.group)].synthetic) {
+      // Its own storage, laid out as the trace's type says (strides and offset included).
+      t = given != o.inputs.end() ? kiln::make_input(type, given->second)
+                                  : kiln::make_random_input(type, o.seed + 100 + j);
+    } else {
+      const kiln::Geometry& g = entry.geometry;
+      t = kiln::make_view(bases[static_cast<size_t>(entry.group)], g.sizes, g.strides, g.offset);
+      if (given != o.inputs.end()) {
+        kiln::TensorHandle values = kiln::make_tensor(type.dtype, type.shape, given->second);
+        kiln::copy_into(*t, *values);
+      }
+    }
+    inputs.emplace_back(t);
   }
-  for (const auto& [name, values] : o.inputs) {
-    bool known = false;
-    for (kiln::Value* in : trace.inputs())
-      known = known || in->name() == name;
-    KILN_CHECK(known) << "--input names '" << name << "', which is not an input of the trace.";
-  }
-  std::cout << "# inputs before the call\n";
+  return inputs;
+}
+
+void print_values(const char* title, const kiln::Trace& trace,
+                  const std::vector<kiln::RtValue>& inputs) {
+  std::cout << title << "\n";
   for (size_t i = 0; i < inputs.size(); ++i)
     std::cout << trace.inputs()[i]->name() << " = " << kiln::value_str(inputs[i]) << "\n";
-  std::vector<kiln::RtValue> outputs = kiln::interpret(trace, inputs);
+}
+
+void run_program(const kiln::Trace& trace, const kiln::CompiledProgram* compiled,
+                 const kiln::AliasPattern& pattern, const Options& o) {
+  std::vector<kiln::RtValue> inputs = make_inputs(trace, pattern, o);
+  print_values("# inputs before the call", trace, inputs);
+  std::vector<kiln::RtValue> outputs =
+      compiled ? kiln::execute(*compiled, inputs) : kiln::interpret(trace, inputs);
   std::cout << "# outputs\n";
   for (size_t i = 0; i < outputs.size(); ++i) {
-    std::cout << trace.outputs()[i]->name() << " = " << kiln::value_str(outputs[i]);
-    // Say which outputs are the caller's own input objects.
+    std::cout << "output " << i << " = " << kiln::value_str(outputs[i]);
+    // Say which outputs are the caller's own input objects, or views of their memory.
     if (auto* h = std::get_if<kiln::TensorHandle>(&outputs[i])) {
       for (size_t j = 0; j < inputs.size(); ++j) {
         auto* in = std::get_if<kiln::TensorHandle>(&inputs[j]);
-        if (in && *in == *h) std::cout << "  # is input " << trace.inputs()[j]->name();
+        if (!in) continue;
+        if (*in == *h) std::cout << "  # is input " << trace.inputs()[j]->name();
+        else if ((*in)->storage == (*h)->storage)
+          std::cout << "  # shares memory with input " << trace.inputs()[j]->name();
       }
     }
     std::cout << "\n";
   }
-  std::cout << "# inputs after the call\n";
-  for (size_t i = 0; i < inputs.size(); ++i)
-    std::cout << trace.inputs()[i]->name() << " = " << kiln::value_str(inputs[i]) << "\n";
+  print_values("# inputs after the call", trace, inputs);
 }
 
 }  // namespace
@@ -158,17 +207,36 @@ int main(int argc, char** argv) {
   Options o = parse_args(argc, argv);
   try {
     kiln::Trace trace = kiln::parse_trace(read_input(o.file), o.file == "-" ? "<stdin>" : o.file);
+    kiln::AliasPattern pattern =
+        o.alias.empty() ? kiln::AliasPattern::distinct(trace) : kiln::AliasPattern::parse(o.alias, trace);
+    // verify and print act on the eager trace; the pipeline's passes run in pipeline order up to
+    // the last one named.
+    std::string stop_after;
     for (const std::string& pass : o.passes) {
-      if (pass == "verify") {
+      const auto& known = kiln::pipeline_passes();
+      if (std::find(known.begin(), known.end(), pass) != known.end()) {
+        stop_after = pass;
+      } else if (pass == "verify") {
         kiln::verify_trace(trace);
       } else if (pass == "print") {
         std::cout << kiln::print_trace(trace);
       } else {
-        std::cerr << "kiln-opt: error: unknown pass '" << pass << "' (known: verify, print)\n";
+        std::string names = "verify, print";
+        for (const std::string& k : known) names += ", " + k;
+        std::cerr << "kiln-opt: error: unknown pass '" << pass << "' (known: " << names << ")\n";
         return 1;
       }
     }
-    if (o.run) run_trace(trace, o);
+    std::optional<kiln::CompiledProgram> compiled;
+    if (o.pipeline || !stop_after.empty()) {
+      compiled = kiln::compile(trace, pattern, o.pipeline ? "" : stop_after);
+      if (o.history) {
+        for (const kiln::PassRecord& r : compiled->history) std::cout << r.printed << "\n";
+      } else {
+        std::cout << compiled->history.back().printed;
+      }
+    }
+    if (o.run) run_program(trace, compiled ? &*compiled : nullptr, pattern, o);
   } catch (const kiln::UserError& e) {
     std::cerr << e.what() << "\n";
     return 1;

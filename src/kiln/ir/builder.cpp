@@ -183,6 +183,28 @@ std::vector<Value*> Builder::call(OpId op, std::vector<Operand> args, KeywordArg
   return emit(info, bind(info, std::move(args), std::move(kwargs)), std::move(loc), nullptr);
 }
 
+std::vector<Value*> Builder::call_bound(OpId op, std::vector<Operand> operands, SourceLoc loc,
+                                        const std::vector<std::string>* output_names) {
+  const OpInfo& info = op_info(op);
+  ScopedErrorContext context(info.name, loc.str());
+  KILN_ASSERT(operands.size() == info.params.size())
+      << info.name << " takes " << info.params.size() << " operands, got " << operands.size();
+  for (size_t i = 0; i < operands.size(); ++i) {
+    KILN_ASSERT(conform(info.params[i], operands[i]))
+        << "operand '" << info.params[i].name << "' of " << info.name << " does not fit";
+  }
+  rename_results_ = output_names != nullptr;
+  std::vector<Value*> outs;
+  try {
+    outs = emit(info, std::move(operands), std::move(loc), output_names);
+  } catch (...) {
+    rename_results_ = false;
+    throw;
+  }
+  rename_results_ = false;
+  return outs;
+}
+
 Value* Builder::call1(OpId op, std::vector<Operand> args, KeywordArgs kwargs, SourceLoc loc) {
   auto outs = call(op, std::move(args), std::move(kwargs), std::move(loc));
   KILN_ASSERT(outs.size() == 1) << op_info(op).name << " has " << outs.size() << " outputs";

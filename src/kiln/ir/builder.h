@@ -23,6 +23,10 @@ class Builder {
   Value* add_input(std::string name, Type type);
   std::vector<Value*> call(OpId op, std::vector<Operand> args, KeywordArgs kwargs = {},
                            SourceLoc loc = {});
+  // With operands already bound: one per signature parameter, in order (passes copying a node).
+  // `output_names`, if given, names the outputs (a pass cloning a node keeps its names).
+  std::vector<Value*> call_bound(OpId op, std::vector<Operand> operands, SourceLoc loc = {},
+                                 const std::vector<std::string>* output_names = nullptr);
   // For ops with exactly one output.
   Value* call1(OpId op, std::vector<Operand> args, KeywordArgs kwargs = {}, SourceLoc loc = {});
   // Like call, with output names chosen by the caller (the parser keeps the file's names).

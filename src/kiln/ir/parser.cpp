@@ -603,6 +603,23 @@ class TraceParser {
         } while (c.accept(","));
         c.expect(")");
       }
+      if (c.accept(",")) {
+        c.expect("\"writebacks\"");
+        c.expect(":");
+        c.expect("{");
+        if (!c.accept("}")) {
+          do {
+            Value* target = value_ref(c);
+            const auto& inputs = b.trace().inputs();
+            if (std::find(inputs.begin(), inputs.end(), target) == inputs.end())
+              c.fail("a writeback target must be an input, '" + target->name() + "' is not");
+            c.expect(":");
+            Value* value = value_ref(c);
+            b.trace().writebacks.emplace_back(target, value);
+          } while (c.accept(","));
+          c.expect("}");
+        }
+      }
       c.expect("}");
       if (!c.at_end()) c.fail("unexpected text after the return");
       b.set_outputs(outs);

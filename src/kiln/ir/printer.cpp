@@ -80,11 +80,22 @@ std::string print_trace(const Trace& trace) {
     out += "  # " + in->name() + ": \"" + type_str(in->type()) + "\"\n";
   for (const auto& node : trace.nodes())
     print_node(out, *node, 2);
+  for (const std::string& note : trace.notes)
+    out += "  # " + note + "\n";
   out += "  return {\"output\": (";
   for (size_t i = 0; i < trace.outputs().size(); ++i)
     out += (i ? ", " : "") + trace.outputs()[i]->name();
   if (trace.outputs().size() == 1) out += ",";
-  out += ")}\n";
+  out += ")";
+  if (!trace.writebacks.empty()) {
+    out += ", \"writebacks\": {";
+    for (size_t i = 0; i < trace.writebacks.size(); ++i) {
+      out += (i ? ", " : "") + trace.writebacks[i].first->name() + ": " +
+             trace.writebacks[i].second->name();
+    }
+    out += "}";
+  }
+  out += "}\n";
   return out;
 }
 

@@ -61,4 +61,22 @@ Value* Trace::find_value(std::string_view name) const {
   return nullptr;
 }
 
+void Trace::replace_all_uses(Value* from, Value* to) {
+  for (auto& node : nodes_) {
+    for (Operand& op : node->operands) {
+      if (op.is_value() && op.value() == from) op = Operand(to);
+      if (op.is_value_list()) {
+        std::vector<Value*> vs = op.values();
+        for (Value*& v : vs)
+          if (v == from) v = to;
+        op = Operand(vs);
+      }
+    }
+  }
+  for (Value*& v : outputs_)
+    if (v == from) v = to;
+  for (auto& wb : writebacks)
+    if (wb.second == from) wb.second = to;
+}
+
 }  // namespace kiln

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <string>
 #include <variant>
 #include <vector>
@@ -113,12 +114,27 @@ class Trace {
   const std::vector<Value*>& outputs() const { return outputs_; }
   void set_outputs(std::vector<Value*> outputs) { outputs_ = std::move(outputs); }
 
+  // After functionalization: the final value of each input whose memory the program changes
+  // (input -> value). A writeback is never dead.
+  std::vector<std::pair<Value*, Value*>> writebacks;
+  // Lines printed as comments before the return (what a pass wants a reader to know, e.g. how
+  // outputs relate to the caller's tensors). The parser skips them.
+  std::vector<std::string> notes;
+
   // The header line: "# Constructed by <constructed_by> (<ms> ms)".
   std::string constructed_by = "trace";
   double construction_ms = 0.0;
   std::string name = "computation";
 
   Value* find_value(std::string_view name) const;  // nullptr if absent
+
+  // Rewriting (passes): every use of `from` — operands, outputs, writebacks — becomes `to`.
+  void replace_all_uses(Value* from, Value* to);
+  // Removes the top-level nodes `drop` says to drop (their values stay owned, unused).
+  template <class Pred>
+  void erase_nodes(Pred drop) {
+    std::erase_if(nodes_, [&](const std::unique_ptr<Node>& n) { return drop(*n); });
+  }
   size_t num_values() const { return values_.size(); }
 
  private:

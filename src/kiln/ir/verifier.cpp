@@ -1,5 +1,6 @@
 #include "kiln/ir/verifier.h"
 
+#include <algorithm>
 #include <set>
 
 #include "kiln/ir/builder.h"
@@ -86,6 +87,18 @@ std::vector<std::string> verify_trace_problems(const Trace& trace) {
     defined.insert(in);
   }
   v.check_nodes(trace.nodes(), defined, true);
+  for (const auto& [target, value] : trace.writebacks) {
+    bool is_input = std::find(trace.inputs().begin(), trace.inputs().end(), target) !=
+                    trace.inputs().end();
+    if (!is_input) v.problems.push_back("writeback target '" + target->name() + "' is not an input");
+    if (!defined.contains(value))
+      v.problems.push_back("writeback value '" + value->name() + "' is never defined");
+    if (value->is_tensor() && target->is_tensor() &&
+        (value->tensor_type().shape != target->tensor_type().shape ||
+         value->tensor_type().dtype != target->tensor_type().dtype))
+      v.problems.push_back("writeback of '" + value->name() + "' into '" + target->name() +
+                           "' changes its dtype or shape");
+  }
   for (Value* out : trace.outputs()) {
     if (!defined.contains(out))
       v.problems.push_back("the trace returns '" + out->name() + "', which is never defined");

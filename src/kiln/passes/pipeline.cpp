@@ -1,12 +1,92 @@
+// The pipeline: the ordered list of passes, each line saying why it sits where it does.
 #include "kiln/passes/pipeline.h"
 
+#include <algorithm>
+#include <chrono>
+
+#include "kiln/analysis/storage_analysis.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ir/verifier.h"
+#include "kiln/passes/cse.h"
+#include "kiln/passes/dce.h"
+#include "kiln/passes/fuse.h"
+#include "kiln/passes/place_writebacks.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
 
-CompiledProgram compile(const Trace&, const AliasPattern&) {
-  KILN_ASSERT(false) << "the pipeline is not written yet";
-  return {};
+namespace {
+
+class History {
+ public:
+  explicit History(CompiledProgram& p) : p_(p) {}
+  // Runs `pass` on the program's trace, verifies the result and records it.
+  // `plan`: the pass works on the execution plan; the record prints the plan.
+  template <class F>
+  void run(const std::string& name, F&& pass, bool plan = false) {
+    auto start = std::chrono::steady_clock::now();
+    pass();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count();
+    p_.execution.constructed_by = name;
+    p_.execution.construction_ms = ms;
+    verify_trace(p_.execution);
+    if (plan) {
+      for (const Step& s : p_.plan.steps) verify_trace(s.body);
+    }
+    p_.history.push_back({name, ms, plan ? print_plan(p_.execution, p_.plan) : print_trace(p_.execution)});
+  }
+
+ private:
+  CompiledProgram& p_;
+};
+
+}  // namespace
+
+const std::vector<std::string>& pipeline_passes() {
+  static const std::vector<std::string> passes = {"functionalize", "cse", "dce", "fuse",
+                                                  "place_writebacks"};
+  return passes;
+}
+
+CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
+                        const std::string& stop_after) {
+  KILN_CHECK(stop_after.empty() || std::find(pipeline_passes().begin(), pipeline_passes().end(),
+                                             stop_after) != pipeline_passes().end())
+      << "there is no pass '" << stop_after << "' in the pipeline.";
+  verify_trace(eager);
+  CompiledProgram p;
+  p.pattern = pattern;
+  p.history.push_back({"trace", eager.construction_ms, print_trace(eager)});
+  History history(p);
+  // The layouts eager gives every value decide which handles share memory and what each view
+  // addresses; functionalization reads them.
+  StorageAnalysis storage = analyze_storage(eager, pattern);
+  // Mutation goes first: with it gone, nothing orders the ops but their data dependences.
+  history.run("functionalize", [&] {
+    FunctionalProgram f = functionalize(eager, pattern, storage);
+    p.execution = std::move(f.trace);
+    p.interface = std::move(f.interface);
+  });
+  // Reads replay view chains on every use; merge the replays before anything counts them.
+  if (stop_after == "functionalize") return p;
+  history.run("cse", [&] { cse(p.execution); });
+  if (stop_after == "cse") return p;
+  // Dead temporaries (a mutated value nobody reads, I2) go before fusion sees them.
+  history.run("dce", [&] { dce(p.execution); });
+  if (stop_after == "dce") return p;
+  // Regions over the pure program: no mutation is left to cut them.
+  history.run("fuse", [&] { p.plan = fuse(p.execution); }, true);
+  p.stats.fusion_regions = 0;
+  for (const Step& s : p.plan.steps) p.stats.fusion_regions += s.kind == Step::Kind::kFusion;
+  if (stop_after == "fuse") return p;
+  // Last: where each write lands depends on which region computes it and who else reads.
+  history.run("place_writebacks", [&] {
+    WritebackCounts c = place_writebacks(p.execution, p.plan);
+    p.stats.writebacks_in_kernel = c.in_kernel;
+    p.stats.writebacks_with_temporary = c.with_temporary;
+  }, true);
+  return p;
 }
 
 }  // namespace kiln

@@ -7,6 +7,8 @@
 
 #include "kiln/analysis/alias_pattern.h"
 #include "kiln/ir/trace.h"
+#include "kiln/passes/functionalize.h"
+#include "kiln/passes/plan.h"
 
 namespace kiln {
 
@@ -23,13 +25,20 @@ struct CompileStats {
 };
 
 struct CompiledProgram {
-  Trace execution;
+  Trace execution;           // the functional trace the plan's steps are cut from
+  ExecutionPlan plan;        // empty until fuse has run
   AliasPattern pattern;
+  ProgramInterface interface;
   std::vector<PassRecord> history;
   CompileStats stats;
 };
 
+// The passes in pipeline order (kiln-opt --passes names them).
+const std::vector<std::string>& pipeline_passes();
+
 // Requires: a verified eager trace; a pattern with one entry per trace input.
-CompiledProgram compile(const Trace& eager, const AliasPattern& pattern);
+// `stop_after`: run the pipeline only up to and including that pass (empty: all of it).
+CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
+                        const std::string& stop_after = "");
 
 }  // namespace kiln

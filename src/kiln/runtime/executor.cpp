@@ -1,12 +1,157 @@
 #include "kiln/runtime/executor.h"
 
+#include <map>
+#include <set>
+
+#include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
 
-std::vector<RtValue> execute(const CompiledProgram&, const std::vector<RtValue>&) {
-  KILN_ASSERT(false) << "the executor is not written yet";
-  return {};
+TensorDescription describe(const RtValue& arg) {
+  TensorDescription d;
+  const auto* t = std::get_if<TensorHandle>(&arg);
+  if (!t) {
+    d.is_tensor = false;
+    return d;
+  }
+  const RtTensor& r = **t;
+  d.storage = reinterpret_cast<uintptr_t>(r.storage.get());
+  d.element_size = dtype_size(r.dtype());
+  d.dtype = r.dtype();
+  d.geometry = Geometry{r.sizes, r.strides, r.offset};
+  return d;
+}
+
+AliasPattern alias_pattern_of(const std::vector<RtValue>& args) {
+  std::vector<TensorDescription> ds;
+  for (const RtValue& a : args) ds.push_back(describe(a));
+  return compute_alias_pattern(ds);
+}
+
+namespace {
+
+// Where each group's base starts in its caller storage.
+struct GroupBase {
+  TensorHandle caller;  // a caller tensor of the group
+  int64_t start = 0;    // storage index of the base's element 0
+};
+
+TensorHandle copy_of(const RtTensor& t) { return clone(t); }
+
+}  // namespace
+
+std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args) {
+  const AliasPattern& pattern = program.pattern;
+  const Trace& trace = program.execution;
+  KILN_CHECK(args.size() == pattern.inputs.size())
+      << "the program takes " << pattern.inputs.size() << " arguments but got " << args.size()
+      << ".";
+  KILN_CHECK(alias_pattern_of(args) == pattern)
+      << "the arguments share memory differently from the call the program was compiled for; "
+         "compile it for this alias pattern.";
+
+  // The trace's inputs: one per group (the caller's tensor itself, or a copy of the storage
+  // extent for a synthetic base — the trace is functional, so it only reads it), then numbers.
+  std::vector<GroupBase> bases(pattern.groups.size());
+  std::vector<RtValue> inputs;
+  for (size_t g = 0; g < pattern.groups.size(); ++g) {
+    size_t j = 0;
+    while (pattern.inputs[j].group != static_cast<int>(g)) ++j;
+    TensorHandle caller = std::get<TensorHandle>(args[j]);
+    bases[g].caller = caller;
+    bases[g].start = caller->offset - pattern.inputs[j].geometry.offset;
+    if (pattern.groups[g].synthetic) {
+      TensorHandle extent =
+          make_view(caller, {pattern.groups[g].numel}, {1}, bases[g].start);
+      inputs.emplace_back(copy_of(*extent));
+    } else {
+      inputs.emplace_back(caller);
+    }
+  }
+  for (size_t j = 0; j < args.size(); ++j)
+    if (pattern.inputs[j].group < 0) inputs.push_back(args[j]);
+
+  std::set<const Storage*> caller_storages;
+  for (const RtValue& a : args)
+    if (auto* t = std::get_if<TensorHandle>(&a)) caller_storages.insert((*t)->storage.get());
+  // A value that lives in the caller's memory (an input passed through, or a view of one) is
+  // copied before any writeback can change that memory.
+  auto detach = [&](RtValue v) {
+    if (auto* t = std::get_if<TensorHandle>(&v))
+      if (caller_storages.contains((*t)->storage.get())) return RtValue(copy_of(**t));
+    return v;
+  };
+  auto write_back = [&](const Value* target, const RtValue& value) {
+    size_t g = 0;
+    while (trace.inputs()[g] != target) ++g;
+    const GroupBase& base = bases[g];
+    TensorHandle dest = pattern.groups[g].synthetic
+                            ? make_view(base.caller, {pattern.groups[g].numel}, {1}, base.start)
+                            : base.caller;
+    copy_into(*dest, *std::get<TensorHandle>(value));
+  };
+
+  std::map<const Value*, RtValue> env;
+  for (size_t i = 0; i < inputs.size(); ++i) env[trace.inputs()[i]] = inputs[i];
+  if (program.plan.steps.empty()) {
+    // No plan (the pipeline stopped before fuse): the functional trace as one step.
+    std::set<const Value*> wanted(trace.outputs().begin(), trace.outputs().end());
+    for (const auto& wb : trace.writebacks) wanted.insert(wb.second);
+    interpret_observed(trace, inputs, [&](const Value* v, const RtValue& rv) {
+      if (wanted.contains(v)) env[v] = detach(rv);
+    });
+    for (const auto& [target, value] : trace.writebacks) write_back(target, env.at(value));
+  } else {
+    // The steps in plan order, each writeback when its step says: a region that stores into
+    // an input does it as it runs, so a later step reading that input would see the new data —
+    // exactly what place_writebacks must rule out.
+    for (const Step& step : program.plan.steps) {
+      if (step.kind != Step::Kind::kCopy) {
+        std::vector<RtValue> step_inputs;
+        for (const Value* v : step.inputs) step_inputs.push_back(env.at(v));
+        std::vector<RtValue> outs = interpret(step.body, step_inputs);
+        for (size_t k = 0; k < outs.size(); ++k) env[step.outputs[k]] = detach(outs[k]);
+      }
+      for (const auto& [target, value] : step.writebacks) write_back(target, env.at(value));
+    }
+  }
+  // Two outputs are never one fresh tensor.
+  std::vector<RtValue> values;
+  std::set<const RtTensor*> returned;
+  for (const Value* o : trace.outputs()) {
+    RtValue v = detach(env.at(o));
+    if (auto* t = std::get_if<TensorHandle>(&v))
+      if (!returned.insert(t->get()).second) v = copy_of(**t);
+    values.push_back(v);
+  }
+  // Metadata mutations of the caller's tensor objects.
+  for (const MetadataUpdate& m : program.interface.metadata) {
+    TensorHandle t = std::get<TensorHandle>(args[static_cast<size_t>(m.arg)]);
+    const GroupBase& base = bases[static_cast<size_t>(pattern.inputs[static_cast<size_t>(m.arg)].group)];
+    t->sizes = m.geometry.sizes;
+    t->strides = m.geometry.strides;
+    t->offset = base.start + m.geometry.offset;
+  }
+  // What the caller gets back.
+  std::vector<RtValue> results;
+  for (const ReturnBinding& r : program.interface.returns) {
+    switch (r.kind) {
+      case ReturnBinding::Kind::kValue:
+        results.push_back(values.at(static_cast<size_t>(r.index)));
+        break;
+      case ReturnBinding::Kind::kInputObject:
+        results.push_back(args.at(static_cast<size_t>(r.index)));
+        break;
+      case ReturnBinding::Kind::kInputView: {
+        const GroupBase& base = bases.at(static_cast<size_t>(r.index));
+        results.emplace_back(make_view(base.caller, r.geometry.sizes, r.geometry.strides,
+                                       base.start + r.geometry.offset));
+        break;
+      }
+    }
+  }
+  return results;
 }
 
 }  // namespace kiln

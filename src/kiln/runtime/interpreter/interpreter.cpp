@@ -54,16 +54,20 @@ RefFn reference_fn(OpId id) {
 
 namespace {
 
-void run_node(Env& env, const Node& node) {
+void run_node(Env& env, const Node& node, const ValueObserver* observer) {
   ScopedErrorContext context(node.op->name, node.loc.str());
   // A decomposed op is exactly its subsymbols: they read this node's operands and define its
   // outputs themselves.
   if (!node.subsymbols.empty()) {
     for (const auto& sub : node.subsymbols)
-      run_node(env, *sub);
+      run_node(env, *sub, observer);
     return;
   }
   reference_fn(node.id())(env, node);
+  if (observer) {
+    for (const Value* v : node.outputs)
+      (*observer)(v, env.at(v));
+  }
 }
 
 const char* kind_name(const RtValue& v) {
@@ -115,9 +119,8 @@ void check_input(size_t i, const Value* v, const RtValue& given) {
       << what << " reaches past the end of its storage (" << t.storage->numel() << " elements).";
 }
 
-}  // namespace
-
-std::vector<RtValue> interpret(const Trace& trace, const std::vector<RtValue>& inputs) {
+std::vector<RtValue> run(const Trace& trace, const std::vector<RtValue>& inputs,
+                         const ValueObserver* observer) {
   ScopedErrorContext context("interpret", "");
   KILN_CHECK(inputs.size() == trace.inputs().size())
       << trace.name << " takes " << trace.inputs().size() << " inputs but " << inputs.size()
@@ -126,13 +129,25 @@ std::vector<RtValue> interpret(const Trace& trace, const std::vector<RtValue>& i
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_input(i, trace.inputs()[i], inputs[i]);
     env.bind(trace.inputs()[i], inputs[i]);  // the caller's own handles: mutations reach them
+    if (observer) (*observer)(trace.inputs()[i], inputs[i]);
   }
   for (const auto& node : trace.nodes())
-    run_node(env, *node);
+    run_node(env, *node, observer);
   std::vector<RtValue> results;
   for (const Value* v : trace.outputs())
     results.push_back(env.at(v));
   return results;
+}
+
+}  // namespace
+
+std::vector<RtValue> interpret(const Trace& trace, const std::vector<RtValue>& inputs) {
+  return run(trace, inputs, nullptr);
+}
+
+std::vector<RtValue> interpret_observed(const Trace& trace, const std::vector<RtValue>& inputs,
+                                        const ValueObserver& observer) {
+  return run(trace, inputs, &observer);
 }
 
 }  // namespace kiln

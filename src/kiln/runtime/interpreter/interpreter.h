@@ -11,6 +11,7 @@
 // operands, views whose strides do not allow it) are UserErrors naming the op and source line.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "kiln/ir/trace.h"
@@ -19,5 +20,14 @@
 namespace kiln {
 
 std::vector<RtValue> interpret(const Trace& trace, const std::vector<RtValue>& inputs);
+
+// Called with every value as it is defined: each input when it is bound, then the outputs of
+// every node that runs (subsymbols included; a decomposed node's outputs are its subsymbols'), with
+// the runtime value at that moment. A tensor's geometry may change later (a metadata mutation
+// changes the handle), so an observer that wants the layout a value was defined with copies it.
+using ValueObserver = std::function<void(const Value* v, const RtValue& value)>;
+// interpret, reporting every value to `observer` (tests compare static analyses with it).
+std::vector<RtValue> interpret_observed(const Trace& trace, const std::vector<RtValue>& inputs,
+                                        const ValueObserver& observer);
 
 }  // namespace kiln

@@ -1,0 +1,328 @@
+#include "kiln/passes/fuse.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+#include <unordered_map>
+
+#include "kiln/ir/builder.h"
+#include "kiln/ir/type_rules.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+
+bool is_view(const Node& n) { return n.op->kind == OpKind::kView; }
+bool is_opaque(const Node& n) { return n.op->kind == OpKind::kOpaque; }
+
+// The space a region iterates over: a full shape, and the dims its reductions reduce.
+struct Domain {
+  Shape full;
+  std::vector<int64_t> reduced;
+  bool opaque = false;
+};
+
+Shape keep_shape(const Domain& d) {
+  Shape s = d.full;
+  for (int64_t r : d.reduced) s[static_cast<size_t>(r)] = 1;
+  return s;
+}
+Shape drop_shape(const Domain& d) {
+  Shape s;
+  for (size_t i = 0; i < d.full.size(); ++i)
+    if (std::find(d.reduced.begin(), d.reduced.end(), static_cast<int64_t>(i)) == d.reduced.end())
+      s.push_back(d.full[i]);
+  return s;
+}
+
+Domain node_domain(const Node& n) {
+  Domain d;
+  d.opaque = is_opaque(n);
+  if (n.op->kind == OpKind::kReduction) {
+    const TensorType& in = n.input(0)->tensor_type();
+    d.full = in.shape;
+    std::optional<IntList> dims = n.arg(1).as_optional_ints();
+    d.reduced = reduction_dims(dims, in.rank());
+    if (d.reduced.empty() && in.rank() > 0) {  // a reduction of everything still reduces
+      d.reduced.resize(static_cast<size_t>(in.rank()));
+      std::iota(d.reduced.begin(), d.reduced.end(), 0);
+    }
+  } else if (!n.outputs.empty()) {
+    d.full = n.outputs[0]->tensor_type().shape;
+  }
+  return d;
+}
+
+// The merged domain, if `a` and `b` can share one loop nest.
+std::optional<Domain> merge_domains(const Domain& a, const Domain& b) {
+  if (a.opaque || b.opaque) return std::nullopt;
+  if (a.full == b.full) {
+    if (!a.reduced.empty() && !b.reduced.empty() && a.reduced != b.reduced) return std::nullopt;
+    return a.reduced.empty() ? b : a;
+  }
+  // Work over a reduction's reduced shape runs once per reduced row, inside its loop nest.
+  auto under = [](const Domain& outer, const Domain& inner) {
+    return !outer.reduced.empty() && inner.reduced.empty() &&
+           (inner.full == keep_shape(outer) || inner.full == drop_shape(outer));
+  };
+  if (under(a, b)) return a;
+  if (under(b, a)) return b;
+  // A single element (a constant, a full reduction's result) is a broadcast load anywhere.
+  if (shape_numel(b.full) == 1 && b.reduced.empty()) return a;
+  if (shape_numel(a.full) == 1 && a.reduced.empty()) return b;
+  return std::nullopt;
+}
+
+class Fuser {
+ public:
+  explicit Fuser(const Trace& t) : t_(t) {
+    for (size_t i = 0; i < t.nodes().size(); ++i) {
+      const Node& n = *t.nodes()[i];
+      for (const Value* o : n.outputs) producer_[o] = static_cast<int>(i);
+    }
+  }
+
+  ExecutionPlan run() {
+    const auto& nodes = t_.nodes();
+    size_t n = nodes.size();
+    parent_.resize(n);
+    std::iota(parent_.begin(), parent_.end(), 0);
+    domain_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!is_view(*nodes[i])) domain_[i] = node_domain(*nodes[i]);
+    }
+    // Greedy: each compute node joins the region of a producer when the loop nests agree and
+    // no path leaves that region and comes back.
+    for (size_t i = 0; i < n; ++i) {
+      if (is_view(*nodes[i]) || is_opaque(*nodes[i])) continue;
+      for (int dep : compute_deps(*nodes[i])) {
+        int a = find(static_cast<int>(i)), b = find(dep);
+        if (a == b || is_opaque(*nodes[static_cast<size_t>(b)])) continue;
+        std::optional<Domain> merged = merge_domains(domain_[static_cast<size_t>(b)],
+                                                     domain_[static_cast<size_t>(a)]);
+        if (!merged || creates_cycle(b, a)) continue;
+        parent_[static_cast<size_t>(a)] = b;
+        domain_[static_cast<size_t>(b)] = *merged;
+      }
+    }
+    return build();
+  }
+
+ private:
+  int find(int i) {
+    while (parent_[static_cast<size_t>(i)] != i) i = parent_[static_cast<size_t>(i)] =
+        parent_[static_cast<size_t>(parent_[static_cast<size_t>(i)])];
+    return i;
+  }
+
+  // Compute nodes whose values `node` reads, looking through views.
+  std::vector<int> compute_deps(const Node& node) {
+    std::vector<int> deps;
+    std::vector<const Value*> work;
+    for (const Operand& op : node.operands) {
+      if (op.is_value()) work.push_back(op.value());
+      if (op.is_value_list()) work.insert(work.end(), op.values().begin(), op.values().end());
+    }
+    while (!work.empty()) {
+      const Value* v = work.back();
+      work.pop_back();
+      auto it = producer_.find(v);
+      if (it == producer_.end()) continue;  // a trace input
+      const Node& p = *t_.nodes()[static_cast<size_t>(it->second)];
+      if (is_view(p)) {
+        for (const Operand& op : p.operands)
+          if (op.is_value()) work.push_back(op.value());
+      } else if (std::find(deps.begin(), deps.end(), it->second) == deps.end()) {
+        deps.push_back(it->second);
+      }
+    }
+    return deps;
+  }
+
+  // Region-level successors of region r.
+  std::set<int> successors(int r) {
+    std::set<int> out;
+    const auto& nodes = t_.nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (is_view(*nodes[i]) || find(static_cast<int>(i)) == r) continue;
+      for (int dep : compute_deps(*nodes[i]))
+        if (find(dep) == r) out.insert(find(static_cast<int>(i)));
+    }
+    return out;
+  }
+
+  // Merging `producer` and `consumer` is a cycle if a path from producer reaches consumer
+  // through another region.
+  bool creates_cycle(int producer, int consumer) {
+    std::vector<int> work;
+    std::set<int> seen;
+    for (int s : successors(producer))
+      if (s != consumer) work.push_back(s);
+    while (!work.empty()) {
+      int r = work.back();
+      work.pop_back();
+      if (r == consumer) return true;
+      if (!seen.insert(r).second) continue;
+      for (int s : successors(r)) work.push_back(s);
+    }
+    return false;
+  }
+
+  ExecutionPlan build() {
+    const auto& nodes = t_.nodes();
+    // Regions in data order: a region runs after every region it reads from.
+    std::map<int, std::vector<int>> members;  // root -> compute nodes, in trace order
+    for (size_t i = 0; i < nodes.size(); ++i)
+      if (!is_view(*nodes[i])) members[find(static_cast<int>(i))].push_back(static_cast<int>(i));
+    // Values needed outside any region: outputs and writebacks. A view among them is
+    // materialized by the region of the value it views, or by a region of its own.
+    std::set<const Value*> needed(t_.outputs().begin(), t_.outputs().end());
+    for (const auto& wb : t_.writebacks) needed.insert(wb.second);
+    std::map<int, std::vector<const Value*>> extra_views;  // region root -> view values it outputs
+    std::vector<const Value*> lone_views;
+    for (const Value* v : needed) {
+      auto it = producer_.find(v);
+      if (it == producer_.end() || !is_view(*nodes[static_cast<size_t>(it->second)])) continue;
+      std::vector<int> deps = compute_deps(*nodes[static_cast<size_t>(it->second)]);
+      if (deps.size() == 1 && !is_opaque(*nodes[static_cast<size_t>(deps[0])]))
+        extra_views[find(deps[0])].push_back(v);
+      else
+        lone_views.push_back(v);
+    }
+    std::vector<std::vector<int>> regions;
+    std::vector<std::vector<const Value*>> region_views;
+    for (auto& [root, list] : members) {
+      regions.push_back(list);
+      region_views.push_back(extra_views[root]);
+    }
+    for (const Value* v : lone_views) {
+      regions.push_back({});
+      region_views.push_back({v});
+    }
+    // Topological order of the regions (Kahn, ties by first node).
+    std::unordered_map<int, size_t> region_of;
+    for (size_t r = 0; r < regions.size(); ++r)
+      for (int i : regions[r]) region_of[i] = r;
+    std::vector<std::set<size_t>> preds(regions.size());
+    for (size_t r = 0; r < regions.size(); ++r) {
+      for (int i : regions[r])
+        for (int d : compute_deps(*nodes[static_cast<size_t>(i)]))
+          if (region_of[d] != r) preds[r].insert(region_of[d]);
+      for (const Value* v : region_views[r])
+        for (int d : compute_deps(*nodes[static_cast<size_t>(producer_.at(v))]))
+          if (region_of[d] != r) preds[r].insert(region_of[d]);
+    }
+    std::vector<size_t> order;
+    std::vector<bool> done(regions.size(), false);
+    while (order.size() < regions.size()) {
+      bool progressed = false;
+      for (size_t r = 0; r < regions.size(); ++r) {
+        if (done[r]) continue;
+        bool ready = std::all_of(preds[r].begin(), preds[r].end(), [&](size_t p) { return done[p]; });
+        if (!ready) continue;
+        done[r] = true;
+        order.push_back(r);
+        progressed = true;
+        break;
+      }
+      KILN_ASSERT(progressed) << "fuse made a cycle of regions";
+    }
+    // Which values each region must hand to others.
+    std::set<const Value*> used_outside;
+    for (const Value* v : needed) used_outside.insert(v);
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      if (is_view(*nodes[i])) continue;
+      for (int d : compute_deps(*nodes[i]))
+        if (region_of[d] != region_of[static_cast<int>(i)])
+          for (const Value* o : nodes[static_cast<size_t>(d)]->outputs) used_outside.insert(o);
+    }
+    for (const Value* v : needed) {  // a lone view reads its compute values from their regions
+      if (std::find(lone_views.begin(), lone_views.end(), v) == lone_views.end()) continue;
+      for (int d : compute_deps(*nodes[static_cast<size_t>(producer_.at(v))]))
+        for (const Value* o : nodes[static_cast<size_t>(d)]->outputs) used_outside.insert(o);
+    }
+    ExecutionPlan plan;
+    for (size_t r : order) plan.steps.push_back(make_step(regions[r], region_views[r], used_outside));
+    return plan;
+  }
+
+  // The nodes of a region — its compute nodes, the views they read through and the views it
+  // materializes — cloned into a trace of their own.
+  Step make_step(const std::vector<int>& compute, const std::vector<const Value*>& views,
+                 const std::set<const Value*>& used_outside) {
+    const auto& nodes = t_.nodes();
+    std::set<int> include(compute.begin(), compute.end());
+    std::vector<const Value*> work;
+    auto add_operands = [&](const Node& n) {
+      for (const Operand& op : n.operands) {
+        if (op.is_value()) work.push_back(op.value());
+        if (op.is_value_list()) work.insert(work.end(), op.values().begin(), op.values().end());
+      }
+    };
+    for (int i : compute) add_operands(*nodes[static_cast<size_t>(i)]);
+    for (const Value* v : views) work.push_back(v);
+    while (!work.empty()) {
+      const Value* v = work.back();
+      work.pop_back();
+      auto it = producer_.find(v);
+      if (it == producer_.end() || !is_view(*nodes[static_cast<size_t>(it->second)])) continue;
+      if (include.insert(it->second).second) add_operands(*nodes[static_cast<size_t>(it->second)]);
+    }
+    Step step;
+    step.kind = compute.size() == 1 && is_opaque(*nodes[static_cast<size_t>(compute[0])])
+                    ? Step::Kind::kOpaque
+                    : Step::Kind::kFusion;
+    Builder b(step.body);
+    std::unordered_map<const Value*, Value*> map;
+    auto get = [&](Value* v) -> Value* {
+      auto it = map.find(v);
+      if (it != map.end()) return it->second;
+      Value* in = b.add_input(v->name(), v->type());
+      map[v] = in;
+      step.inputs.push_back(v);
+      return in;
+    };
+    for (int i : include) {  // std::set: trace order
+      const Node& n = *nodes[static_cast<size_t>(i)];
+      std::vector<Operand> ops;
+      for (const Operand& op : n.operands) {
+        if (op.is_value()) {
+          ops.emplace_back(get(op.value()));
+        } else if (op.is_value_list()) {
+          std::vector<Value*> vs;
+          for (Value* v : op.values()) vs.push_back(get(v));
+          ops.emplace_back(vs);
+        } else {
+          ops.push_back(op);
+        }
+      }
+      std::vector<std::string> names;
+      for (const Value* o : n.outputs) names.push_back(o->name());
+      std::vector<Value*> outs = b.call_bound(n.id(), ops, n.loc, &names);
+      for (size_t k = 0; k < outs.size(); ++k) map[n.outputs[k]] = outs[k];
+      bool outputs_value = !is_view(n) || std::find(views.begin(), views.end(), n.outputs[0]) != views.end();
+      if (!outputs_value) continue;
+      for (Value* o : n.outputs) {
+        if (!used_outside.contains(o)) continue;
+        step.outputs.push_back(o);
+      }
+    }
+    std::vector<Value*> body_outs;
+    for (Value* o : step.outputs) body_outs.push_back(map.at(o));
+    b.set_outputs(body_outs);
+    return step;
+  }
+
+  const Trace& t_;
+  std::unordered_map<const Value*, int> producer_;
+  std::vector<int> parent_;
+  std::vector<Domain> domain_;
+};
+
+}  // namespace
+
+ExecutionPlan fuse(const Trace& functional) { return Fuser(functional).run(); }
+
+}  // namespace kiln

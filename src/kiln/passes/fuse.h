@@ -1,0 +1,24 @@
+// fuse: partitions a functional trace into fusion regions (DESIGN.md 2.4).
+//
+// Greedy along producer -> consumer edges: a node joins its producer's region while the
+// iteration spaces agree and no path leaves the region and comes back (a cycle through an
+// outside node). Elementwise ops, creation, scatters, cat/stack and reductions fuse; a reduction
+// fuses with its elementwise prologue and epilogue when they run over the reduction's input
+// shape or its reduced shape (a row normalization is one region). Views are index remappings:
+// they are not regions of their own but are copied into each region that reads through them.
+// Opaque ops (matmul, bmm, linear) stand alone.
+//
+// Requires: a functional trace (after functionalize, cse, dce).
+// Ensures: every compute node is in exactly one step; steps are in a valid data order; each
+// region's body is a verified trace of its nodes (views included) over the region's inputs.
+// Tests: tests/lit/passes/fuse*.trace.
+#pragma once
+
+#include "kiln/ir/trace.h"
+#include "kiln/passes/plan.h"
+
+namespace kiln {
+
+ExecutionPlan fuse(const Trace& functional);
+
+}  // namespace kiln

@@ -1,0 +1,31 @@
+// place_writebacks: decides, for each writeback, whether the region that computes its value
+// stores it into the input directly, or computes it into a temporary that a later copy step
+// writes back (DESIGN.md section 4, the same-index rule):
+//   1. eager mutates the input (a writeback exists);
+//   2. the store goes through the input's real layout with its dtype and element count;
+//   3. the store is injective (the input has no overlapping elements);
+//   4. every load of the input in that region uses exactly the store's index (an identity read,
+//      in the region's iteration space) — a broadcast, shifted, transposed, gathered or reduced
+//      read fails this;
+//   5. every other region that reads the input's old contents can run before it.
+// Then it orders the steps: readers of an input's old contents before the region that writes
+// it; copy steps after the last reader of the old contents.
+//
+// Requires: a plan from fuse. Ensures: every writeback of the trace is performed by exactly one
+// step; counts in-kernel and temporary writebacks.
+// Tests: tests/lit/passes/place_writebacks*.trace.
+#pragma once
+
+#include "kiln/ir/trace.h"
+#include "kiln/passes/plan.h"
+
+namespace kiln {
+
+struct WritebackCounts {
+  int in_kernel = 0;
+  int with_temporary = 0;
+};
+
+WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan);
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+#include "kiln/passes/plan.h"
+
+#include <cstdio>
+
+#include "kiln/ir/printer.h"
+
+namespace kiln {
+
+namespace {
+std::string names(const std::vector<Value*>& vs) {
+  std::string s;
+  for (size_t i = 0; i < vs.size(); ++i) s += (i ? ", " : "") + vs[i]->name();
+  return s;
+}
+}  // namespace
+
+std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
+  char header[128];
+  std::snprintf(header, sizeof header, "# Constructed by %s (%.2f ms)\n",
+                functional.constructed_by.c_str(), functional.construction_ms);
+  std::string out = header;
+  out += "def " + functional.name + "(" + names(functional.inputs()) + "):\n";
+  for (Value* in : functional.inputs())
+    out += "  # " + in->name() + ": \"" + type_str(in->type()) + "\"\n";
+  for (const Step& step : plan.steps) {
+    std::string line = "  ";
+    if (!step.outputs.empty())
+      line += "(" + names(step.outputs) + (step.outputs.size() == 1 ? ",) = " : ") = ");
+    line += step.name + "(" + names(step.inputs) + ")";
+    std::string writes;
+    for (const auto& [target, value] : step.writebacks)
+      writes += (writes.empty() ? "" : ", ") + target->name() + " <- " + value->name();
+    if (!writes.empty()) line += "  # writes " + writes;
+    out += line + "\n";
+    for (const auto& node : step.body.nodes()) {
+      std::string types;
+      for (Value* v : node->outputs)
+        types += (types.empty() ? "" : ", ") + v->name() + ": \"" + type_str(v->type()) + "\"";
+      out += "    # " + print_statement(*node) + (types.empty() ? "" : "  # " + types) + "\n";
+    }
+  }
+  for (const std::string& note : functional.notes) out += "  # " + note + "\n";
+  out += "  return {\"output\": (" + names(functional.outputs()) +
+         (functional.outputs().size() == 1 ? ",)" : ")");
+  if (!functional.writebacks.empty()) {
+    out += ", \"writebacks\": {";
+    for (size_t i = 0; i < functional.writebacks.size(); ++i)
+      out += (i ? ", " : "") + functional.writebacks[i].first->name() + ": " +
+             functional.writebacks[i].second->name();
+    out += "}";
+  }
+  return out + "}\n";
+}
+
+}  // namespace kiln

@@ -1,0 +1,1853 @@
+// Random eager programs, their differential check and their shrinking (random_program.h).
+//
+// What the generator makes:
+//  * inputs (1-4): fresh contiguous tensors of rank 0-3 (f32 mostly; f64, i64, bool, bf16),
+//    strided inputs (transposed, step-sliced, offset, diagonal or expanded views of a private
+//    buffer), a Python number, and inputs that alias earlier ones: the same tensor object twice,
+//    an equal view that is another object, a view together with its base, disjoint slices (the
+//    rows after, the interleaved step slice), overlapping slices (shifted by one), a transposed
+//    alias, random views and as_strided windows of the same buffer;
+//  * 3-30 ops drawn from: unary, binary and ternary elementwise ops (with broadcasting and type
+//    promotion, numbers and tensors as operands), their in-place forms on inputs, intermediates
+//    and views of both, reductions (sum, mean, amax, amin, prod, var, std with dims/keepdim),
+//    views (slice with steps, select, narrow, transpose, permute, t, diagonal, reshape, view,
+//    flatten, unflatten, unsqueeze, squeeze, expand, getitem, alias, detach, split, chunk,
+//    unbind, as_strided), fill_, zero_, copy_, clone, setitem with a tensor or a number, the
+//    metadata mutations transpose_, t_, unsqueeze_ and squeeze_, cat, stack, softmax,
+//    log_softmax, layer_norm, rms_norm, creation ops, casts and matmul;
+//  * returns: fresh tensors, inputs, views of inputs (sometimes none, sometimes one twice).
+// Ops the type rules reject are retried with other operands; programs whose eager run raises
+// are kept about a third of the time (kiln must raise too).
+#include "support/random_program.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include "kiln/ir/builder.h"
+#include "kiln/ir/printer.h"
+#include "kiln/ir/type_rules.h"
+#include "kiln/kiln.h"
+#include "kiln/passes/pipeline.h"
+#include "kiln/runtime/executor.h"
+#include "kiln/runtime/interpreter/interpreter.h"
+#include "kiln/support/error.h"
+
+namespace kiln::fuzz {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : engine_(splitmix64(seed)) {}
+  // Uniform in [lo, hi].
+  int64_t uniform(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(engine_);
+  }
+  bool chance(double p) { return std::uniform_real_distribution<double>(0, 1)(engine_) < p; }
+  size_t index(size_t n) { return static_cast<size_t>(uniform(0, static_cast<int64_t>(n) - 1)); }
+  template <class T>
+  const T& pick(const std::vector<T>& v) {
+    return v[index(v.size())];
+  }
+  size_t weighted(const std::vector<double>& weights) {
+    double total = 0;
+    for (double w : weights)
+      total += w;
+    double x = std::uniform_real_distribution<double>(0, total)(engine_);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (x < weights[i]) return i;
+      x -= weights[i];
+    }
+    return weights.size() - 1;
+  }
+  double value(DType dtype) {
+    if (dtype == DType::kBool) return static_cast<double>(uniform(0, 1));
+    if (is_integral(dtype, false)) return static_cast<double>(uniform(-5, 5));
+    return static_cast<double>(uniform(-1000, 999)) / 1000.0;  // short, readable values
+  }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+std::string letter_name(size_t i) {
+  std::string name(1, static_cast<char>('a' + i % 26));
+  if (i >= 26) name += std::to_string(i / 26);
+  return name;
+}
+
+// ---- geometry of input views ------------------------------------------------------------------
+
+Geometry contiguous_geometry(const Shape& shape, int64_t offset = 0) {
+  return Geometry{shape, contiguous_strides(shape), offset};
+}
+
+int64_t numel_of(const Geometry& g) {
+  return shape_numel(g.sizes);
+}
+
+bool is_contiguous_geometry(const Geometry& g) {
+  if (numel_of(g) == 0) return true;
+  int64_t expected = 1;
+  for (size_t d = g.sizes.size(); d-- > 0;) {
+    if (g.sizes[d] == 1) continue;
+    if (g.strides[d] != expected) return false;
+    expected *= g.sizes[d];
+  }
+  return true;
+}
+
+std::set<int64_t> elements_of(const Geometry& g) {
+  std::set<int64_t> out;
+  int64_t n = numel_of(g);
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t at = g.offset, rest = k;
+    for (size_t d = g.sizes.size(); d-- > 0;) {
+      at += (rest % g.sizes[d]) * g.strides[d];
+      rest /= g.sizes[d];
+    }
+    out.insert(at);
+  }
+  return out;
+}
+
+// x[start:end:step] along `dim`, with 0 <= start < end <= size.
+Geometry slice_of(Geometry g, size_t dim, int64_t start, int64_t end, int64_t step) {
+  g.offset += start * g.strides[dim];
+  g.sizes[dim] = (end - start + step - 1) / step;
+  g.strides[dim] *= step;
+  return g;
+}
+
+struct SliceInfo {
+  size_t dim = 0;
+  int64_t start = 0, end = 0, step = 1;
+};
+
+std::string slice_str(const SliceInfo& s, size_t rank) {
+  std::string out = "[";
+  for (size_t d = 0; d < s.dim; ++d)
+    out += ":, ";
+  out += std::to_string(s.start) + ":" + std::to_string(s.end);
+  if (s.step != 1) out += ":" + std::to_string(s.step);
+  (void)rank;
+  return out + "]";
+}
+
+// ---- replaying steps through the builder ------------------------------------------------------
+
+enum class Applied { kApplied, kMissing, kRejected };
+
+class Replayer {
+ public:
+  Replayer() : trace_(std::make_unique<Trace>()), builder_(*trace_) {}
+
+  void add_input(int handle, const std::string& name, Type type) {
+    live_[handle] = builder_.add_input(name, std::move(type));
+  }
+
+  Value* value(int handle) const {
+    auto it = live_.find(handle);
+    return it == live_.end() ? nullptr : it->second;
+  }
+  const std::map<int, Value*>& live() const { return live_; }
+
+  // Builds one step. kMissing: an operand's handle does not exist (nothing was built);
+  // kRejected: the builder raised a UserError (the trace may hold unused values).
+  Applied apply(const Step& step, size_t* num_outputs = nullptr) {
+    std::vector<Operand> args;
+    KeywordArgs kwargs;
+    for (const StepArg& a : step.args) {
+      Operand o;
+      if (!resolve(a, &o)) return Applied::kMissing;
+      args.push_back(std::move(o));
+    }
+    for (const auto& [name, a] : step.kwargs) {
+      Operand o;
+      if (!resolve(a, &o)) return Applied::kMissing;
+      kwargs.emplace_back(name, std::move(o));
+    }
+    const OpInfo& info = op_info(step.op);
+    std::vector<Value*> outs;
+    try {
+      outs = builder_.call(step.op, std::move(args), std::move(kwargs),
+                           SourceLoc{"gen", step.line, ""});
+    } catch (const UserError&) {
+      return Applied::kRejected;
+    }
+    if (info.is_mutation()) {
+      if (!outs.empty()) live_[std::get<HandleRef>(step.args.at(0)).id] = outs[0];
+    } else {
+      for (size_t i = 0; i < std::min(outs.size(), step.results.size()); ++i)
+        live_[step.results[i]] = outs[i];
+    }
+    if (num_outputs) *num_outputs = outs.size();
+    return Applied::kApplied;
+  }
+
+  void set_outputs(std::vector<Value*> outs) { builder_.set_outputs(std::move(outs)); }
+  Trace take() { return std::move(*trace_); }
+
+ private:
+  bool resolve(const StepArg& a, Operand* out) const {
+    if (const auto* c = std::get_if<Constant>(&a)) {
+      *out = Operand(*c);
+      return true;
+    }
+    if (const auto* h = std::get_if<HandleRef>(&a)) {
+      Value* v = value(h->id);
+      if (!v) return false;
+      *out = Operand(v);
+      return true;
+    }
+    std::vector<Value*> vs;
+    for (const HandleRef& h : std::get<std::vector<HandleRef>>(a)) {
+      Value* v = value(h.id);
+      if (!v) return false;
+      vs.push_back(v);
+    }
+    *out = Operand(std::move(vs));
+    return true;
+  }
+
+  std::unique_ptr<Trace> trace_;
+  Builder builder_;
+  std::map<int, Value*> live_;
+};
+
+Type input_type(const InputRecipe& in, const Recipe& r) {
+  if (in.is_number) return ScalarType{ScalarKind::kFloat};
+  const Geometry& g = in.geometry;
+  return TensorType{r.buffers.at(static_cast<size_t>(in.buffer)).dtype, g.sizes, Device::cpu(),
+                    Layout{g.strides, g.offset}};
+}
+
+// ---- the generator ----------------------------------------------------------------------------
+
+Constant C(int64_t v) {
+  return Constant(v);
+}
+Constant none() {
+  return Constant(NoneValue{});
+}
+
+struct Meta {
+  bool is_number = false;
+  bool is_input = false;     // a program input's own object
+  bool on_input = false;     // shares memory with an input (a view of one), as far as we know
+  bool overlapping = false;  // may have internal overlap: writes into it raise in eager
+  bool fixed = false;        // another handle may be this very object: no metadata mutations
+  int made_at = 0;           // the step count when it was made
+};
+
+// How a buffer is laid out for making views of it.
+struct BufferInfo {
+  Shape shape;  // the buffer read as a contiguous tensor of this shape
+  std::vector<size_t> members;
+};
+
+enum class Move {
+  kUnary,
+  kUnaryInplace,
+  kBinary,
+  kBinaryInplace,
+  kTernary,
+  kTernaryInplace,
+  kReduction,
+  kView,
+  kSplit,
+  kFill,
+  kCopy,
+  kClone,
+  kSetitem,
+  kMetadata,
+  kCat,
+  kSoftmax,
+  kCreation,
+  kCast,
+  kMatmul,
+  kNorm,
+  kAsStrided,
+  kCount
+};
+
+constexpr double kMoveWeights[] = {10, 11, 12, 12, 4, 3, 6, 16, 2, 3, 4, 2, 7, 5, 3, 2, 3, 2, 1, 1, 1};
+static_assert(std::size(kMoveWeights) == static_cast<size_t>(Move::kCount));
+
+const std::vector<OpId>& unary_ops() {
+  static const std::vector<OpId> ops = {
+      OpId::kAbs,  OpId::kNeg,        OpId::kExp,     OpId::kSin,   OpId::kCos,
+      OpId::kTanh, OpId::kSigmoid,    OpId::kRelu,    OpId::kSilu,  OpId::kErf,
+      OpId::kAtan, OpId::kSquare,     OpId::kSqrt,    OpId::kLog1p, OpId::kReciprocal,
+      OpId::kGelu, OpId::kExpm1,      OpId::kFloor,   OpId::kRound, OpId::kSign,
+      OpId::kLog,  OpId::kLogicalNot, OpId::kBitwiseNot, OpId::kIsnan, OpId::kRsqrt,
+      OpId::kAsin, OpId::kSinh,       OpId::kTrunc,   OpId::kCeil};
+  return ops;
+}
+
+const std::vector<OpId>& binary_ops() {
+  static const std::vector<OpId> ops = {
+      OpId::kAdd,        OpId::kAdd,        OpId::kAdd,       OpId::kMul,        OpId::kMul,
+      OpId::kMul,        OpId::kSub,        OpId::kSub,       OpId::kDiv,        OpId::kDiv,
+      OpId::kMaximum,    OpId::kMinimum,    OpId::kPow,       OpId::kAtan2,      OpId::kRemainder,
+      OpId::kFmod,       OpId::kEq,         OpId::kNe,        OpId::kLt,         OpId::kLe,
+      OpId::kGt,         OpId::kGe,         OpId::kLogicalAnd, OpId::kLogicalOr, OpId::kLogicalXor,
+      OpId::kBitwiseAnd, OpId::kBitwiseOr,  OpId::kBitwiseXor};
+  return ops;
+}
+
+bool takes_number(OpId op) {
+  const OpInfo& info = op_info(op);
+  return info.params.size() > 1 && info.params[1].kind == ParamKind::kTensorOrScalar;
+}
+
+class Generator {
+ public:
+  explicit Generator(uint64_t seed) : rng_(seed) {}
+
+  Recipe generate() {
+    make_inputs();
+    make_steps();
+    choose_returns();
+    return std::move(r_);
+  }
+
+ private:
+  // ---- inputs ----
+
+  DType random_dtype() {
+    static const std::vector<DType> dtypes = {DType::kFloat32, DType::kFloat64, DType::kInt64,
+                                              DType::kBool, DType::kBFloat16};
+    return dtypes[rng_.weighted({70, 8, 10, 5, 7})];
+  }
+
+  Shape random_shape(int64_t max_rank, int64_t min_size, int64_t max_size) {
+    Shape s;
+    int64_t rank = rng_.uniform(0, max_rank);
+    for (int64_t d = 0; d < rank; ++d)
+      s.push_back(rng_.chance(0.2) ? 1 : rng_.uniform(min_size, max_size));
+    if (rng_.chance(0.01) && !s.empty()) s[rng_.index(s.size())] = 0;
+    return s;
+  }
+
+  size_t new_buffer(DType dtype, const Shape& shape) {
+    BufferRecipe b;
+    b.dtype = dtype;
+    for (int64_t i = 0; i < shape_numel(shape); ++i)
+      b.values.push_back(rng_.value(dtype));
+    r_.buffers.push_back(std::move(b));
+    buffer_info_.push_back(BufferInfo{shape, {}});
+    return r_.buffers.size() - 1;
+  }
+
+  // A random chain of one or two view steps of a contiguous tensor of shape `shape`.
+  Geometry random_view(const Shape& shape, std::string* how, std::optional<SliceInfo>* first) {
+    Geometry g = contiguous_geometry(shape);
+    int steps = static_cast<int>(rng_.uniform(1, 2));
+    for (int k = 0; k < steps; ++k) {
+      size_t rank = g.sizes.size();
+      size_t choice = rng_.weighted({5, 2, 2, 1, 1, 0.4, 1});
+      if (rank == 0) choice = 4;
+      switch (choice) {
+        case 0: {  // slice with a step
+          size_t d = rng_.index(rank);
+          int64_t size = g.sizes[d];
+          if (size == 0) break;
+          int64_t start = rng_.uniform(0, size - 1);
+          int64_t end = rng_.uniform(start + 1, size);
+          int64_t step = rng_.pick(std::vector<int64_t>{1, 1, 2, 3});
+          if (k == 0 && first) *first = SliceInfo{d, start, end, step};
+          g = slice_of(g, d, start, end, step);
+          *how += slice_str(SliceInfo{d, start, end, step}, rank);
+          break;
+        }
+        case 1: {  // select
+          if (rank < 2) break;
+          size_t d = rng_.index(rank);
+          if (g.sizes[d] == 0) break;
+          int64_t i = rng_.uniform(0, g.sizes[d] - 1);
+          g.offset += i * g.strides[d];
+          g.sizes.erase(g.sizes.begin() + static_cast<ptrdiff_t>(d));
+          g.strides.erase(g.strides.begin() + static_cast<ptrdiff_t>(d));
+          *how += ".select(" + std::to_string(d) + ", " + std::to_string(i) + ")";
+          break;
+        }
+        case 2: {  // transpose
+          if (rank < 2) break;
+          size_t d0 = rng_.index(rank), d1 = rng_.index(rank);
+          if (d0 == d1) d1 = (d0 + 1) % rank;
+          std::swap(g.sizes[d0], g.sizes[d1]);
+          std::swap(g.strides[d0], g.strides[d1]);
+          *how += ".transpose(" + std::to_string(d0) + ", " + std::to_string(d1) + ")";
+          break;
+        }
+        case 3: {  // diagonal of the first two dims
+          if (rank < 2) break;
+          int64_t len = std::min(g.sizes[0], g.sizes[1]);
+          int64_t stride = g.strides[0] + g.strides[1];
+          g.sizes.erase(g.sizes.begin(), g.sizes.begin() + 2);
+          g.strides.erase(g.strides.begin(), g.strides.begin() + 2);
+          g.sizes.push_back(len);
+          g.strides.push_back(stride);
+          *how += ".diagonal()";
+          break;
+        }
+        case 4: {  // unsqueeze
+          size_t d = rng_.index(rank + 1);
+          int64_t stride = d < rank ? g.sizes[d] * g.strides[d] : 1;
+          g.sizes.insert(g.sizes.begin() + static_cast<ptrdiff_t>(d), 1);
+          g.strides.insert(g.strides.begin() + static_cast<ptrdiff_t>(d), stride);
+          *how += ".unsqueeze(" + std::to_string(d) + ")";
+          break;
+        }
+        case 5: {  // expand a new leading dim: internal overlap, writes raise
+          g.sizes.insert(g.sizes.begin(), 2);
+          g.strides.insert(g.strides.begin(), 0);
+          *how += ".expand(2, ...)";
+          break;
+        }
+        default:
+          *how += "";  // the whole tensor
+          break;
+      }
+    }
+    return g;
+  }
+
+  // An as_strided window inside a buffer of n elements (may overlap itself when strides are
+  // small: as A3 does).
+  std::optional<Geometry> random_window(int64_t n, std::string* how) {
+    for (int tries = 0; tries < 10; ++tries) {
+      Geometry g;
+      int64_t rank = rng_.uniform(1, 2);
+      int64_t reach = 0;
+      for (int64_t d = 0; d < rank; ++d) {
+        g.sizes.push_back(rng_.uniform(1, 4));
+        g.strides.push_back(rng_.uniform(1, 6));
+        reach += (g.sizes.back() - 1) * g.strides.back();
+      }
+      if (reach >= n) continue;
+      g.offset = rng_.uniform(0, n - 1 - reach);
+      *how = ".as_strided(" + shape_str(g.sizes) + ", " + shape_str(g.strides) + ", " +
+             std::to_string(g.offset) + ")";
+      return g;
+    }
+    return std::nullopt;
+  }
+
+  void add_input(InputRecipe in, Meta meta) {
+    in.handle = static_cast<int>(r_.inputs.size());
+    meta.is_input = !in.is_number;
+    meta.on_input = !in.is_number;
+    meta.is_number = in.is_number;
+    meta_[in.handle] = meta;
+    if (!in.is_number) buffer_info_[static_cast<size_t>(in.buffer)].members.push_back(r_.inputs.size());
+    r_.inputs.push_back(std::move(in));
+  }
+
+  void make_inputs() {
+    int64_t n = static_cast<int64_t>(rng_.weighted({25, 40, 20, 15})) + 1;
+    bool have_number = false;
+    std::vector<std::optional<SliceInfo>> slices;  // per input: the slice it was made with
+    for (int64_t i = 0; i < n; ++i) {
+      std::vector<size_t> tensors;
+      for (size_t k = 0; k < r_.inputs.size(); ++k)
+        if (!r_.inputs[k].is_number) tensors.push_back(k);
+      InputRecipe in;
+      std::optional<SliceInfo> slice;
+      if (i > 0 && !have_number && rng_.chance(0.08)) {
+        in.is_number = true;
+        in.number = static_cast<double>(rng_.uniform(-20, 20)) / 8.0;
+        in.how = "a Python float";
+        have_number = true;
+        add_input(std::move(in), {});
+        slices.push_back(std::nullopt);
+        continue;
+      }
+      if (!tensors.empty() && rng_.chance(0.5)) {
+        // Alias an earlier input.
+        size_t j = rng_.pick(tensors);
+        const InputRecipe& other = r_.inputs[j];
+        std::string other_name = letter_name(j);
+        in.buffer = other.buffer;
+        const Shape& base_shape = buffer_info_[static_cast<size_t>(other.buffer)].shape;
+        int64_t buffer_numel = static_cast<int64_t>(r_.buffers[static_cast<size_t>(other.buffer)].values.size());
+        size_t kind = rng_.weighted({15, 8, 14, 14, 12, 8, 20, 8});
+        Meta meta;
+        switch (kind) {
+          case 0:  // the very same object
+            in.geometry = other.geometry;
+            in.same_object_as = other.handle;
+            in.how = "the same object as " + other_name;
+            meta.fixed = true;
+            meta_[other.handle].fixed = true;
+            break;
+          case 1:  // an equal view that is another object
+            in.geometry = other.geometry;
+            in.how = "a view of " + other_name + "'s memory equal to it (another object)";
+            break;
+          case 2:  // the whole buffer: a base of the other input
+            in.geometry = contiguous_geometry(base_shape);
+            in.how = "buf" + std::to_string(other.buffer) + " (the whole buffer)";
+            break;
+          case 3:
+          case 4: {  // disjoint (3) or shifted, overlapping (4) partner of a slice
+            const std::optional<SliceInfo>& s = slices[j];
+            Geometry whole = contiguous_geometry(base_shape);
+            if (!s || base_shape.empty()) {
+              std::string how;
+              in.geometry = random_view(base_shape, &how, &slice);
+              in.how = "buf" + std::to_string(other.buffer) + how;
+              break;
+            }
+            int64_t size = base_shape[s->dim];
+            SliceInfo p = *s;
+            if (kind == 3) {
+              if (s->step > 1 && s->start + 1 < s->end) {
+                p.start = s->start + 1;  // interleaved: x[0::2] and x[1::2]
+              } else if (s->end < size) {
+                p.start = s->end;  // the rows after
+                p.end = size;
+              } else if (s->start > 0) {
+                p.start = 0;
+                p.end = s->start;
+              }
+            } else {
+              p.start = std::min(s->start + 1, size - 1);
+              p.end = std::min(s->end + 1, size);
+            }
+            in.geometry = slice_of(whole, p.dim, p.start, p.end, p.step);
+            in.how = "buf" + std::to_string(other.buffer) + slice_str(p, base_shape.size());
+            slice = p;
+            break;
+          }
+          case 5: {  // a transposed alias of the other input
+            in.geometry = other.geometry;
+            size_t rank = in.geometry.sizes.size();
+            if (rank >= 2) {
+              std::swap(in.geometry.sizes[rank - 1], in.geometry.sizes[rank - 2]);
+              std::swap(in.geometry.strides[rank - 1], in.geometry.strides[rank - 2]);
+            }
+            in.how = other_name + ".mT";
+            break;
+          }
+          case 6: {  // a random view of the same buffer
+            std::string how;
+            in.geometry = random_view(base_shape, &how, &slice);
+            in.how = "buf" + std::to_string(other.buffer) + how;
+            break;
+          }
+          default: {  // an as_strided window of the same buffer
+            std::string how;
+            auto g = random_window(buffer_numel, &how);
+            if (g) {
+              in.geometry = *g;
+            } else {
+              in.geometry = contiguous_geometry(base_shape);
+            }
+            in.how = "buf" + std::to_string(other.buffer) + how;
+            break;
+          }
+        }
+        for (size_t d = 0; d < in.geometry.sizes.size(); ++d)
+          meta.overlapping = meta.overlapping ||
+                             (in.geometry.sizes[d] > 1 && in.geometry.strides[d] == 0);
+        add_input(std::move(in), meta);
+        slices.push_back(slice);
+        continue;
+      }
+      // A new buffer.
+      DType dtype = random_dtype();
+      Meta meta;
+      if (rng_.chance(0.65)) {
+        Shape shape = random_shape(3, 1, 4);
+        in.buffer = static_cast<int>(new_buffer(dtype, shape));
+        in.geometry = contiguous_geometry(shape);
+        in.how = "a fresh tensor (buf" + std::to_string(in.buffer) + ")";
+      } else {
+        Shape shape = random_shape(3, 2, 5);
+        if (shape.empty()) shape = {static_cast<int64_t>(rng_.uniform(2, 6))};
+        in.buffer = static_cast<int>(new_buffer(dtype, shape));
+        std::string how;
+        if (rng_.chance(0.15)) {
+          auto g = random_window(shape_numel(shape), &how);
+          in.geometry = g ? *g : contiguous_geometry(shape);
+        } else {
+          in.geometry = random_view(shape, &how, &slice);
+        }
+        in.how = "buf" + std::to_string(in.buffer) + how;
+      }
+      for (size_t d = 0; d < in.geometry.sizes.size(); ++d)
+        meta.overlapping =
+            meta.overlapping || (in.geometry.sizes[d] > 1 && in.geometry.strides[d] == 0);
+      add_input(std::move(in), meta);
+      slices.push_back(slice);
+    }
+    next_id_ = static_cast<int>(r_.inputs.size());
+    for (const InputRecipe& in : r_.inputs)
+      rep_.add_input(in.handle, letter_name(static_cast<size_t>(in.handle)), input_type(in, r_));
+  }
+
+  // ---- handles ----
+
+  const TensorType& type_of(int h) const { return rep_.value(h)->tensor_type(); }
+  const Shape& shape_of(int h) const { return type_of(h).shape; }
+  int64_t rank_of(int h) const { return type_of(h).rank(); }
+  DType dtype_of(int h) const { return type_of(h).dtype; }
+
+  template <class Pred>
+  std::vector<int> tensors(Pred pred) const {
+    std::vector<int> out;
+    for (const auto& [id, v] : rep_.live()) {
+      if (v->is_tensor() && pred(id)) out.push_back(id);
+    }
+    return out;
+  }
+  std::vector<int> all_tensors() const {
+    return tensors([](int) { return true; });
+  }
+
+  // A handle, recent ones more likely.
+  int pick_recent(const std::vector<int>& hs) {
+    std::vector<double> w;
+    int now = static_cast<int>(r_.steps.size());
+    for (int h : hs)
+      w.push_back(meta_[h].made_at >= now - 3 ? 3.0 : 1.0);
+    return hs[rng_.weighted(w)];
+  }
+
+  // A handle for an operand: any tensor.
+  std::optional<int> pick_any() {
+    std::vector<int> hs = all_tensors();
+    if (hs.empty()) return std::nullopt;
+    return pick_recent(hs);
+  }
+
+  // A target for a write: inputs and views of inputs often, and rarely one with internal overlap
+  // (eager raises).
+  std::optional<int> pick_target() {
+    bool allow_overlap = rng_.chance(0.04);
+    auto ok = [&](int h) { return allow_overlap || !meta_[h].overlapping; };
+    size_t kind = rng_.weighted({45, 25, 30});
+    std::vector<int> hs;
+    if (kind == 0) hs = tensors([&](int h) { return meta_[h].is_input && ok(h); });
+    if (kind == 1) hs = tensors([&](int h) { return meta_[h].on_input && !meta_[h].is_input && ok(h); });
+    if (hs.empty()) hs = tensors(ok);
+    if (hs.empty()) return std::nullopt;
+    return pick_recent(hs);
+  }
+
+  std::optional<int> number_input() const {
+    for (const InputRecipe& in : r_.inputs)
+      if (in.is_number) return in.handle;
+    return std::nullopt;
+  }
+
+  StepArg random_number() {
+    if (auto s = number_input(); s && rng_.chance(0.3)) return HandleRef{*s};
+    switch (rng_.weighted({4, 5, 1})) {
+      case 0:
+        return C(rng_.uniform(-3, 3));
+      case 1:
+        return Constant(rng_.pick(std::vector<double>{0.5, -1.5, 2.0, 0.25, -0.75, 3.0, 0.125, -2.5}));
+      default:
+        return Constant(rng_.chance(0.5));
+    }
+  }
+
+  // Handles whose shape broadcasts with `shape` (to exactly `shape` when `exact`).
+  std::vector<int> broadcast_partners(const Shape& shape, bool exact) {
+    return tensors([&](int h) {
+      try {
+        Shape b = broadcast_shapes(shape, shape_of(h));
+        return !exact || b == shape;
+      } catch (const UserError&) {
+        return false;
+      }
+    });
+  }
+
+  StepArg tensor_or_number(const Shape& shape, bool exact, double p_number) {
+    if (rng_.chance(p_number)) return random_number();
+    std::vector<int> hs = broadcast_partners(shape, exact);
+    if (hs.empty()) return random_number();
+    return HandleRef{pick_recent(hs)};
+  }
+
+  int64_t random_dim(int64_t rank, bool negative_ok = true) {
+    if (rank == 0) return rng_.chance(0.5) ? 0 : -1;
+    int64_t d = rng_.uniform(0, rank - 1);
+    if (negative_ok && rng_.chance(0.25)) d -= rank;
+    return d;
+  }
+
+  // A random __getitem__ key for a shape.
+  IndexKey random_key(const Shape& shape) {
+    IndexKey key;
+    size_t dims = shape.size();
+    size_t used = rng_.index(dims + 1);
+    bool ellipsis = false;
+    if (rng_.chance(0.1) && used < dims) {
+      key.push_back(IndexItem::ellipsis());
+      ellipsis = true;
+    }
+    size_t start_dim = ellipsis ? dims - used : 0;
+    for (size_t k = 0; k < used; ++k) {
+      int64_t size = shape[start_dim + k];
+      if (rng_.chance(0.1)) key.push_back(IndexItem::new_axis());
+      if (size > 0 && rng_.chance(0.3)) {
+        int64_t i = rng_.uniform(0, size - 1);
+        if (rng_.chance(0.2)) i -= size;
+        key.push_back(IndexItem::integer(i));
+      } else {
+        std::optional<int64_t> a, b, s;
+        if (rng_.chance(0.6)) a = rng_.uniform(-size, size);
+        if (rng_.chance(0.6)) b = rng_.uniform(-size, size);
+        if (rng_.chance(0.5)) s = rng_.pick(std::vector<int64_t>{1, 2, 3});
+        key.push_back(IndexItem::slice(a, b, s));
+      }
+    }
+    if (key.empty() && rng_.chance(0.3)) key.push_back(IndexItem::new_axis());
+    return key;
+  }
+
+  // A random factorization of n into up to 3 dims (maybe with a -1).
+  IntList random_reshape(int64_t n) {
+    IntList dims;
+    int64_t rest = n;
+    int64_t rank = rng_.uniform(1, 3);
+    for (int64_t k = 0; k + 1 < rank; ++k) {
+      std::vector<int64_t> divisors;
+      for (int64_t d = 1; d <= std::max<int64_t>(rest, 1); ++d)
+        if (rest == 0 || rest % d == 0) divisors.push_back(d);
+      int64_t d = rng_.pick(divisors);
+      dims.push_back(d);
+      rest = d == 0 ? 0 : rest / std::max<int64_t>(d, 1);
+    }
+    dims.push_back(rest);
+    if (n > 0 && rng_.chance(0.3)) dims[rng_.index(dims.size())] = -1;
+    return dims;
+  }
+
+  // ---- steps ----
+
+  // Builds `s`; on success records it and gives its results `meta`.
+  bool emit(Step s, Meta meta, int max_results = 1) {
+    s.line = static_cast<int>(r_.steps.size()) + 1;
+    const OpInfo& info = op_info(s.op);
+    if (!info.is_mutation()) {
+      for (int k = 0; k < max_results; ++k)
+        s.results.push_back(next_id_ + k);
+    }
+    size_t n = 0;
+    if (rep_.apply(s, &n) != Applied::kApplied) return false;
+    if (!info.is_mutation()) {
+      s.results.resize(std::min(n, s.results.size()));
+      next_id_ += static_cast<int>(s.results.size());
+      meta.made_at = static_cast<int>(r_.steps.size()) + 1;
+      for (int id : s.results)
+        meta_[id] = meta;
+    }
+    r_.steps.push_back(std::move(s));
+    return true;
+  }
+
+  Step step(OpId op, std::vector<StepArg> args,
+            std::vector<std::pair<std::string, StepArg>> kwargs = {}) {
+    Step s;
+    s.op = op;
+    s.args = std::move(args);
+    s.kwargs = std::move(kwargs);
+    return s;
+  }
+
+  Meta fresh() const { return Meta{}; }
+  Meta view_meta(int h) const {
+    Meta m;
+    const Meta& src = meta_.at(h);
+    m.on_input = src.on_input;
+    m.overlapping = src.overlapping;
+    return m;
+  }
+
+  bool move_unary(bool inplace) {
+    auto h = inplace ? pick_target() : pick_any();
+    if (!h) return false;
+    OpId op = rng_.pick(unary_ops());
+    if (inplace) {
+      if (!op_info(op).has_inplace_form) return false;
+      op = inplace_form(op);
+    }
+    std::vector<std::pair<std::string, StepArg>> kwargs;
+    if (op == OpId::kGelu || op == OpId::kGelu_)
+      kwargs.emplace_back("approximate", Constant(std::string(rng_.chance(0.5) ? "tanh" : "none")));
+    return emit(step(op, {HandleRef{*h}}, kwargs), fresh());
+  }
+
+  bool move_binary(bool inplace) {
+    auto h = inplace ? pick_target() : pick_any();
+    if (!h) return false;
+    OpId op = rng_.pick(binary_ops());
+    StepArg other = tensor_or_number(shape_of(*h), inplace, takes_number(op) ? 0.35 : 0.0);
+    if (std::holds_alternative<Constant>(other) && !takes_number(op)) return false;
+    std::vector<std::pair<std::string, StepArg>> kwargs;
+    if ((op == OpId::kAdd || op == OpId::kSub) && rng_.chance(0.2))
+      kwargs.emplace_back("alpha", rng_.chance(0.5) ? StepArg(C(2)) : StepArg(Constant(-0.5)));
+    if (op == OpId::kDiv && rng_.chance(0.2))
+      kwargs.emplace_back("rounding_mode",
+                          Constant(std::string(rng_.chance(0.5) ? "floor" : "trunc")));
+    if (inplace) op = inplace_form(op);
+    return emit(step(op, {HandleRef{*h}, other}, kwargs), fresh());
+  }
+
+  bool move_ternary(bool inplace) {
+    auto h = inplace ? pick_target() : pick_any();
+    if (!h) return false;
+    const Shape& shape = shape_of(*h);
+    size_t which = rng_.weighted({inplace ? 0.0 : 3.0, 3, 2, 2, 1});
+    OpId op;
+    std::vector<StepArg> args;
+    std::vector<std::pair<std::string, StepArg>> kwargs;
+    switch (which) {
+      case 0: {  // where(cond, self, other)
+        std::vector<int> conds = tensors([&](int c) {
+          if (dtype_of(c) != DType::kBool) return false;
+          try {
+            broadcast_shapes(shape, shape_of(c));
+            return true;
+          } catch (const UserError&) {
+            return false;
+          }
+        });
+        if (conds.empty()) return false;
+        op = OpId::kWhere;
+        args = {HandleRef{rng_.pick(conds)}, HandleRef{*h}, tensor_or_number(shape, false, 0.5)};
+        break;
+      }
+      case 1: {  // clamp(self, min, max)
+        op = OpId::kClamp;
+        auto bound = [&](double lo, double hi) -> StepArg {
+          if (rng_.chance(0.2)) return tensor_or_number(shape, inplace, 0.0);
+          return Constant(static_cast<double>(rng_.uniform(static_cast<int64_t>(lo * 4),
+                                                           static_cast<int64_t>(hi * 4))) /
+                          4.0);
+        };
+        size_t form = rng_.index(3);
+        args = {HandleRef{*h}, form == 1 ? StepArg(none()) : bound(-1, 0),
+                form == 2 ? StepArg(none()) : bound(0, 1)};
+        break;
+      }
+      case 2:  // lerp(self, end, weight)
+        op = OpId::kLerp;
+        args = {HandleRef{*h}, tensor_or_number(shape, inplace, 0.0),
+                rng_.chance(0.7) ? StepArg(Constant(0.25)) : tensor_or_number(shape, inplace, 0.0)};
+        if (std::holds_alternative<Constant>(args[1])) return false;
+        break;
+      case 3:  // addcmul(self, t1, t2, value=)
+      default:
+        op = which == 3 ? OpId::kAddcmul : OpId::kAddcdiv;
+        args = {HandleRef{*h}, tensor_or_number(shape, inplace, 0.0),
+                tensor_or_number(shape, inplace, 0.0)};
+        if (std::holds_alternative<Constant>(args[1]) || std::holds_alternative<Constant>(args[2]))
+          return false;
+        if (rng_.chance(0.5)) kwargs.emplace_back("value", Constant(0.5));
+        break;
+    }
+    if (inplace) op = inplace_form(op);
+    return emit(step(op, args, kwargs), fresh());
+  }
+
+  StepArg random_dims(int64_t rank, bool allow_none) {
+    if (allow_none && rng_.chance(0.3)) return none();
+    IntList dims;
+    for (int64_t d = 0; d < rank; ++d)
+      if (rng_.chance(0.5)) dims.push_back(rng_.chance(0.2) ? d - rank : d);
+    if (dims.empty() && rank > 0 && rng_.chance(0.7)) dims.push_back(rng_.uniform(0, rank - 1));
+    return Constant(dims);
+  }
+
+  bool move_reduction() {
+    auto h = pick_any();
+    if (!h) return false;
+    int64_t rank = rank_of(*h);
+    bool keepdim = rng_.chance(0.4);
+    switch (rng_.weighted({3, 2, 2, 1, 1, 1, 1})) {
+      case 0: {
+        std::vector<std::pair<std::string, StepArg>> kw;
+        if (rng_.chance(0.1)) kw.emplace_back("dtype", Constant(DType::kFloat64));
+        return emit(step(OpId::kSum, {HandleRef{*h}, random_dims(rank, true), keepdim}, kw),
+                    fresh());
+      }
+      case 1:
+        return emit(step(OpId::kMean, {HandleRef{*h}, random_dims(rank, true), keepdim}), fresh());
+      case 2:
+        return emit(step(OpId::kAmax, {HandleRef{*h}, random_dims(rank, false), keepdim}), fresh());
+      case 3:
+        return emit(step(OpId::kAmin, {HandleRef{*h}, random_dims(rank, false), keepdim}), fresh());
+      case 4:
+        return emit(step(OpId::kProd, {HandleRef{*h},
+                                       rng_.chance(0.3) ? StepArg(none()) : StepArg(C(random_dim(rank))),
+                                       keepdim}),
+                    fresh());
+      default:
+        return emit(step(rng_.chance(0.5) ? OpId::kVar : OpId::kStd,
+                         {HandleRef{*h}, random_dims(rank, true)},
+                         {{"correction", C(rng_.uniform(0, 1))}, {"keepdim", Constant(keepdim)}}),
+                    fresh());
+    }
+  }
+
+  bool move_view() {
+    std::optional<int> h;
+    if (rng_.chance(0.5)) {
+      std::vector<int> hs = tensors([&](int x) { return meta_[x].on_input; });
+      if (!hs.empty()) h = pick_recent(hs);
+    }
+    if (!h) h = pick_any();
+    if (!h) return false;
+    const Shape shape = shape_of(*h);
+    int64_t rank = static_cast<int64_t>(shape.size());
+    Meta m = view_meta(*h);
+    HandleRef self{*h};
+    switch (rng_.weighted({4, 3, 1, 2, 1, 1, 1, 2, 2, 1, 1, 2, 1, 2, 3, 1, 0.5})) {
+      case 0: {  // slice
+        int64_t d = random_dim(rank);
+        int64_t size = rank == 0 ? 1 : shape[static_cast<size_t>(d < 0 ? d + rank : d)];
+        StepArg start = rng_.chance(0.3) ? StepArg(none()) : StepArg(C(rng_.uniform(-size, size)));
+        StepArg end = rng_.chance(0.3) ? StepArg(none()) : StepArg(C(rng_.uniform(-size, size + 1)));
+        return emit(step(OpId::kSlice, {self, C(d), start, end, C(rng_.pick(std::vector<int64_t>{1, 1, 2, 3}))}), m);
+      }
+      case 1: {  // select
+        if (rank == 0) return false;
+        int64_t d = random_dim(rank);
+        int64_t size = shape[static_cast<size_t>(d < 0 ? d + rank : d)];
+        if (size == 0) return false;
+        return emit(step(OpId::kSelect, {self, C(d), C(rng_.uniform(-size, size - 1))}), m);
+      }
+      case 2: {  // narrow
+        if (rank == 0) return false;
+        int64_t d = random_dim(rank);
+        int64_t size = shape[static_cast<size_t>(d < 0 ? d + rank : d)];
+        int64_t start = rng_.uniform(0, size);
+        return emit(step(OpId::kNarrow, {self, C(d), C(start), C(rng_.uniform(0, size - start))}), m);
+      }
+      case 3:  // transpose
+        return emit(step(OpId::kTranspose, {self, C(random_dim(rank)), C(random_dim(rank))}), m);
+      case 4: {  // permute
+        IntList perm(static_cast<size_t>(rank));
+        for (int64_t i = 0; i < rank; ++i)
+          perm[static_cast<size_t>(i)] = i;
+        for (size_t i = perm.size(); i > 1; --i)
+          std::swap(perm[i - 1], perm[rng_.index(i)]);
+        return emit(step(OpId::kPermute, {self, Constant(perm)}), m);
+      }
+      case 5:
+        return emit(step(OpId::kT, {self}), m);
+      case 6:  // diagonal
+        return emit(step(OpId::kDiagonal,
+                         {self, C(rng_.uniform(-1, 1)), C(random_dim(rank)), C(random_dim(rank))}),
+                    m);
+      case 7:
+        return emit(step(OpId::kReshape, {self, Constant(random_reshape(shape_numel(shape)))}), m);
+      case 8:
+        return emit(step(OpId::kView, {self, Constant(random_reshape(shape_numel(shape)))}), m);
+      case 9: {  // flatten of at least two dims (flatten of one dim returns the same object)
+        if (rank < 2) return false;
+        int64_t s = rng_.uniform(0, rank - 2);
+        int64_t e = rng_.uniform(s + 1, rank - 1);
+        return emit(step(OpId::kFlatten, {self, C(s), C(rng_.chance(0.3) ? e - rank : e)}), m);
+      }
+      case 10: {  // unflatten
+        if (rank == 0) return false;
+        int64_t d = random_dim(rank);
+        int64_t size = shape[static_cast<size_t>(d < 0 ? d + rank : d)];
+        return emit(step(OpId::kUnflatten, {self, C(d), Constant(random_reshape(size))}), m);
+      }
+      case 11:
+        return emit(step(OpId::kUnsqueeze, {self, C(rng_.uniform(-rank - 1, rank))}), m);
+      case 12: {  // squeeze
+        StepArg dims = rng_.chance(0.4) ? StepArg(none()) : StepArg(Constant(IntList{random_dim(rank)}));
+        return emit(step(OpId::kSqueeze, {self, dims}), m);
+      }
+      case 13: {  // expand: size-1 dims grow, maybe a new leading dim (reads only, mostly)
+        IntList sizes;
+        bool grew = false;
+        if (rng_.chance(0.3)) {
+          sizes.push_back(rng_.uniform(2, 3));
+          grew = true;
+        }
+        for (int64_t s : shape) {
+          if (s == 1 && rng_.chance(0.6)) {
+            sizes.push_back(rng_.uniform(2, 3));
+            grew = true;
+          } else {
+            sizes.push_back(rng_.chance(0.5) ? -1 : s);
+          }
+        }
+        m.overlapping = m.overlapping || grew;
+        return emit(step(OpId::kExpand, {self, Constant(sizes)}), m);
+      }
+      case 14:
+        return emit(step(OpId::kGetitem, {self, Constant(random_key(shape))}), m);
+      case 15:
+        return emit(step(OpId::kAlias, {self}), m);
+      default:
+        return emit(step(OpId::kDetach, {self}), m);
+    }
+  }
+
+  bool move_split() {
+    auto h = pick_any();
+    if (!h) return false;
+    int64_t rank = rank_of(*h);
+    if (rank == 0) return false;
+    Meta m = view_meta(*h);
+    int64_t d = random_dim(rank);
+    int64_t size = shape_of(*h)[static_cast<size_t>(d < 0 ? d + rank : d)];
+    switch (rng_.index(3)) {
+      case 0:
+        return emit(step(OpId::kSplit, {HandleRef{*h}, C(rng_.uniform(1, std::max<int64_t>(size, 1))), C(d)}), m, 8);
+      case 1:
+        return emit(step(OpId::kChunk, {HandleRef{*h}, C(rng_.uniform(1, 3)), C(d)}), m, 8);
+      default:
+        if (size > 6) return false;
+        return emit(step(OpId::kUnbind, {HandleRef{*h}, C(d)}), m, 8);
+    }
+  }
+
+  bool move_fill() {
+    auto h = pick_target();
+    if (!h) return false;
+    if (rng_.chance(0.25)) return emit(step(OpId::kZero_, {HandleRef{*h}}), fresh());
+    StepArg value = random_number();
+    if (rng_.chance(0.2)) {
+      std::vector<int> scalars = tensors([&](int x) { return rank_of(x) == 0; });
+      if (!scalars.empty()) value = HandleRef{rng_.pick(scalars)};
+    }
+    return emit(step(OpId::kFill_, {HandleRef{*h}, value}), fresh());
+  }
+
+  bool move_copy() {
+    auto h = pick_target();
+    if (!h) return false;
+    std::vector<int> srcs = broadcast_partners(shape_of(*h), true);
+    if (srcs.empty()) return false;
+    return emit(step(OpId::kCopy_, {HandleRef{*h}, HandleRef{pick_recent(srcs)}}), fresh());
+  }
+
+  bool move_clone() {
+    auto h = pick_any();
+    if (!h) return false;
+    if (!emit(step(OpId::kEmptyLike, {HandleRef{*h}}), fresh())) return false;
+    int copy = r_.steps.back().results.at(0);
+    return emit(step(OpId::kCopy_, {HandleRef{copy}, HandleRef{*h}}), fresh());
+  }
+
+  bool move_setitem() {
+    auto h = pick_target();
+    if (!h) return false;
+    IndexKey key = random_key(shape_of(*h));
+    Shape view;
+    try {
+      lower_index_key(shape_of(*h), key, &view);
+    } catch (const UserError&) {
+      return false;
+    }
+    StepArg value = rng_.chance(0.4) ? random_number() : tensor_or_number(view, true, 0.0);
+    return emit(step(OpId::kSetitem_, {HandleRef{*h}, Constant(key), value}), fresh());
+  }
+
+  bool move_metadata() {
+    std::vector<int> hs = tensors([&](int x) { return !meta_[x].fixed; });
+    if (hs.empty()) return false;
+    // Inputs half of the time: the caller must see the new sizes and strides.
+    std::vector<int> inputs = tensors([&](int x) { return !meta_[x].fixed && meta_[x].is_input; });
+    int h = (!inputs.empty() && rng_.chance(0.5)) ? rng_.pick(inputs) : pick_recent(hs);
+    int64_t rank = rank_of(h);
+    switch (rng_.weighted({3, 2, 2, 2})) {
+      case 0:
+        return emit(step(OpId::kTranspose_, {HandleRef{h}, C(random_dim(rank)), C(random_dim(rank))}), fresh());
+      case 1:
+        return emit(step(OpId::kT_, {HandleRef{h}}), fresh());
+      case 2:
+        return emit(step(OpId::kUnsqueeze_, {HandleRef{h}, C(rng_.uniform(-rank - 1, rank))}), fresh());
+      default: {
+        StepArg dims = rng_.chance(0.4) ? StepArg(none()) : StepArg(Constant(IntList{random_dim(rank)}));
+        return emit(step(OpId::kSqueeze_, {HandleRef{h}, dims}), fresh());
+      }
+    }
+  }
+
+  bool move_cat() {
+    auto h = pick_any();
+    if (!h) return false;
+    const Shape shape = shape_of(*h);
+    int64_t rank = static_cast<int64_t>(shape.size());
+    bool stack = rng_.chance(0.25);
+    int64_t d = stack ? rng_.uniform(-rank - 1, rank) : random_dim(rank);
+    size_t wd = static_cast<size_t>(d < 0 ? d + rank : d);
+    std::vector<int> partners = tensors([&](int x) {
+      const Shape& s = shape_of(x);
+      if (s.size() != shape.size()) return false;
+      for (size_t i = 0; i < s.size(); ++i)
+        if (s[i] != shape[i] && (stack || i != wd)) return false;
+      return true;
+    });
+    std::vector<HandleRef> list = {HandleRef{*h}};
+    int64_t more = rng_.uniform(1, 2);
+    for (int64_t k = 0; k < more; ++k)
+      list.push_back(HandleRef{partners.empty() ? *h : rng_.pick(partners)});
+    return emit(step(stack ? OpId::kStack : OpId::kCat, {list, C(d)}), fresh());
+  }
+
+  bool move_softmax() {
+    auto h = pick_any();
+    if (!h) return false;
+    std::vector<StepArg> args = {HandleRef{*h}, C(random_dim(rank_of(*h)))};
+    if (rng_.chance(0.15)) args.push_back(Constant(DType::kFloat64));
+    return emit(step(rng_.chance(0.7) ? OpId::kSoftmax : OpId::kLogSoftmax, args), fresh());
+  }
+
+  bool move_creation() {
+    auto h = pick_any();
+    if (!h) return false;
+    const Shape& shape = shape_of(*h);
+    switch (rng_.index(6)) {
+      case 0:
+        return emit(step(OpId::kZerosLike, {HandleRef{*h}}), fresh());
+      case 1:
+        return emit(step(OpId::kOnesLike, {HandleRef{*h}},
+                         {{"dtype", rng_.chance(0.3) ? StepArg(Constant(DType::kFloat32)) : StepArg(none())}}),
+                    fresh());
+      case 2:
+        return emit(step(OpId::kFullLike, {HandleRef{*h}, random_number()}), fresh());
+      case 3: {  // full(shape) of a trailing part of a handle's shape: a broadcast partner
+        Shape tail(shape.begin() + static_cast<ptrdiff_t>(rng_.index(shape.size() + 1)), shape.end());
+        return emit(step(OpId::kFull, {Constant(IntList(tail.begin(), tail.end())), random_number()}), fresh());
+      }
+      case 4: {  // arange(n) along the last dim
+        int64_t n = shape.empty() ? 1 : shape.back();
+        std::vector<std::pair<std::string, StepArg>> kw;
+        if (rng_.chance(0.5)) kw.emplace_back("dtype", Constant(DType::kFloat32));
+        return emit(step(OpId::kArange, {C(0), C(n), C(1)}, kw), fresh());
+      }
+      default:
+        return emit(step(rng_.chance(0.5) ? OpId::kZeros : OpId::kOnes, {Constant(IntList(shape.begin(), shape.end()))}), fresh());
+    }
+  }
+
+  bool move_cast() {
+    auto h = pick_any();
+    if (!h) return false;
+    DType d = random_dtype();
+    if (d == dtype_of(*h)) return false;  // to() of the same dtype returns the same object
+    return emit(step(OpId::kTo, {HandleRef{*h}, Constant(d)}), fresh());
+  }
+
+  bool move_matmul() {
+    std::vector<int> as = tensors([&](int x) {
+      return is_floating(dtype_of(x)) && rank_of(x) >= 1 && rank_of(x) <= 2;
+    });
+    if (as.empty()) return false;
+    int a = pick_recent(as);
+    int64_t k = shape_of(a).back();
+    std::vector<int> bs = tensors([&](int x) {
+      const Shape& s = shape_of(x);
+      if (!is_floating(dtype_of(x)) || s.empty() || s.size() > 2) return false;
+      return (s.size() == 1 ? s[0] : s[0]) == k;
+    });
+    if (bs.empty()) return false;
+    return emit(step(OpId::kMatmul, {HandleRef{a}, HandleRef{rng_.pick(bs)}}), fresh());
+  }
+
+  bool move_norm() {
+    auto h = pick_any();
+    if (!h || rank_of(*h) == 0) return false;
+    IntList ns = {shape_of(*h).back()};
+    if (rng_.chance(0.5))
+      return emit(step(OpId::kLayerNorm, {HandleRef{*h}, Constant(ns)}), fresh());
+    return emit(step(OpId::kRmsNorm, {HandleRef{*h}, Constant(ns)}), fresh());
+  }
+
+  bool move_as_strided() {
+    auto h = pick_any();
+    if (!h) return false;
+    int64_t n = std::max<int64_t>(type_of(*h).numel(), 1);
+    IntList sizes, strides;
+    int64_t rank = rng_.uniform(1, 2);
+    for (int64_t d = 0; d < rank; ++d) {
+      sizes.push_back(rng_.uniform(1, 3));
+      strides.push_back(rng_.uniform(0, 2));
+    }
+    StepArg offset = rng_.chance(0.5) ? StepArg(none()) : StepArg(C(rng_.uniform(0, n - 1)));
+    Meta m = view_meta(*h);
+    m.overlapping = true;  // as_strided views may overlap themselves
+    return emit(step(OpId::kAsStrided, {HandleRef{*h}, Constant(sizes), Constant(strides), offset}), m);
+  }
+
+  bool try_move(Move move) {
+    switch (move) {
+      case Move::kUnary:
+        return move_unary(false);
+      case Move::kUnaryInplace:
+        return move_unary(true);
+      case Move::kBinary:
+        return move_binary(false);
+      case Move::kBinaryInplace:
+        return move_binary(true);
+      case Move::kTernary:
+        return move_ternary(false);
+      case Move::kTernaryInplace:
+        return move_ternary(true);
+      case Move::kReduction:
+        return move_reduction();
+      case Move::kView:
+        return move_view();
+      case Move::kSplit:
+        return move_split();
+      case Move::kFill:
+        return move_fill();
+      case Move::kCopy:
+        return move_copy();
+      case Move::kClone:
+        return move_clone();
+      case Move::kSetitem:
+        return move_setitem();
+      case Move::kMetadata:
+        return move_metadata();
+      case Move::kCat:
+        return move_cat();
+      case Move::kSoftmax:
+        return move_softmax();
+      case Move::kCreation:
+        return move_creation();
+      case Move::kCast:
+        return move_cast();
+      case Move::kMatmul:
+        return move_matmul();
+      case Move::kNorm:
+        return move_norm();
+      case Move::kAsStrided:
+        return move_as_strided();
+      case Move::kCount:
+        break;
+    }
+    return false;
+  }
+
+  void make_steps() {
+    size_t target = static_cast<size_t>(rng_.uniform(3, 30));
+    std::vector<double> weights(std::begin(kMoveWeights), std::end(kMoveWeights));
+    for (int attempts = 0; r_.steps.size() < target && attempts < 40 * static_cast<int>(target); ++attempts)
+      try_move(static_cast<Move>(rng_.weighted(weights)));
+  }
+
+  void choose_returns() {
+    size_t count = rng_.weighted({1, 4, 3, 2});
+    for (size_t k = 0; k < count; ++k) {
+      std::vector<int> hs;
+      size_t kind = rng_.weighted({25, 20, 55});
+      if (kind == 0) hs = tensors([&](int x) { return meta_[x].is_input; });
+      if (kind == 1) hs = tensors([&](int x) { return meta_[x].on_input && !meta_[x].is_input; });
+      if (hs.empty()) hs = all_tensors();
+      if (hs.empty()) return;
+      int h = pick_recent(hs);
+      bool seen = std::find(r_.returns.begin(), r_.returns.end(), h) != r_.returns.end();
+      if (!seen || rng_.chance(0.1)) r_.returns.push_back(h);
+    }
+  }
+
+  Rng rng_;
+  Recipe r_;
+  Replayer rep_;
+  std::map<int, Meta> meta_;
+  std::vector<BufferInfo> buffer_info_;
+  int next_id_ = 0;
+};
+
+// The alias scenario of a recipe's inputs, as tags.
+std::string scenario_of(const Recipe& r) {
+  std::set<std::string> tags;
+  bool shared = false;
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    const InputRecipe& a = r.inputs[i];
+    if (a.is_number) {
+      tags.insert("number");
+      continue;
+    }
+    if (!is_contiguous_geometry(a.geometry)) tags.insert("strided");
+    for (size_t j = 0; j < i; ++j) {
+      const InputRecipe& b = r.inputs[j];
+      if (b.is_number || b.buffer != a.buffer) continue;
+      shared = true;
+      if (a.same_object_as == b.handle) {
+        tags.insert("same-object");
+        continue;
+      }
+      if (a.geometry == b.geometry) {
+        tags.insert("equal-views");
+        continue;
+      }
+      std::set<int64_t> ea = elements_of(a.geometry), eb = elements_of(b.geometry);
+      bool a_in_b = std::includes(eb.begin(), eb.end(), ea.begin(), ea.end());
+      bool b_in_a = std::includes(ea.begin(), ea.end(), eb.begin(), eb.end());
+      if (a_in_b && b_in_a) {
+        tags.insert("transposed-alias");
+      } else if (a_in_b || b_in_a) {
+        tags.insert("view+base");
+      } else if (may_overlap(a.geometry, b.geometry)) {
+        tags.insert("overlapping");
+      } else {
+        tags.insert("disjoint");
+      }
+    }
+  }
+  if (!shared) tags.insert("distinct");
+  std::string out;
+  for (const std::string& t : tags)
+    out += (out.empty() ? "" : ", ") + t;
+  return out;
+}
+
+}  // namespace
+
+uint64_t program_seed(uint64_t seed, uint64_t index) {
+  return splitmix64(seed ^ splitmix64(index + 0x1234567));
+}
+
+RandomProgram materialize(const Recipe& recipe, uint64_t seed) {
+  std::set<size_t> excluded;
+  while (true) {
+    Replayer rep;
+    for (size_t k = 0; k < recipe.inputs.size(); ++k)
+      rep.add_input(recipe.inputs[k].handle, letter_name(k), input_type(recipe.inputs[k], recipe));
+    std::vector<size_t> applied;
+    bool restart = false;
+    for (size_t k = 0; k < recipe.steps.size(); ++k) {
+      if (excluded.contains(k)) continue;
+      Applied a = rep.apply(recipe.steps[k]);
+      if (a == Applied::kApplied) applied.push_back(k);
+      if (a == Applied::kRejected) {
+        // Rebuild without it: a rejected decomposition may have left unused values behind.
+        excluded.insert(k);
+        restart = true;
+        break;
+      }
+    }
+    if (restart) continue;
+
+    RandomProgram p;
+    p.seed = seed;
+    p.recipe.buffers = recipe.buffers;
+    p.recipe.inputs = recipe.inputs;
+    for (size_t k : applied)
+      p.recipe.steps.push_back(recipe.steps[k]);
+    std::vector<Value*> outs;
+    for (int h : recipe.returns) {
+      if (Value* v = rep.value(h); v && v->is_tensor()) {
+        outs.push_back(v);
+        p.recipe.returns.push_back(h);
+      }
+    }
+    rep.set_outputs(outs);
+    p.trace = rep.take();
+    p.recipe.scenario = scenario_of(p.recipe);
+
+    std::vector<TensorHandle> buffers;
+    for (const BufferRecipe& b : recipe.buffers)
+      buffers.push_back(make_tensor(b.dtype, {static_cast<int64_t>(b.values.size())}, b.values));
+    std::map<int, TensorHandle> by_handle;
+    for (const InputRecipe& in : recipe.inputs) {
+      if (in.is_number) {
+        p.inputs.emplace_back(RtScalar(in.number));
+        continue;
+      }
+      TensorHandle t;
+      if (auto it = by_handle.find(in.same_object_as); in.same_object_as >= 0 && it != by_handle.end())
+        t = it->second;
+      else
+        t = make_view(buffers.at(static_cast<size_t>(in.buffer)), in.geometry.sizes,
+                      in.geometry.strides, in.geometry.offset);
+      by_handle[in.handle] = t;
+      p.inputs.emplace_back(t);
+    }
+    p.pattern = pattern_of_inputs(p.inputs);
+    return p;
+  }
+}
+
+RandomProgram generate_program(uint64_t seed) {
+  Rng keep(seed ^ 0x5eed);
+  for (uint64_t attempt = 0;; ++attempt) {
+    Generator g(splitmix64(seed + attempt * 0x9e3779b97f4a7c15ULL));
+    RandomProgram p = materialize(g.generate(), seed);
+    if (attempt >= 3) return p;
+    bool raises = false;
+    try {
+      interpret(p.trace, deep_copy(p.inputs));
+    } catch (const UserError&) {
+      raises = true;
+    } catch (const std::exception&) {
+      return p;  // an oracle failure: report it
+    }
+    if (!raises || keep.chance(0.35)) return p;
+  }
+}
+
+// ---- the differential check -------------------------------------------------------------------
+
+std::vector<RtValue> deep_copy(const std::vector<RtValue>& inputs) {
+  std::map<const Storage*, std::shared_ptr<Storage>> storages;
+  std::map<const RtTensor*, TensorHandle> tensors;
+  std::vector<RtValue> out;
+  for (const RtValue& v : inputs) {
+    const auto* t = std::get_if<TensorHandle>(&v);
+    if (!t || !*t) {
+      out.push_back(v);
+      continue;
+    }
+    TensorHandle& copy = tensors[t->get()];
+    if (!copy) {
+      std::shared_ptr<Storage>& s = storages[(*t)->storage.get()];
+      if (!s) s = std::make_shared<Storage>(*(*t)->storage);
+      copy = std::make_shared<RtTensor>(**t);
+      copy->storage = s;
+    }
+    out.emplace_back(copy);
+  }
+  return out;
+}
+
+AliasPattern pattern_of_inputs(const std::vector<RtValue>& inputs) {
+  std::vector<TensorDescription> args;
+  for (const RtValue& v : inputs) {
+    TensorDescription d;
+    if (const auto* t = std::get_if<TensorHandle>(&v)) {
+      d.storage = reinterpret_cast<uintptr_t>((*t)->storage.get());
+      d.dtype = (*t)->dtype();
+      d.element_size = dtype_size(d.dtype);
+      d.geometry = Geometry{(*t)->sizes, (*t)->strides, (*t)->offset};
+    } else {
+      d.is_tensor = false;
+    }
+    args.push_back(std::move(d));
+  }
+  return compute_alias_pattern(args);
+}
+
+Runner kiln_runner() {
+  return [](const Trace& trace, const AliasPattern& pattern, const std::vector<RtValue>& inputs) {
+    return execute(compile(trace, pattern), inputs);
+  };
+}
+
+Runner interpreter_runner() {
+  return [](const Trace& trace, const AliasPattern&, const std::vector<RtValue>& inputs) {
+    return interpret(trace, inputs);
+  };
+}
+
+std::string failure_category(const std::string& failure) {
+  return failure.substr(0, failure.find(':'));
+}
+
+namespace {
+
+struct Run {
+  bool raised = false;
+  std::string error;
+  std::vector<RtValue> inputs;
+  std::vector<std::shared_ptr<Storage>> storages;  // each input's storage before the run
+  std::vector<RtValue> outputs;
+};
+
+Run prepare(const std::vector<RtValue>& inputs) {
+  Run r;
+  r.inputs = deep_copy(inputs);
+  for (const RtValue& v : r.inputs) {
+    const auto* t = std::get_if<TensorHandle>(&v);
+    r.storages.push_back(t ? (*t)->storage : nullptr);
+  }
+  return r;
+}
+
+const RtTensor* tensor_of(const RtValue& v) {
+  const auto* t = std::get_if<TensorHandle>(&v);
+  return t ? t->get() : nullptr;
+}
+
+std::string number_str(double v) {
+  std::ostringstream s;
+  s.precision(9);
+  s << v;
+  return s.str();
+}
+
+// Whether two elements of dtype `dtype` agree: exact for integers and bools, within the dtype's
+// tolerance for floats (NaN equals NaN, infinities must match).
+bool elements_agree(const Storage& a, int64_t ia, const Storage& b, int64_t ib, DType dtype,
+                    std::string* shown) {
+  if (!is_floating(dtype)) {
+    int64_t x = a.load_int(ia), y = b.load_int(ib);
+    if (x == y) return true;
+    *shown = std::to_string(x) + " vs " + std::to_string(y);
+    return false;
+  }
+  double x = a.load_double(ia), y = b.load_double(ib);
+  bool ok;
+  if (std::isnan(x) || std::isnan(y)) {
+    ok = std::isnan(x) && std::isnan(y);
+  } else if (std::isinf(x) || std::isinf(y)) {
+    ok = x == y;
+  } else {
+    double tol = dtype == DType::kFloat64    ? 1e-7
+                 : dtype == DType::kFloat32  ? 1e-5
+                 : dtype == DType::kFloat16  ? 2e-3
+                                             : 2e-2;  // bf16
+    ok = std::fabs(x - y) <= tol * (1.0 + std::max(std::fabs(x), std::fabs(y)));
+  }
+  if (!ok) *shown = number_str(x) + " vs " + number_str(y);
+  return ok;
+}
+
+std::string ints_str(const std::vector<int64_t>& v) {
+  return shape_str(v);
+}
+
+class Comparison {
+ public:
+  Comparison(const Trace& trace, const Run& a, const Run& b) : trace_(trace), a_(a), b_(b) {}
+
+  std::optional<std::string> result() const {
+    if (problems_.empty()) return std::nullopt;
+    std::string out = problems_[0].first + ": ";
+    for (size_t i = 0; i < problems_.size() && i < 6; ++i)
+      out += (i ? "; " : "") + problems_[i].second;
+    if (problems_.size() > 6) out += "; (" + std::to_string(problems_.size() - 6) + " more)";
+    return out;
+  }
+
+  void add(const std::string& category, const std::string& what) {
+    problems_.emplace_back(category, what);
+  }
+
+  std::string input_name(size_t j) const { return "input " + trace_.inputs()[j]->name(); }
+  std::string output_name(size_t i) const {
+    return "output " + std::to_string(i) + " (" + trace_.outputs()[i]->name() + ")";
+  }
+
+  void compare_inputs() {
+    std::set<const Storage*> seen;
+    for (size_t j = 0; j < a_.inputs.size(); ++j) {
+      const RtTensor* x = tensor_of(a_.inputs[j]);
+      const RtTensor* y = tensor_of(b_.inputs[j]);
+      if (!x) continue;
+      if (y->storage != b_.storages[j]) {
+        add("input-storage", input_name(j) + "'s storage was replaced; kiln must write into the "
+                                             "caller's memory");
+        continue;
+      }
+      if (x->sizes != y->sizes || x->strides != y->strides || x->offset != y->offset) {
+        add("input-layout", input_name(j) + " is sizes=" + ints_str(x->sizes) + " strides=" +
+                                ints_str(x->strides) + " offset=" + std::to_string(x->offset) +
+                                " after the interpreter but sizes=" + ints_str(y->sizes) +
+                                " strides=" + ints_str(y->strides) +
+                                " offset=" + std::to_string(y->offset) + " after kiln");
+      }
+      if (!seen.insert(x->storage.get()).second) continue;
+      const Storage& s = *x->storage;
+      const Storage& t = *y->storage;
+      for (int64_t e = 0; e < s.numel(); ++e) {
+        std::string shown;
+        if (!elements_agree(s, e, t, e, s.dtype, &shown)) {
+          add("input-contents", "the memory of " + input_name(j) + " differs at storage element " +
+                                    std::to_string(e) + ": interpreter vs kiln " + shown);
+          break;
+        }
+      }
+    }
+  }
+
+  void compare_outputs(bool among_themselves) {
+    if (a_.outputs.size() != b_.outputs.size()) {
+      add("outputs", "the interpreter returned " + std::to_string(a_.outputs.size()) +
+                         " values, kiln " + std::to_string(b_.outputs.size()));
+      return;
+    }
+    for (size_t i = 0; i < a_.outputs.size(); ++i) {
+      const RtTensor* x = tensor_of(a_.outputs[i]);
+      const RtTensor* y = tensor_of(b_.outputs[i]);
+      if (!x || !y) {
+        if (x || y) add("outputs", output_name(i) + " is a tensor in one run and not the other");
+        continue;
+      }
+      if (x->dtype() != y->dtype() || x->sizes != y->sizes || x->strides != y->strides) {
+        add("output-layout", output_name(i) + " is " + std::string(dtype_name(x->dtype())) +
+                                 ints_str(x->sizes) + " strides=" + ints_str(x->strides) +
+                                 " in the interpreter but " + std::string(dtype_name(y->dtype())) +
+                                 ints_str(y->sizes) + " strides=" + ints_str(y->strides) +
+                                 " in kiln");
+      }
+      if (x->dtype() == y->dtype() && x->sizes == y->sizes) {
+        std::vector<int64_t> ix = x->element_indices(), iy = y->element_indices();
+        for (size_t e = 0; e < ix.size(); ++e) {
+          std::string shown;
+          if (!elements_agree(*x->storage, ix[e], *y->storage, iy[e], x->dtype(), &shown)) {
+            add("output-values", output_name(i) + " differs at element " + std::to_string(e) +
+                                     " (row-major): interpreter vs kiln " + shown);
+            break;
+          }
+        }
+      }
+      for (size_t j = 0; j < a_.inputs.size(); ++j) {
+        const RtTensor* in_a = tensor_of(a_.inputs[j]);
+        const RtTensor* in_b = tensor_of(b_.inputs[j]);
+        if (!in_a) continue;
+        bool same_a = x == in_a, same_b = y == in_b;
+        if (same_a != same_b) {
+          add("output-identity", output_name(i) + (same_a ? " is " : " is not ") + input_name(j) +
+                                     "'s object in the interpreter but" +
+                                     (same_b ? " is" : " is not") + " in kiln");
+        }
+        bool share_a = x->storage == a_.storages[j], share_b = y->storage == b_.storages[j];
+        if (share_a != share_b) {
+          add("output-identity", output_name(i) + (share_a ? " shares " : " does not share ") +
+                                     "memory with " + input_name(j) +
+                                     " in the interpreter but" + (share_b ? " does" : " does not") +
+                                     " in kiln");
+        } else if (share_a && x->offset != y->offset) {
+          add("output-layout", output_name(i) + ", a view of " + input_name(j) +
+                                   "'s memory, has offset " + std::to_string(x->offset) +
+                                   " in the interpreter but " + std::to_string(y->offset) +
+                                   " in kiln");
+        }
+      }
+      if (!among_themselves) continue;
+      for (size_t k = 0; k < i; ++k) {
+        const RtTensor* xk = tensor_of(a_.outputs[k]);
+        const RtTensor* yk = tensor_of(b_.outputs[k]);
+        if (!xk || !yk) continue;
+        if ((x == xk) != (y == yk)) {
+          add("output-identity", output_name(i) + " and " + output_name(k) +
+                                     ((x == xk) ? " are" : " are not") +
+                                     " one object in the interpreter but" +
+                                     ((y == yk) ? " are" : " are not") + " in kiln");
+        }
+        if ((x->storage == xk->storage) != (y->storage == yk->storage)) {
+          add("output-identity", output_name(i) + " and " + output_name(k) +
+                                     ((x->storage == xk->storage) ? " share" : " do not share") +
+                                     " memory in the interpreter but" +
+                                     ((y->storage == yk->storage) ? " do" : " do not") +
+                                     " in kiln");
+        }
+      }
+    }
+  }
+
+ private:
+  const Trace& trace_;
+  const Run& a_;
+  const Run& b_;
+  std::vector<std::pair<std::string, std::string>> problems_;
+};
+
+std::optional<std::string> check_impl(const Trace& trace, const std::vector<RtValue>& inputs,
+                                      const CheckOptions& options, bool* both_raised) {
+  if (both_raised) *both_raised = false;
+  Run a = prepare(inputs);
+  try {
+    a.outputs = interpret(trace, a.inputs);
+  } catch (const UserError& e) {
+    a.raised = true;
+    a.error = e.what();
+  } catch (const std::exception& e) {
+    return std::string("oracle-internal: the interpreter failed: ") + e.what();
+  }
+
+  Run b = prepare(inputs);
+  try {
+    AliasPattern pattern = pattern_of_inputs(b.inputs);
+    Runner runner = options.runner ? options.runner : kiln_runner();
+    b.outputs = runner(trace, pattern, b.inputs);
+  } catch (const UserError& e) {
+    b.raised = true;
+    b.error = e.what();
+  } catch (const InternalError& e) {
+    return std::string("kiln-internal: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("kiln-crash: ") + e.what();
+  }
+
+  if (a.raised != b.raised) {
+    return std::string("raise: the interpreter ") +
+           (a.raised ? "raised \"" + a.error + "\"" : "did not raise") + " but kiln " +
+           (b.raised ? "raised \"" + b.error + "\"" : "did not");
+  }
+  if (a.raised) {
+    if (both_raised) *both_raised = true;
+    return std::nullopt;  // side effects before an error are not compared
+  }
+  Comparison c(trace, a, b);
+  c.compare_outputs(options.outputs_among_themselves);
+  c.compare_inputs();
+  return c.result();
+}
+
+}  // namespace
+
+std::optional<std::string> check_trace(const Trace& trace, const std::vector<RtValue>& inputs,
+                                       const CheckOptions& options) {
+  return check_impl(trace, inputs, options, nullptr);
+}
+
+std::optional<std::string> check_program(const RandomProgram& program,
+                                         const CheckOptions& options) {
+  return check_impl(program.trace, program.inputs, options, nullptr);
+}
+
+// ---- shrinking --------------------------------------------------------------------------------
+
+Shrunk shrink(const RandomProgram& program, const std::string& failure,
+              const CheckOptions& options) {
+  Shrunk best{materialize(program.recipe, program.seed), failure, 0};
+  const std::string category = failure_category(failure);
+  auto attempt = [&](const Recipe& candidate) {
+    ++best.checks;
+    RandomProgram q = materialize(candidate, program.seed);
+    std::optional<std::string> f = check_program(q, options);
+    if (!f || failure_category(*f) != category) return false;
+    best.program = std::move(q);
+    best.failure = *f;
+    return true;
+  };
+  constexpr int kMaxChecks = 4000;
+  bool progress = true;
+  while (progress && best.checks < kMaxChecks) {
+    progress = false;
+    // Whole tails first, then single steps from the last to the first.
+    for (size_t cut = best.program.recipe.steps.size() / 2; cut >= 1 && best.checks < kMaxChecks;
+         cut /= 2) {
+      Recipe c = best.program.recipe;
+      c.steps.resize(c.steps.size() - cut);
+      if (attempt(c)) progress = true;
+    }
+    for (size_t k = best.program.recipe.steps.size(); k-- > 0 && best.checks < kMaxChecks;) {
+      if (k >= best.program.recipe.steps.size()) continue;
+      Recipe c = best.program.recipe;
+      c.steps.erase(c.steps.begin() + static_cast<ptrdiff_t>(k));
+      if (attempt(c)) progress = true;
+    }
+    for (size_t k = best.program.recipe.returns.size(); k-- > 0 && best.checks < kMaxChecks;) {
+      if (k >= best.program.recipe.returns.size()) continue;
+      Recipe c = best.program.recipe;
+      c.returns.erase(c.returns.begin() + static_cast<ptrdiff_t>(k));
+      if (attempt(c)) progress = true;
+    }
+    for (size_t k = best.program.recipe.inputs.size(); k-- > 0 && best.checks < kMaxChecks;) {
+      if (k >= best.program.recipe.inputs.size() || best.program.recipe.inputs.size() == 1) continue;
+      Recipe c = best.program.recipe;
+      int gone = c.inputs[k].handle;
+      c.inputs.erase(c.inputs.begin() + static_cast<ptrdiff_t>(k));
+      for (InputRecipe& in : c.inputs)
+        if (in.same_object_as == gone) in.same_object_as = -1;
+      if (attempt(c)) progress = true;
+    }
+  }
+  return best;
+}
+
+// ---- reports ----------------------------------------------------------------------------------
+
+std::string describe(const RandomProgram& program) {
+  std::ostringstream out;
+  const Recipe& r = program.recipe;
+  out << "program seed " << program.seed << "; inputs: " << r.scenario << "\n";
+  out << print_trace(program.trace);
+  out << "alias pattern: " << program.pattern.str(program.trace) << "\n";
+  out << "inputs:\n";
+  std::set<int> buffers;
+  for (size_t k = 0; k < r.inputs.size(); ++k) {
+    const InputRecipe& in = r.inputs[k];
+    out << "  " << letter_name(k) << " = ";
+    if (in.is_number) {
+      out << float_str(in.number) << "\n";
+      continue;
+    }
+    buffers.insert(in.buffer);
+    out << in.how << ": buf" << in.buffer << " sizes=" << shape_str(in.geometry.sizes)
+        << " strides=" << shape_str(in.geometry.strides) << " offset=" << in.geometry.offset;
+    if (k < program.inputs.size()) out << "\n      " << value_str(program.inputs[k]);
+    out << "\n";
+  }
+  for (int b : buffers) {
+    const BufferRecipe& buf = r.buffers.at(static_cast<size_t>(b));
+    out << "  buf" << b << ": " << dtype_name(buf.dtype) << "[" << buf.values.size() << "] = [";
+    for (size_t i = 0; i < buf.values.size(); ++i)
+      out << (i ? ", " : "") << float_str(round_to_dtype(buf.values[i], buf.dtype));
+    out << "]\n";
+  }
+  return out.str();
+}
+
+std::string FuzzSummary::str() const {
+  std::ostringstream out;
+  out << programs << " programs in " << number_str(seconds) << " s";
+  if (programs) out << " (" << number_str(1000 * seconds / programs) << " ms each)";
+  out << ": " << agreed << " agreed, " << both_raised << " raised in both, " << failed
+      << " failed; " << op_counts.size() << " op kinds\n  scenarios:";
+  for (const auto& [tag, n] : scenario_counts)
+    out << " " << tag << "=" << n;
+  out << "\n  ops:";
+  for (const auto& [op, n] : op_counts)
+    out << " " << op << "=" << n;
+  out << "\n";
+  return out.str();
+}
+
+FuzzSummary run_fuzz(uint64_t seed, int count, const CheckOptions& options, int max_reports) {
+  FuzzSummary s;
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < count; ++i) {
+    uint64_t ps = program_seed(seed, static_cast<uint64_t>(i));
+    RandomProgram p = generate_program(ps);
+    ++s.programs;
+    for (const auto& node : p.trace.nodes())
+      ++s.op_counts[node->op->name];
+    std::string tags = p.recipe.scenario;
+    for (size_t pos = 0; pos < tags.size();) {
+      size_t end = tags.find(", ", pos);
+      if (end == std::string::npos) end = tags.size();
+      ++s.scenario_counts[tags.substr(pos, end - pos)];
+      pos = end + 2;
+    }
+    bool both_raised = false;
+    std::optional<std::string> f = check_impl(p.trace, p.inputs, options, &both_raised);
+    if (!f) {
+      ++(both_raised ? s.both_raised : s.agreed);
+      continue;
+    }
+    ++s.failed;
+    if (static_cast<int>(s.reports.size()) >= max_reports) continue;
+    Shrunk small = shrink(p, *f, options);
+    s.reports.push_back("program " + std::to_string(i) + " (seed " + std::to_string(ps) +
+                        ") failed: " + *f + "\nshrunk (" + std::to_string(small.checks) +
+                        " checks) to: " + small.failure + "\n" + describe(small.program));
+  }
+  s.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+}  // namespace kiln::fuzz
