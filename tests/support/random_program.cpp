@@ -283,28 +283,29 @@ enum class Move {
   kCount
 };
 
-constexpr double kMoveWeights[] = {10, 11, 12, 12, 4, 3, 6, 16, 2, 3, 4, 2, 7, 5, 3, 2, 3, 2, 1, 1, 1};
+constexpr double kMoveWeights[] = {10, 11, 12, 12, 4, 3, 6, 16, 2, 3, 4,
+                                   2,  7,  5,  3,  2, 3, 2, 1,  1, 1};
 static_assert(std::size(kMoveWeights) == static_cast<size_t>(Move::kCount));
 
 const std::vector<OpId>& unary_ops() {
   static const std::vector<OpId> ops = {
-      OpId::kAbs,  OpId::kNeg,        OpId::kExp,     OpId::kSin,   OpId::kCos,
-      OpId::kTanh, OpId::kSigmoid,    OpId::kRelu,    OpId::kSilu,  OpId::kErf,
-      OpId::kAtan, OpId::kSquare,     OpId::kSqrt,    OpId::kLog1p, OpId::kReciprocal,
-      OpId::kGelu, OpId::kExpm1,      OpId::kFloor,   OpId::kRound, OpId::kSign,
+      OpId::kAbs,  OpId::kNeg,        OpId::kExp,        OpId::kSin,   OpId::kCos,
+      OpId::kTanh, OpId::kSigmoid,    OpId::kRelu,       OpId::kSilu,  OpId::kErf,
+      OpId::kAtan, OpId::kSquare,     OpId::kSqrt,       OpId::kLog1p, OpId::kReciprocal,
+      OpId::kGelu, OpId::kExpm1,      OpId::kFloor,      OpId::kRound, OpId::kSign,
       OpId::kLog,  OpId::kLogicalNot, OpId::kBitwiseNot, OpId::kIsnan, OpId::kRsqrt,
-      OpId::kAsin, OpId::kSinh,       OpId::kTrunc,   OpId::kCeil};
+      OpId::kAsin, OpId::kSinh,       OpId::kTrunc,      OpId::kCeil};
   return ops;
 }
 
 const std::vector<OpId>& binary_ops() {
   static const std::vector<OpId> ops = {
-      OpId::kAdd,        OpId::kAdd,        OpId::kAdd,       OpId::kMul,        OpId::kMul,
-      OpId::kMul,        OpId::kSub,        OpId::kSub,       OpId::kDiv,        OpId::kDiv,
-      OpId::kMaximum,    OpId::kMinimum,    OpId::kPow,       OpId::kAtan2,      OpId::kRemainder,
-      OpId::kFmod,       OpId::kEq,         OpId::kNe,        OpId::kLt,         OpId::kLe,
-      OpId::kGt,         OpId::kGe,         OpId::kLogicalAnd, OpId::kLogicalOr, OpId::kLogicalXor,
-      OpId::kBitwiseAnd, OpId::kBitwiseOr,  OpId::kBitwiseXor};
+      OpId::kAdd,        OpId::kAdd,       OpId::kAdd,        OpId::kMul,       OpId::kMul,
+      OpId::kMul,        OpId::kSub,       OpId::kSub,        OpId::kDiv,       OpId::kDiv,
+      OpId::kMaximum,    OpId::kMinimum,   OpId::kPow,        OpId::kAtan2,     OpId::kRemainder,
+      OpId::kFmod,       OpId::kEq,        OpId::kNe,         OpId::kLt,        OpId::kLe,
+      OpId::kGt,         OpId::kGe,        OpId::kLogicalAnd, OpId::kLogicalOr, OpId::kLogicalXor,
+      OpId::kBitwiseAnd, OpId::kBitwiseOr, OpId::kBitwiseXor};
   return ops;
 }
 
@@ -453,7 +454,8 @@ class Generator {
     meta.on_input = !in.is_number;
     meta.is_number = in.is_number;
     meta_[in.handle] = meta;
-    if (!in.is_number) buffer_info_[static_cast<size_t>(in.buffer)].members.push_back(r_.inputs.size());
+    if (!in.is_number)
+      buffer_info_[static_cast<size_t>(in.buffer)].members.push_back(r_.inputs.size());
     r_.inputs.push_back(std::move(in));
   }
 
@@ -483,7 +485,8 @@ class Generator {
         std::string other_name = letter_name(j);
         in.buffer = other.buffer;
         const Shape& base_shape = buffer_info_[static_cast<size_t>(other.buffer)].shape;
-        int64_t buffer_numel = static_cast<int64_t>(r_.buffers[static_cast<size_t>(other.buffer)].values.size());
+        int64_t buffer_numel =
+            static_cast<int64_t>(r_.buffers[static_cast<size_t>(other.buffer)].values.size());
         size_t kind = rng_.weighted({15, 8, 14, 14, 12, 8, 20, 8});
         Meta meta;
         switch (kind) {
@@ -562,8 +565,8 @@ class Generator {
           }
         }
         for (size_t d = 0; d < in.geometry.sizes.size(); ++d)
-          meta.overlapping = meta.overlapping ||
-                             (in.geometry.sizes[d] > 1 && in.geometry.strides[d] == 0);
+          meta.overlapping =
+              meta.overlapping || (in.geometry.sizes[d] > 1 && in.geometry.strides[d] == 0);
         add_input(std::move(in), meta);
         slices.push_back(slice);
         continue;
@@ -643,7 +646,8 @@ class Generator {
     size_t kind = rng_.weighted({45, 25, 30});
     std::vector<int> hs;
     if (kind == 0) hs = tensors([&](int h) { return meta_[h].is_input && ok(h); });
-    if (kind == 1) hs = tensors([&](int h) { return meta_[h].on_input && !meta_[h].is_input && ok(h); });
+    if (kind == 1)
+      hs = tensors([&](int h) { return meta_[h].on_input && !meta_[h].is_input && ok(h); });
     if (hs.empty()) hs = tensors(ok);
     if (hs.empty()) return std::nullopt;
     return pick_recent(hs);
@@ -661,7 +665,8 @@ class Generator {
       case 0:
         return C(rng_.uniform(-3, 3));
       case 1:
-        return Constant(rng_.pick(std::vector<double>{0.5, -1.5, 2.0, 0.25, -0.75, 3.0, 0.125, -2.5}));
+        return Constant(
+            rng_.pick(std::vector<double>{0.5, -1.5, 2.0, 0.25, -0.75, 3.0, 0.125, -2.5}));
       default:
         return Constant(rng_.chance(0.5));
     }
@@ -897,10 +902,11 @@ class Generator {
       case 3:
         return emit(step(OpId::kAmin, {HandleRef{*h}, random_dims(rank, false), keepdim}), fresh());
       case 4:
-        return emit(step(OpId::kProd, {HandleRef{*h},
-                                       rng_.chance(0.3) ? StepArg(none()) : StepArg(C(random_dim(rank))),
-                                       keepdim}),
-                    fresh());
+        return emit(
+            step(OpId::kProd,
+                 {HandleRef{*h}, rng_.chance(0.3) ? StepArg(none()) : StepArg(C(random_dim(rank))),
+                  keepdim}),
+            fresh());
       default:
         return emit(step(rng_.chance(0.5) ? OpId::kVar : OpId::kStd,
                          {HandleRef{*h}, random_dims(rank, true)},
@@ -926,8 +932,11 @@ class Generator {
         int64_t d = random_dim(rank);
         int64_t size = rank == 0 ? 1 : shape[static_cast<size_t>(d < 0 ? d + rank : d)];
         StepArg start = rng_.chance(0.3) ? StepArg(none()) : StepArg(C(rng_.uniform(-size, size)));
-        StepArg end = rng_.chance(0.3) ? StepArg(none()) : StepArg(C(rng_.uniform(-size, size + 1)));
-        return emit(step(OpId::kSlice, {self, C(d), start, end, C(rng_.pick(std::vector<int64_t>{1, 1, 2, 3}))}), m);
+        StepArg end =
+            rng_.chance(0.3) ? StepArg(none()) : StepArg(C(rng_.uniform(-size, size + 1)));
+        return emit(step(OpId::kSlice,
+                         {self, C(d), start, end, C(rng_.pick(std::vector<int64_t>{1, 1, 2, 3}))}),
+                    m);
       }
       case 1: {  // select
         if (rank == 0) return false;
@@ -941,7 +950,8 @@ class Generator {
         int64_t d = random_dim(rank);
         int64_t size = shape[static_cast<size_t>(d < 0 ? d + rank : d)];
         int64_t start = rng_.uniform(0, size);
-        return emit(step(OpId::kNarrow, {self, C(d), C(start), C(rng_.uniform(0, size - start))}), m);
+        return emit(step(OpId::kNarrow, {self, C(d), C(start), C(rng_.uniform(0, size - start))}),
+                    m);
       }
       case 3:  // transpose
         return emit(step(OpId::kTranspose, {self, C(random_dim(rank)), C(random_dim(rank))}), m);
@@ -978,7 +988,8 @@ class Generator {
       case 11:
         return emit(step(OpId::kUnsqueeze, {self, C(rng_.uniform(-rank - 1, rank))}), m);
       case 12: {  // squeeze
-        StepArg dims = rng_.chance(0.4) ? StepArg(none()) : StepArg(Constant(IntList{random_dim(rank)}));
+        StepArg dims =
+            rng_.chance(0.4) ? StepArg(none()) : StepArg(Constant(IntList{random_dim(rank)}));
         return emit(step(OpId::kSqueeze, {self, dims}), m);
       }
       case 13: {  // expand: size-1 dims grow, maybe a new leading dim (reads only, mostly)
@@ -1018,7 +1029,9 @@ class Generator {
     int64_t size = shape_of(*h)[static_cast<size_t>(d < 0 ? d + rank : d)];
     switch (rng_.index(3)) {
       case 0:
-        return emit(step(OpId::kSplit, {HandleRef{*h}, C(rng_.uniform(1, std::max<int64_t>(size, 1))), C(d)}), m, 8);
+        return emit(step(OpId::kSplit,
+                         {HandleRef{*h}, C(rng_.uniform(1, std::max<int64_t>(size, 1))), C(d)}),
+                    m, 8);
       case 1:
         return emit(step(OpId::kChunk, {HandleRef{*h}, C(rng_.uniform(1, 3)), C(d)}), m, 8);
       default:
@@ -1078,13 +1091,17 @@ class Generator {
     int64_t rank = rank_of(h);
     switch (rng_.weighted({3, 2, 2, 2})) {
       case 0:
-        return emit(step(OpId::kTranspose_, {HandleRef{h}, C(random_dim(rank)), C(random_dim(rank))}), fresh());
+        return emit(
+            step(OpId::kTranspose_, {HandleRef{h}, C(random_dim(rank)), C(random_dim(rank))}),
+            fresh());
       case 1:
         return emit(step(OpId::kT_, {HandleRef{h}}), fresh());
       case 2:
-        return emit(step(OpId::kUnsqueeze_, {HandleRef{h}, C(rng_.uniform(-rank - 1, rank))}), fresh());
+        return emit(step(OpId::kUnsqueeze_, {HandleRef{h}, C(rng_.uniform(-rank - 1, rank))}),
+                    fresh());
       default: {
-        StepArg dims = rng_.chance(0.4) ? StepArg(none()) : StepArg(Constant(IntList{random_dim(rank)}));
+        StepArg dims =
+            rng_.chance(0.4) ? StepArg(none()) : StepArg(Constant(IntList{random_dim(rank)}));
         return emit(step(OpId::kSqueeze_, {HandleRef{h}, dims}), fresh());
       }
     }
@@ -1129,13 +1146,17 @@ class Generator {
         return emit(step(OpId::kZerosLike, {HandleRef{*h}}), fresh());
       case 1:
         return emit(step(OpId::kOnesLike, {HandleRef{*h}},
-                         {{"dtype", rng_.chance(0.3) ? StepArg(Constant(DType::kFloat32)) : StepArg(none())}}),
+                         {{"dtype", rng_.chance(0.3) ? StepArg(Constant(DType::kFloat32))
+                                                     : StepArg(none())}}),
                     fresh());
       case 2:
         return emit(step(OpId::kFullLike, {HandleRef{*h}, random_number()}), fresh());
       case 3: {  // full(shape) of a trailing part of a handle's shape: a broadcast partner
-        Shape tail(shape.begin() + static_cast<ptrdiff_t>(rng_.index(shape.size() + 1)), shape.end());
-        return emit(step(OpId::kFull, {Constant(IntList(tail.begin(), tail.end())), random_number()}), fresh());
+        Shape tail(shape.begin() + static_cast<ptrdiff_t>(rng_.index(shape.size() + 1)),
+                   shape.end());
+        return emit(
+            step(OpId::kFull, {Constant(IntList(tail.begin(), tail.end())), random_number()}),
+            fresh());
       }
       case 4: {  // arange(n) along the last dim
         int64_t n = shape.empty() ? 1 : shape.back();
@@ -1144,7 +1165,9 @@ class Generator {
         return emit(step(OpId::kArange, {C(0), C(n), C(1)}, kw), fresh());
       }
       default:
-        return emit(step(rng_.chance(0.5) ? OpId::kZeros : OpId::kOnes, {Constant(IntList(shape.begin(), shape.end()))}), fresh());
+        return emit(step(rng_.chance(0.5) ? OpId::kZeros : OpId::kOnes,
+                         {Constant(IntList(shape.begin(), shape.end()))}),
+                    fresh());
     }
   }
 
@@ -1157,9 +1180,8 @@ class Generator {
   }
 
   bool move_matmul() {
-    std::vector<int> as = tensors([&](int x) {
-      return is_floating(dtype_of(x)) && rank_of(x) >= 1 && rank_of(x) <= 2;
-    });
+    std::vector<int> as = tensors(
+        [&](int x) { return is_floating(dtype_of(x)) && rank_of(x) >= 1 && rank_of(x) <= 2; });
     if (as.empty()) return false;
     int a = pick_recent(as);
     int64_t k = shape_of(a).back();
@@ -1194,7 +1216,8 @@ class Generator {
     StepArg offset = rng_.chance(0.5) ? StepArg(none()) : StepArg(C(rng_.uniform(0, n - 1)));
     Meta m = view_meta(*h);
     m.overlapping = true;  // as_strided views may overlap themselves
-    return emit(step(OpId::kAsStrided, {HandleRef{*h}, Constant(sizes), Constant(strides), offset}), m);
+    return emit(step(OpId::kAsStrided, {HandleRef{*h}, Constant(sizes), Constant(strides), offset}),
+                m);
   }
 
   bool try_move(Move move) {
@@ -1250,7 +1273,8 @@ class Generator {
   void make_steps() {
     size_t target = static_cast<size_t>(rng_.uniform(3, 30));
     std::vector<double> weights(std::begin(kMoveWeights), std::end(kMoveWeights));
-    for (int attempts = 0; r_.steps.size() < target && attempts < 40 * static_cast<int>(target); ++attempts)
+    for (int attempts = 0; r_.steps.size() < target && attempts < 40 * static_cast<int>(target);
+         ++attempts)
       try_move(static_cast<Move>(rng_.weighted(weights)));
   }
 
@@ -1375,7 +1399,8 @@ RandomProgram materialize(const Recipe& recipe, uint64_t seed) {
         continue;
       }
       TensorHandle t;
-      if (auto it = by_handle.find(in.same_object_as); in.same_object_as >= 0 && it != by_handle.end())
+      if (auto it = by_handle.find(in.same_object_as);
+          in.same_object_as >= 0 && it != by_handle.end())
         t = it->second;
       else
         t = make_view(buffers.at(static_cast<size_t>(in.buffer)), in.geometry.sizes,
@@ -1512,10 +1537,10 @@ bool elements_agree(const Storage& a, int64_t ia, const Storage& b, int64_t ib, 
   } else if (std::isinf(x) || std::isinf(y)) {
     ok = x == y;
   } else {
-    double tol = dtype == DType::kFloat64    ? 1e-7
-                 : dtype == DType::kFloat32  ? 1e-5
-                 : dtype == DType::kFloat16  ? 2e-3
-                                             : 2e-2;  // bf16
+    double tol = dtype == DType::kFloat64   ? 1e-7
+                 : dtype == DType::kFloat32 ? 1e-5
+                 : dtype == DType::kFloat16 ? 2e-3
+                                            : 2e-2;  // bf16
     ok = std::fabs(x - y) <= tol * (1.0 + std::max(std::fabs(x), std::fabs(y)));
   }
   if (!ok) *shown = number_str(x) + " vs " + number_str(y);
@@ -1555,8 +1580,9 @@ class Comparison {
       const RtTensor* y = tensor_of(b_.inputs[j]);
       if (!x) continue;
       if (y->storage != b_.storages[j]) {
-        add("input-storage", input_name(j) + "'s storage was replaced; kiln must write into the "
-                                             "caller's memory");
+        add("input-storage", input_name(j) +
+                                 "'s storage was replaced; kiln must write into the "
+                                 "caller's memory");
         continue;
       }
       if (x->sizes != y->sizes || x->strides != y->strides || x->offset != y->offset) {
@@ -1624,9 +1650,8 @@ class Comparison {
         bool share_a = x->storage == a_.storages[j], share_b = y->storage == b_.storages[j];
         if (share_a != share_b) {
           add("output-identity", output_name(i) + (share_a ? " shares " : " does not share ") +
-                                     "memory with " + input_name(j) +
-                                     " in the interpreter but" + (share_b ? " does" : " does not") +
-                                     " in kiln");
+                                     "memory with " + input_name(j) + " in the interpreter but" +
+                                     (share_b ? " does" : " does not") + " in kiln");
         } else if (share_a && x->offset != y->offset) {
           add("output-layout", output_name(i) + ", a view of " + input_name(j) +
                                    "'s memory, has offset " + std::to_string(x->offset) +
@@ -1756,7 +1781,8 @@ Shrunk shrink(const RandomProgram& program, const std::string& failure,
       if (attempt(c)) progress = true;
     }
     for (size_t k = best.program.recipe.inputs.size(); k-- > 0 && best.checks < kMaxChecks;) {
-      if (k >= best.program.recipe.inputs.size() || best.program.recipe.inputs.size() == 1) continue;
+      if (k >= best.program.recipe.inputs.size() || best.program.recipe.inputs.size() == 1)
+        continue;
       Recipe c = best.program.recipe;
       int gone = c.inputs[k].handle;
       c.inputs.erase(c.inputs.begin() + static_cast<ptrdiff_t>(k));
@@ -1816,10 +1842,18 @@ std::string FuzzSummary::str() const {
   return out.str();
 }
 
-FuzzSummary run_fuzz(uint64_t seed, int count, const CheckOptions& options, int max_reports) {
+FuzzSummary run_fuzz(uint64_t seed, int count, const CheckOptions& options, int max_reports,
+                     const std::function<void(const FuzzSummary&)>& progress) {
   FuzzSummary s;
   auto start = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
   for (int i = 0; i < count; ++i) {
+    if (progress && i > 0 && i % 1000 == 0) {
+      s.seconds = elapsed();
+      progress(s);
+    }
     uint64_t ps = program_seed(seed, static_cast<uint64_t>(i));
     RandomProgram p = generate_program(ps);
     ++s.programs;
@@ -1845,8 +1879,7 @@ FuzzSummary run_fuzz(uint64_t seed, int count, const CheckOptions& options, int 
                         ") failed: " + *f + "\nshrunk (" + std::to_string(small.checks) +
                         " checks) to: " + small.failure + "\n" + describe(small.program));
   }
-  s.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.seconds = elapsed();
   return s;
 }
 

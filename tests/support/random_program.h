@@ -137,15 +137,16 @@ struct FuzzSummary {
   int agreed = 0;       // neither raised, everything equal
   int both_raised = 0;  // eager raises, and so did kiln
   int failed = 0;
-  std::vector<std::string> reports;  // shrunk failures, up to max_reports
+  std::vector<std::string> reports;            // shrunk failures, up to max_reports
   std::map<std::string, int> op_counts;        // top-level ops of the generated traces
   std::map<std::string, int> scenario_counts;  // alias scenarios
   double seconds = 0;
   std::string str() const;  // a short summary
 };
 // Generates and checks `count` programs from `seed`; shrinks and reports up to `max_reports`
-// failures.
+// failures. `progress`, if given, sees the summary so far every 1000 programs.
 FuzzSummary run_fuzz(uint64_t seed, int count, const CheckOptions& options = {},
-                     int max_reports = 5);
+                     int max_reports = 5,
+                     const std::function<void(const FuzzSummary&)>& progress = {});
 
 }  // namespace kiln::fuzz

@@ -1,0 +1,107 @@
+// kiln_fuzz: random programs through kiln and the reference interpreter (random_program.h).
+//
+//   kiln_fuzz --count N [--seed S]      N programs from seed S (default: a fresh seed); prints a
+//                                       summary and every failure, shrunk
+//   kiln_fuzz --program P               one program by its own seed (as failures print it)
+//   options: --self-check               the interpreter against itself (checks the harness)
+//            --reports K                shrink and print at most K failures (default 10)
+//            --outputs-among-themselves also compare which outputs alias each other
+//            --print                    with --program: print the program even if it passes
+#include <cstdlib>
+#include <iostream>
+#include <random>
+#include <string>
+
+#include "support/random_program.h"
+
+namespace {
+
+int usage() {
+  std::cerr << "usage: kiln_fuzz --count N [--seed S] [--self-check] [--reports K] "
+               "[--outputs-among-themselves]\n"
+               "       kiln_fuzz --program P [--self-check] [--print]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kiln::fuzz;
+  long long count = -1;
+  uint64_t seed = std::random_device{}();
+  seed = (seed << 32) ^ std::random_device{}();
+  std::optional<uint64_t> program;
+  int reports = 10;
+  bool print = false;
+  CheckOptions options;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::optional<std::string> {
+      if (i + 1 >= argc) return std::nullopt;
+      return std::string(argv[++i]);
+    };
+    try {
+      if (arg == "--count") {
+        auto v = value();
+        if (!v) return usage();
+        count = std::stoll(*v);
+      } else if (arg == "--seed") {
+        auto v = value();
+        if (!v) return usage();
+        seed = std::stoull(*v);
+      } else if (arg == "--program") {
+        auto v = value();
+        if (!v) return usage();
+        program = std::stoull(*v);
+      } else if (arg == "--reports") {
+        auto v = value();
+        if (!v) return usage();
+        reports = std::stoi(*v);
+      } else if (arg == "--self-check") {
+        options.runner = interpreter_runner();
+      } else if (arg == "--outputs-among-themselves") {
+        options.outputs_among_themselves = true;
+      } else if (arg == "--print") {
+        print = true;
+      } else {
+        return usage();
+      }
+    } catch (const std::exception&) {
+      return usage();
+    }
+  }
+
+  if (program) {
+    RandomProgram p = generate_program(*program);
+    std::optional<std::string> failure = check_program(p, options);
+    if (!failure) {
+      if (print) std::cout << describe(p);
+      std::cout << "program " << *program << ": kiln agrees with the interpreter\n";
+      return 0;
+    }
+    std::cout << "program " << *program << " failed: " << *failure << "\n" << describe(p);
+    Shrunk small = shrink(p, *failure, options);
+    std::cout << "\nshrunk (" << small.checks << " checks) to: " << small.failure << "\n"
+              << describe(small.program);
+    return 1;
+  }
+  if (count < 0) return usage();
+
+  std::cout << "kiln_fuzz: " << count << " programs from seed " << seed
+            << (options.runner ? " (self-check: the interpreter against itself)" : "") << "\n"
+            << std::flush;
+  FuzzSummary s =
+      run_fuzz(seed, static_cast<int>(count), options, reports, [](const FuzzSummary& so_far) {
+        if (so_far.programs % 10000 == 0) {
+          std::cerr << "  " << so_far.programs << " programs, " << so_far.failed << " failed, "
+                    << so_far.seconds << " s\n";
+        }
+      });
+  for (const std::string& r : s.reports)
+    std::cout << "\n" << r;
+  std::cout << "\n" << s.str();
+  if (s.failed)
+    std::cout << "seed " << seed << " (rerun: kiln_fuzz --count " << count << " --seed " << seed
+              << ")\n";
+  return s.failed ? 1 : 0;
+}
