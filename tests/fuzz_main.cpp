@@ -7,6 +7,10 @@
 //            --reports K                shrink and print at most K failures (default 10)
 //            --outputs-among-themselves also compare which outputs alias each other
 //            --print                    with --program: print the program even if it passes
+//            --in-process               run checks in this process (default: each in a child
+//                                       process, so that a crash is a failure, not the end)
+//            --echo                     print each program's seed before it runs (to find one
+//                                       that crashes the process)
 #include <cstdlib>
 #include <iostream>
 #include <random>
@@ -18,8 +22,8 @@ namespace {
 
 int usage() {
   std::cerr << "usage: kiln_fuzz --count N [--seed S] [--self-check] [--reports K] "
-               "[--outputs-among-themselves]\n"
-               "       kiln_fuzz --program P [--self-check] [--print]\n";
+               "[--outputs-among-themselves] [--in-process] [--echo]\n"
+               "       kiln_fuzz --program P [--self-check] [--print] [--in-process]\n";
   return 2;
 }
 
@@ -33,7 +37,9 @@ int main(int argc, char** argv) {
   std::optional<uint64_t> program;
   int reports = 10;
   bool print = false;
+  bool echo = false;
   CheckOptions options;
+  options.isolate = true;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::optional<std::string> {
@@ -63,6 +69,10 @@ int main(int argc, char** argv) {
         options.outputs_among_themselves = true;
       } else if (arg == "--print") {
         print = true;
+      } else if (arg == "--in-process") {
+        options.isolate = false;
+      } else if (arg == "--echo") {
+        echo = true;
       } else {
         return usage();
       }
@@ -86,6 +96,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (count < 0) return usage();
+  if (echo) {
+    int failed = 0;
+    for (long long i = 0; i < count; ++i) {
+      uint64_t ps = program_seed(seed, static_cast<uint64_t>(i));
+      std::cerr << "program " << i << " seed " << ps << std::endl;
+      RandomProgram p = generate_program(ps);
+      if (auto f = check_program(p, options)) {
+        ++failed;
+        std::cout << "program " << i << " (seed " << ps << ") failed: " << *f << "\n";
+      }
+    }
+    std::cout << failed << " of " << count << " failed\n";
+    return failed ? 1 : 0;
+  }
 
   std::cout << "kiln_fuzz: " << count << " programs from seed " << seed
             << (options.runner ? " (self-check: the interpreter against itself)" : "") << "\n"

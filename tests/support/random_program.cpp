@@ -20,9 +20,16 @@
 // are kept about a third of the time (kiln must raise too).
 #include "support/random_program.h"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <iostream>
 #include <memory>
 #include <random>
 #include <set>
@@ -354,20 +361,24 @@ class Generator {
   }
 
   // A random chain of one or two view steps of a contiguous tensor of shape `shape`.
-  Geometry random_view(const Shape& shape, std::string* how, std::optional<SliceInfo>* first) {
+  Geometry random_view(const Shape& shape, std::string* how, std::optional<SliceInfo>* first,
+                       bool slice_first = false) {
     Geometry g = contiguous_geometry(shape);
     int steps = static_cast<int>(rng_.uniform(1, 2));
     for (int k = 0; k < steps; ++k) {
       size_t rank = g.sizes.size();
       size_t choice = rng_.weighted({5, 2, 2, 1, 1, 0.4, 1});
+      if (k == 0 && slice_first) choice = 0;
       if (rank == 0) choice = 4;
       switch (choice) {
         case 0: {  // slice with a step
           size_t d = rng_.index(rank);
           int64_t size = g.sizes[d];
           if (size == 0) break;
-          int64_t start = rng_.uniform(0, size - 1);
-          int64_t end = rng_.uniform(start + 1, size);
+          // Mostly slices of two or more elements, so that partners can partially overlap.
+          bool long_slice = size >= 3 && rng_.chance(0.7);
+          int64_t start = rng_.uniform(0, long_slice ? size - 2 : size - 1);
+          int64_t end = rng_.uniform(start + (long_slice ? 2 : 1), size);
           int64_t step = rng_.pick(std::vector<int64_t>{1, 1, 2, 3});
           if (k == 0 && first) *first = SliceInfo{d, start, end, step};
           g = slice_of(g, d, start, end, step);
@@ -459,11 +470,138 @@ class Generator {
     r_.inputs.push_back(std::move(in));
   }
 
+  // Two inputs over one fresh buffer in one of the aliasing shapes CASES.md names (A1-A4) and
+  // their relatives: the same object, an equal view, a view with its base, disjoint slices,
+  // interleaved step slices, rows, columns, overlapping slices, a transposed alias and
+  // overlapping as_strided windows.
+  void make_pair() {
+    DType dtype = random_dtype();
+    Shape shape;
+    int64_t rank = rng_.uniform(1, 3);
+    for (int64_t d = 0; d < rank; ++d)
+      shape.push_back(rng_.uniform(d == 0 ? 3 : 2, 5));
+    int buffer = static_cast<int>(new_buffer(dtype, shape));
+    std::string buf = "buf" + std::to_string(buffer);
+    Geometry whole = contiguous_geometry(shape);
+    InputRecipe a, b;
+    a.buffer = b.buffer = buffer;
+    std::optional<SliceInfo> sa, sb;
+    Meta ma, mb;
+    auto slice_pair = [&](SliceInfo x, SliceInfo y) {
+      a.geometry = slice_of(whole, x.dim, x.start, x.end, x.step);
+      b.geometry = slice_of(whole, y.dim, y.start, y.end, y.step);
+      a.how = buf + slice_str(x, shape.size());
+      b.how = buf + slice_str(y, shape.size());
+      sa = x;
+      sb = y;
+    };
+    size_t d = rng_.index(shape.size());
+    int64_t size = shape[d];
+    switch (rng_.weighted({2, 1, 2, 2, 2, 1, 1, 2, 2, 2})) {
+      case 0:  // A1: the same object twice
+        a.geometry = b.geometry = whole;
+        a.how = buf;
+        b.how = "the same object as a";
+        b.same_object_as = 0;
+        ma.fixed = mb.fixed = true;
+        break;
+      case 1:  // an equal view that is another object
+        a.geometry = b.geometry = whole;
+        a.how = buf;
+        b.how = buf + " again (another object)";
+        break;
+      case 2: {  // a view with its base, in either order
+        std::string how;
+        std::optional<SliceInfo> first;
+        a.geometry = whole;
+        a.how = buf;
+        b.geometry = random_view(shape, &how, &first);
+        b.how = buf + how;
+        sb = first;
+        if (rng_.chance(0.5)) {
+          std::swap(a, b);
+          std::swap(sa, sb);
+        }
+        break;
+      }
+      case 3: {  // A2: disjoint slices
+        int64_t k = rng_.uniform(1, size - 1);
+        slice_pair({d, 0, k, 1}, {d, k, size, 1});
+        break;
+      }
+      case 4:  // interleaved step slices: x[0::2] and x[1::2]
+        slice_pair({d, 0, size, 2}, {d, 1, size, 2});
+        break;
+      case 5:    // two rows
+      case 6: {  // two columns
+        size_t dim = rng_.chance(0.5) || shape.size() < 2 ? 0 : 1;
+        int64_t i = rng_.uniform(0, shape[dim] - 1);
+        int64_t j = (i + rng_.uniform(1, shape[dim] - 1)) % shape[dim];
+        auto select = [&](int64_t idx) {
+          Geometry g = whole;
+          g.offset += idx * g.strides[dim];
+          g.sizes.erase(g.sizes.begin() + static_cast<ptrdiff_t>(dim));
+          g.strides.erase(g.strides.begin() + static_cast<ptrdiff_t>(dim));
+          return g;
+        };
+        a.geometry = select(i);
+        b.geometry = select(j);
+        a.how = buf + ".select(" + std::to_string(dim) + ", " + std::to_string(i) + ")";
+        b.how = buf + ".select(" + std::to_string(dim) + ", " + std::to_string(j) + ")";
+        break;
+      }
+      case 7: {  // overlapping slices: x[s:e] and x[s+1:e+1]
+        int64_t s = rng_.uniform(0, size - 3 >= 0 ? size - 3 : 0);
+        int64_t e = std::min(size - 1, s + rng_.uniform(2, 3));
+        slice_pair({d, s, e, 1}, {d, s + 1, e + 1, 1});
+        break;
+      }
+      case 8: {  // A4: a and its transpose
+        a.geometry = b.geometry = whole;
+        size_t r = shape.size();
+        if (r >= 2) {
+          std::swap(b.geometry.sizes[r - 1], b.geometry.sizes[r - 2]);
+          std::swap(b.geometry.strides[r - 1], b.geometry.strides[r - 2]);
+        }
+        a.how = buf;
+        b.how = "a.mT";
+        break;
+      }
+      default: {  // A3: overlapping as_strided windows
+        int64_t n = shape_numel(shape);
+        int64_t cols = rng_.uniform(1, 3), rows = rng_.uniform(1, 3);
+        int64_t row_stride = rng_.uniform(cols, cols + 3);
+        int64_t reach = (rows - 1) * row_stride + cols;
+        if (reach >= n) {
+          rows = 1;
+          cols = std::min<int64_t>(cols, n - 1);
+          reach = cols;
+        }
+        for (InputRecipe* in : {&a, &b}) {
+          in->geometry = Geometry{{rows, cols}, {row_stride, 1}, rng_.uniform(0, n - reach)};
+          in->how = buf + ".as_strided(" + shape_str(in->geometry.sizes) + ", " +
+                    shape_str(in->geometry.strides) + ", " + std::to_string(in->geometry.offset) +
+                    ")";
+        }
+        break;
+      }
+    }
+    add_input(std::move(a), ma);
+    slices_.push_back(sa);
+    add_input(std::move(b), mb);
+    slices_.push_back(sb);
+  }
+
   void make_inputs() {
     int64_t n = static_cast<int64_t>(rng_.weighted({25, 40, 20, 15})) + 1;
     bool have_number = false;
-    std::vector<std::optional<SliceInfo>> slices;  // per input: the slice it was made with
-    for (int64_t i = 0; i < n; ++i) {
+    std::vector<std::optional<SliceInfo>>& slices = slices_;
+    int64_t i = 0;
+    if (n >= 2 && rng_.chance(0.55)) {
+      make_pair();
+      i = 2;
+    }
+    for (; i < n; ++i) {
       std::vector<size_t> tensors;
       for (size_t k = 0; k < r_.inputs.size(); ++k)
         if (!r_.inputs[k].is_number) tensors.push_back(k);
@@ -479,15 +617,21 @@ class Generator {
         continue;
       }
       if (!tensors.empty() && rng_.chance(0.5)) {
-        // Alias an earlier input.
-        size_t j = rng_.pick(tensors);
+        // Alias an earlier input: the same object, an equal view, the whole buffer, the disjoint
+        // or the shifted (overlapping) partner of a slice, a transposed alias, a random view or
+        // an as_strided window of its buffer.
+        size_t kind = rng_.weighted({15, 8, 14, 14, 12, 8, 20, 8});
+        std::vector<size_t> sliced;
+        for (size_t k : tensors)
+          if (slices[k]) sliced.push_back(k);
+        if ((kind == 3 || kind == 4) && sliced.empty()) kind = 6;
+        size_t j = (kind == 3 || kind == 4) ? rng_.pick(sliced) : rng_.pick(tensors);
         const InputRecipe& other = r_.inputs[j];
         std::string other_name = letter_name(j);
         in.buffer = other.buffer;
         const Shape& base_shape = buffer_info_[static_cast<size_t>(other.buffer)].shape;
         int64_t buffer_numel =
             static_cast<int64_t>(r_.buffers[static_cast<size_t>(other.buffer)].values.size());
-        size_t kind = rng_.weighted({15, 8, 14, 14, 12, 8, 20, 8});
         Meta meta;
         switch (kind) {
           case 0:  // the very same object
@@ -509,12 +653,6 @@ class Generator {
           case 4: {  // disjoint (3) or shifted, overlapping (4) partner of a slice
             const std::optional<SliceInfo>& s = slices[j];
             Geometry whole = contiguous_geometry(base_shape);
-            if (!s || base_shape.empty()) {
-              std::string how;
-              in.geometry = random_view(base_shape, &how, &slice);
-              in.how = "buf" + std::to_string(other.buffer) + how;
-              break;
-            }
             int64_t size = base_shape[s->dim];
             SliceInfo p = *s;
             if (kind == 3) {
@@ -528,8 +666,17 @@ class Generator {
                 p.end = s->start;
               }
             } else {
-              p.start = std::min(s->start + 1, size - 1);
-              p.end = std::min(s->end + 1, size);
+              // Shifted by one step of the slice: they share all but one element (when the slice
+              // has two or more).
+              if (s->end + s->step <= size) {
+                p.start = s->start + s->step;
+                p.end = s->end + s->step;
+              } else if (s->start >= s->step) {
+                p.start = s->start - s->step;
+                p.end = s->end - s->step;
+              } else {
+                p.start = std::min(s->start + s->step, size - 1);
+              }
             }
             in.geometry = slice_of(whole, p.dim, p.start, p.end, p.step);
             in.how = "buf" + std::to_string(other.buffer) + slice_str(p, base_shape.size());
@@ -574,11 +721,11 @@ class Generator {
       // A new buffer.
       DType dtype = random_dtype();
       Meta meta;
-      if (rng_.chance(0.65)) {
+      if (rng_.chance(0.55)) {
         Shape shape = random_shape(3, 1, 4);
         in.buffer = static_cast<int>(new_buffer(dtype, shape));
         in.geometry = contiguous_geometry(shape);
-        in.how = "a fresh tensor (buf" + std::to_string(in.buffer) + ")";
+        in.how = "buf" + std::to_string(in.buffer) + " (a fresh tensor)";
       } else {
         Shape shape = random_shape(3, 2, 5);
         if (shape.empty()) shape = {static_cast<int64_t>(rng_.uniform(2, 6))};
@@ -588,7 +735,7 @@ class Generator {
           auto g = random_window(shape_numel(shape), &how);
           in.geometry = g ? *g : contiguous_geometry(shape);
         } else {
-          in.geometry = random_view(shape, &how, &slice);
+          in.geometry = random_view(shape, &how, &slice, rng_.chance(0.6));
         }
         in.how = "buf" + std::to_string(in.buffer) + how;
       }
@@ -810,9 +957,24 @@ class Generator {
     std::vector<std::pair<std::string, StepArg>> kwargs;
     if ((op == OpId::kAdd || op == OpId::kSub) && rng_.chance(0.2))
       kwargs.emplace_back("alpha", rng_.chance(0.5) ? StepArg(C(2)) : StepArg(Constant(-0.5)));
-    if (op == OpId::kDiv && rng_.chance(0.2))
+    bool rounding = op == OpId::kDiv && rng_.chance(0.2);
+    if (rounding) {
       kwargs.emplace_back("rounding_mode",
                           Constant(std::string(rng_.chance(0.5) ? "floor" : "trunc")));
+    }
+    // Integer division by zero raises in eager even when the result is never used, which a
+    // compiler that removes dead code cannot match without computing it: divide integers by
+    // nonzero numbers only.
+    bool divides = op == OpId::kRemainder || op == OpId::kFmod || rounding;
+    if (divides && !is_floating(dtype_of(*h))) {
+      const auto* ref = std::get_if<HandleRef>(&other);
+      const auto* c = std::get_if<Constant>(&other);
+      bool integral_tensor =
+          ref && rep_.value(ref->id)->is_tensor() && !is_floating(dtype_of(ref->id));
+      bool integral_number = c && !std::holds_alternative<double>(*c);
+      if (integral_tensor || integral_number)
+        other = C(rng_.pick(std::vector<int64_t>{-3, -2, 2, 3}));
+    }
     if (inplace) op = inplace_form(op);
     return emit(step(op, {HandleRef{*h}, other}, kwargs), fresh());
   }
@@ -1298,6 +1460,7 @@ class Generator {
   Replayer rep_;
   std::map<int, Meta> meta_;
   std::vector<BufferInfo> buffer_info_;
+  std::vector<std::optional<SliceInfo>> slices_;  // per input: the slice it was made with
   int next_id_ = 0;
 };
 
@@ -1328,7 +1491,10 @@ std::string scenario_of(const Recipe& r) {
       bool a_in_b = std::includes(eb.begin(), eb.end(), ea.begin(), ea.end());
       bool b_in_a = std::includes(ea.begin(), ea.end(), eb.begin(), eb.end());
       if (a_in_b && b_in_a) {
-        tags.insert("transposed-alias");
+        Shape sa = a.geometry.sizes, sb = b.geometry.sizes;
+        std::sort(sa.begin(), sa.end());
+        std::sort(sb.begin(), sb.end());
+        tags.insert(sa == sb ? "transposed-alias" : "same-elements");
       } else if (a_in_b || b_in_a) {
         tags.insert("view+base");
       } else if (may_overlap(a.geometry, b.geometry)) {
@@ -1456,20 +1622,7 @@ std::vector<RtValue> deep_copy(const std::vector<RtValue>& inputs) {
 }
 
 AliasPattern pattern_of_inputs(const std::vector<RtValue>& inputs) {
-  std::vector<TensorDescription> args;
-  for (const RtValue& v : inputs) {
-    TensorDescription d;
-    if (const auto* t = std::get_if<TensorHandle>(&v)) {
-      d.storage = reinterpret_cast<uintptr_t>((*t)->storage.get());
-      d.dtype = (*t)->dtype();
-      d.element_size = dtype_size(d.dtype);
-      d.geometry = Geometry{(*t)->sizes, (*t)->strides, (*t)->offset};
-    } else {
-      d.is_tensor = false;
-    }
-    args.push_back(std::move(d));
-  }
-  return compute_alias_pattern(args);
+  return alias_pattern_of(inputs);
 }
 
 Runner kiln_runner() {
@@ -1553,7 +1706,20 @@ std::string ints_str(const std::vector<int64_t>& v) {
 
 class Comparison {
  public:
-  Comparison(const Trace& trace, const Run& a, const Run& b) : trace_(trace), a_(a), b_(b) {}
+  Comparison(const Trace& trace, const Run& a, const Run& b, bool exact_strides)
+      : trace_(trace), a_(a), b_(b), exact_strides_(exact_strides) {}
+
+  // Whether two tensors are laid out alike: the same sizes, and the same strides on the dims
+  // that have two or more elements (on every dim with exact_strides), and the same offset when
+  // `offset` is set; empty tensors address nothing.
+  bool same_layout(const RtTensor& x, const RtTensor& y, bool offset) const {
+    if (x.sizes != y.sizes) return false;
+    if (exact_strides_) return x.strides == y.strides && (!offset || x.offset == y.offset);
+    if (x.numel() == 0) return true;
+    for (size_t d = 0; d < x.sizes.size(); ++d)
+      if (x.sizes[d] > 1 && x.strides[d] != y.strides[d]) return false;
+    return !offset || x.offset == y.offset;
+  }
 
   std::optional<std::string> result() const {
     if (problems_.empty()) return std::nullopt;
@@ -1585,7 +1751,7 @@ class Comparison {
                                  "caller's memory");
         continue;
       }
-      if (x->sizes != y->sizes || x->strides != y->strides || x->offset != y->offset) {
+      if (!same_layout(*x, *y, /*offset=*/true)) {
         add("input-layout", input_name(j) + " is sizes=" + ints_str(x->sizes) + " strides=" +
                                 ints_str(x->strides) + " offset=" + std::to_string(x->offset) +
                                 " after the interpreter but sizes=" + ints_str(y->sizes) +
@@ -1619,7 +1785,7 @@ class Comparison {
         if (x || y) add("outputs", output_name(i) + " is a tensor in one run and not the other");
         continue;
       }
-      if (x->dtype() != y->dtype() || x->sizes != y->sizes || x->strides != y->strides) {
+      if (x->dtype() != y->dtype() || !same_layout(*x, *y, /*offset=*/false)) {
         add("output-layout", output_name(i) + " is " + std::string(dtype_name(x->dtype())) +
                                  ints_str(x->sizes) + " strides=" + ints_str(x->strides) +
                                  " in the interpreter but " + std::string(dtype_name(y->dtype())) +
@@ -1652,7 +1818,7 @@ class Comparison {
           add("output-identity", output_name(i) + (share_a ? " shares " : " does not share ") +
                                      "memory with " + input_name(j) + " in the interpreter but" +
                                      (share_b ? " does" : " does not") + " in kiln");
-        } else if (share_a && x->offset != y->offset) {
+        } else if (share_a && x->offset != y->offset && x->numel() > 0) {
           add("output-layout", output_name(i) + ", a view of " + input_name(j) +
                                    "'s memory, has offset " + std::to_string(x->offset) +
                                    " in the interpreter but " + std::to_string(y->offset) +
@@ -1685,12 +1851,16 @@ class Comparison {
   const Trace& trace_;
   const Run& a_;
   const Run& b_;
+  bool exact_strides_;
   std::vector<std::pair<std::string, std::string>> problems_;
 };
 
-std::optional<std::string> check_impl(const Trace& trace, const std::vector<RtValue>& inputs,
-                                      const CheckOptions& options, bool* both_raised) {
-  if (both_raised) *both_raised = false;
+CheckResult failed(std::string detail) {
+  return CheckResult{Outcome::kFailed, std::move(detail)};
+}
+
+CheckResult check_in_process(const Trace& trace, const std::vector<RtValue>& inputs,
+                             const CheckOptions& options) {
   Run a = prepare(inputs);
   try {
     a.outputs = interpret(trace, a.inputs);
@@ -1698,48 +1868,122 @@ std::optional<std::string> check_impl(const Trace& trace, const std::vector<RtVa
     a.raised = true;
     a.error = e.what();
   } catch (const std::exception& e) {
-    return std::string("oracle-internal: the interpreter failed: ") + e.what();
+    return failed(std::string("oracle-internal: the interpreter failed: ") + e.what());
   }
 
   Run b = prepare(inputs);
+  bool unsupported = false;
   try {
     AliasPattern pattern = pattern_of_inputs(b.inputs);
     Runner runner = options.runner ? options.runner : kiln_runner();
     b.outputs = runner(trace, pattern, b.inputs);
+  } catch (const UnsupportedError& e) {
+    b.raised = unsupported = true;
+    b.error = e.what();
   } catch (const UserError& e) {
     b.raised = true;
     b.error = e.what();
   } catch (const InternalError& e) {
-    return std::string("kiln-internal: ") + e.what();
+    return failed(std::string("kiln-internal: ") + e.what());
   } catch (const std::exception& e) {
-    return std::string("kiln-crash: ") + e.what();
+    return failed(std::string("kiln-crash: ") + e.what());
   }
 
+  // Unsupported is loud, never wrong (DESIGN.md 1): not a disagreement.
+  if (unsupported && !a.raised) return CheckResult{Outcome::kUnsupported, b.error};
   if (a.raised != b.raised) {
-    return std::string("raise: the interpreter ") +
-           (a.raised ? "raised \"" + a.error + "\"" : "did not raise") + " but kiln " +
-           (b.raised ? "raised \"" + b.error + "\"" : "did not");
+    return failed(std::string("raise: the interpreter ") +
+                  (a.raised ? "raised \"" + a.error + "\"" : "did not raise") + " but kiln " +
+                  (b.raised ? "raised \"" + b.error + "\"" : "did not"));
   }
-  if (a.raised) {
-    if (both_raised) *both_raised = true;
-    return std::nullopt;  // side effects before an error are not compared
-  }
-  Comparison c(trace, a, b);
+  // Side effects before an error are not compared.
+  if (a.raised) return CheckResult{Outcome::kBothRaised, b.error};
+  Comparison c(trace, a, b, options.exact_strides);
   c.compare_outputs(options.outputs_among_themselves);
   c.compare_inputs();
-  return c.result();
+  if (auto f = c.result()) return failed(*f);
+  return CheckResult{};
+}
+
+// Runs the check in a child process and reads its result from a pipe: a crash or a hang of the
+// system under test becomes a failure of this program only.
+CheckResult check_isolated(const Trace& trace, const std::vector<RtValue>& inputs,
+                           const CheckOptions& options) {
+  int fds[2];
+  if (pipe(fds) != 0) return check_in_process(trace, inputs, options);
+  std::cout.flush();
+  std::cerr.flush();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return check_in_process(trace, inputs, options);
+  }
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(options.timeout_seconds);
+    CheckResult r = check_in_process(trace, inputs, options);
+    std::string message(1, static_cast<char>('0' + static_cast<int>(r.outcome)));
+    message += r.detail;
+    const char* data = message.data();
+    size_t left = message.size();
+    while (left > 0) {
+      ssize_t n = write(fds[1], data, left);
+      if (n <= 0) break;
+      data += n;
+      left -= static_cast<size_t>(n);
+    }
+    close(fds[1]);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string message;
+  char buffer[4096];
+  while (true) {
+    ssize_t n = read(fds[0], buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    message.append(buffer, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    if (sig == SIGALRM) {
+      return failed("kiln-crash: the check did not finish within " +
+                    std::to_string(options.timeout_seconds) + " s");
+    }
+    return failed("kiln-crash: the check was killed by signal " + std::to_string(sig) + " (" +
+                  strsignal(sig) + ")");
+  }
+  if (message.empty()) {
+    return failed("kiln-crash: the check exited with status " +
+                  std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
+                  " without a result");
+  }
+  return CheckResult{static_cast<Outcome>(message[0] - '0'), message.substr(1)};
 }
 
 }  // namespace
 
+CheckResult check(const Trace& trace, const std::vector<RtValue>& inputs,
+                  const CheckOptions& options) {
+  return options.isolate ? check_isolated(trace, inputs, options)
+                         : check_in_process(trace, inputs, options);
+}
+
 std::optional<std::string> check_trace(const Trace& trace, const std::vector<RtValue>& inputs,
                                        const CheckOptions& options) {
-  return check_impl(trace, inputs, options, nullptr);
+  CheckResult r = check(trace, inputs, options);
+  if (r.outcome != Outcome::kFailed) return std::nullopt;
+  return r.detail;
 }
 
 std::optional<std::string> check_program(const RandomProgram& program,
                                          const CheckOptions& options) {
-  return check_impl(program.trace, program.inputs, options, nullptr);
+  return check_trace(program.trace, program.inputs, options);
 }
 
 // ---- shrinking --------------------------------------------------------------------------------
@@ -1812,7 +2056,7 @@ std::string describe(const RandomProgram& program) {
       continue;
     }
     buffers.insert(in.buffer);
-    out << in.how << ": buf" << in.buffer << " sizes=" << shape_str(in.geometry.sizes)
+    out << in.how << ": sizes=" << shape_str(in.geometry.sizes)
         << " strides=" << shape_str(in.geometry.strides) << " offset=" << in.geometry.offset;
     if (k < program.inputs.size()) out << "\n      " << value_str(program.inputs[k]);
     out << "\n";
@@ -1821,7 +2065,9 @@ std::string describe(const RandomProgram& program) {
     const BufferRecipe& buf = r.buffers.at(static_cast<size_t>(b));
     out << "  buf" << b << ": " << dtype_name(buf.dtype) << "[" << buf.values.size() << "] = [";
     for (size_t i = 0; i < buf.values.size(); ++i)
-      out << (i ? ", " : "") << float_str(round_to_dtype(buf.values[i], buf.dtype));
+      out << (i ? ", " : "")
+          << (is_floating(buf.dtype) ? float_str(buf.values[i])
+                                     : std::to_string(static_cast<int64_t>(buf.values[i])));
     out << "]\n";
   }
   return out.str();
@@ -1831,10 +2077,16 @@ std::string FuzzSummary::str() const {
   std::ostringstream out;
   out << programs << " programs in " << number_str(seconds) << " s";
   if (programs) out << " (" << number_str(1000 * seconds / programs) << " ms each)";
-  out << ": " << agreed << " agreed, " << both_raised << " raised in both, " << failed
-      << " failed; " << op_counts.size() << " op kinds\n  scenarios:";
+  out << ": " << agreed << " agreed, " << both_raised << " raised in both, " << unsupported
+      << " unsupported by kiln, " << failed << " failed; " << op_counts.size()
+      << " op kinds\n  scenarios:";
   for (const auto& [tag, n] : scenario_counts)
     out << " " << tag << "=" << n;
+  if (!unsupported_ops.empty()) {
+    out << "\n  unsupported:";
+    for (const auto& [op, n] : unsupported_ops)
+      out << " " << op << "=" << n;
+  }
   out << "\n  ops:";
   for (const auto& [op, n] : op_counts)
     out << " " << op << "=" << n;
@@ -1866,12 +2118,18 @@ FuzzSummary run_fuzz(uint64_t seed, int count, const CheckOptions& options, int 
       ++s.scenario_counts[tags.substr(pos, end - pos)];
       pos = end + 2;
     }
-    bool both_raised = false;
-    std::optional<std::string> f = check_impl(p.trace, p.inputs, options, &both_raised);
-    if (!f) {
-      ++(both_raised ? s.both_raised : s.agreed);
-      continue;
+    CheckResult r = check(p.trace, p.inputs, options);
+    if (r.outcome == Outcome::kAgreed) ++s.agreed;
+    if (r.outcome == Outcome::kBothRaised) ++s.both_raised;
+    if (r.outcome == Outcome::kUnsupported) {
+      ++s.unsupported;
+      // "kiln: <op> at <file:line>: not supported by kiln: ..."
+      std::string op = r.detail.substr(0, r.detail.find(" at "));
+      if (op.rfind("kiln: ", 0) == 0) op = op.substr(6);
+      ++s.unsupported_ops[op];
     }
+    if (r.outcome != Outcome::kFailed) continue;
+    const std::string* f = &r.detail;
     ++s.failed;
     if (static_cast<int>(s.reports.size()) >= max_reports) continue;
     Shrunk small = shrink(p, *f, options);

@@ -101,11 +101,32 @@ struct CheckOptions {
   // Also require outputs to be the same objects / share memory among themselves exactly when
   // the interpreter's do (eager parity for fresh outputs; DESIGN.md only promises it for inputs).
   bool outputs_among_themselves = false;
+  // Compare the strides of size-0 and size-1 dims (and the layout of empty tensors) too. They
+  // address nothing, so by default only the strides of dims with two or more elements count.
+  bool exact_strides = false;
+  // Run each check in a child process, so that a crash (or a hang past `timeout_seconds`) of
+  // the system under test is reported as a failure instead of ending the test process.
+  bool isolate = false;
+  unsigned timeout_seconds = 60;
 };
 
-// nullopt when kiln agrees with the interpreter; else "<category>: <what differs>". Categories:
-// raise, oracle-internal, kiln-internal, kiln-crash, outputs, output-layout, output-values,
-// output-identity, input-contents, input-layout, input-storage.
+enum class Outcome {
+  kAgreed,       // neither raised; outputs, inputs and identities agree
+  kBothRaised,   // eager raises a UserError, and so did kiln
+  kUnsupported,  // kiln raised UnsupportedError (loud, never wrong: not a failure)
+  kFailed,
+};
+struct CheckResult {
+  Outcome outcome = Outcome::kAgreed;
+  // kFailed: "<category>: <what differs>" (categories: raise, oracle-internal, kiln-internal,
+  // kiln-crash, outputs, output-layout, output-values, output-identity, input-contents,
+  // input-layout, input-storage); kBothRaised / kUnsupported: kiln's error message.
+  std::string detail;
+};
+CheckResult check(const Trace& trace, const std::vector<RtValue>& inputs,
+                  const CheckOptions& options = {});
+
+// nullopt unless the check fails; else its "<category>: <what differs>".
 std::optional<std::string> check_trace(const Trace& trace, const std::vector<RtValue>& inputs,
                                        const CheckOptions& options = {});
 std::optional<std::string> check_program(const RandomProgram& program,
@@ -115,7 +136,7 @@ std::string failure_category(const std::string& failure);
 // Copies of the inputs over new storages, keeping which inputs share a storage and which are the
 // same object.
 std::vector<RtValue> deep_copy(const std::vector<RtValue>& inputs);
-// The alias pattern of a call (storage identity: the Storage object).
+// The alias pattern of a call: the executor's alias_pattern_of.
 AliasPattern pattern_of_inputs(const std::vector<RtValue>& inputs);
 
 // ---- shrinking and reports --------------------------------------------------------------------
@@ -136,10 +157,12 @@ struct FuzzSummary {
   int programs = 0;
   int agreed = 0;       // neither raised, everything equal
   int both_raised = 0;  // eager raises, and so did kiln
+  int unsupported = 0;  // kiln raised UnsupportedError
   int failed = 0;
   std::vector<std::string> reports;            // shrunk failures, up to max_reports
   std::map<std::string, int> op_counts;        // top-level ops of the generated traces
   std::map<std::string, int> scenario_counts;  // alias scenarios
+  std::map<std::string, int> unsupported_ops;  // the ops kiln's UnsupportedErrors name
   double seconds = 0;
   std::string str() const;  // a short summary
 };

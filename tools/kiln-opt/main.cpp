@@ -17,9 +17,9 @@
 //
 // Exit status: 0 on success, 1 on a user error (malformed trace, bad input, an error eager
 // PyTorch would raise), 2 on an internal error.
+#include <algorithm>
 #include <fstream>
 #include <iostream>
-#include <algorithm>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -123,13 +123,23 @@ std::vector<kiln::RtValue> make_inputs(const kiln::Trace& trace, const kiln::Ali
                                        const Options& o) {
   for (const auto& [name, values] : o.inputs) {
     bool known = false;
-    for (kiln::Value* in : trace.inputs()) known = known || in->name() == name;
+    for (kiln::Value* in : trace.inputs())
+      known = known || in->name() == name;
     KILN_CHECK(known) << "--input names '" << name << "', which is not an input of the trace.";
+  }
+  // A group's storage starts early enough that each member sits at the offset its type's
+  // layout names (the offsets in the pattern are relative to the group's first element).
+  std::vector<int64_t> pad(pattern.groups.size(), 0);
+  for (size_t j = 0; j < trace.inputs().size(); ++j) {
+    const kiln::AliasPattern::Input& entry = pattern.inputs[j];
+    if (entry.group < 0 || !trace.inputs()[j]->tensor_type().layout) continue;
+    int64_t want = trace.inputs()[j]->tensor_type().layout->offset - entry.geometry.offset;
+    pad[static_cast<size_t>(entry.group)] = std::max(pad[static_cast<size_t>(entry.group)], want);
   }
   std::vector<kiln::TensorHandle> bases(pattern.groups.size());
   for (size_t g = 0; g < pattern.groups.size(); ++g) {
     const kiln::AliasPattern::Group& group = pattern.groups[g];
-    kiln::TensorType flat{group.dtype, {group.numel}, kiln::Device::cpu(), std::nullopt};
+    kiln::TensorType flat{group.dtype, {group.numel + pad[g]}, kiln::Device::cpu(), std::nullopt};
     bases[g] = kiln::make_random_input(flat, o.seed + g);
   }
   std::vector<kiln::RtValue> inputs;
@@ -138,13 +148,19 @@ std::vector<kiln::RtValue> make_inputs(const kiln::Trace& trace, const kiln::Ali
     auto given = o.inputs.find(in->name());
     if (!in->is_tensor()) {
       KILN_CHECK(given != o.inputs.end() && given->second.size() == 1)
-          << "the scalar input '" << in->name() << "' needs a value; pass --input="
-          << in->name() << "=<number>.";
+          << "the scalar input '" << in->name() << "' needs a value; pass --input=" << in->name()
+          << "=<number>.";
       double v = given->second[0];
       switch (in->scalar_type().kind) {
-        case kiln::ScalarKind::kBool: inputs.emplace_back(kiln::RtScalar(v != 0)); break;
-        case kiln::ScalarKind::kInt: inputs.emplace_back(kiln::RtScalar(static_cast<int64_t>(v))); break;
-        case kiln::ScalarKind::kFloat: inputs.emplace_back(kiln::RtScalar(v)); break;
+        case kiln::ScalarKind::kBool:
+          inputs.emplace_back(kiln::RtScalar(v != 0));
+          break;
+        case kiln::ScalarKind::kInt:
+          inputs.emplace_back(kiln::RtScalar(static_cast<int64_t>(v)));
+          break;
+        case kiln::ScalarKind::kFloat:
+          inputs.emplace_back(kiln::RtScalar(v));
+          break;
       }
       continue;
     }
@@ -159,7 +175,8 @@ std::vector<kiln::RtValue> make_inputs(const kiln::Trace& trace, const kiln::Ali
                                   : kiln::make_random_input(type, o.seed + 100 + j);
     } else {
       const kiln::Geometry& g = entry.geometry;
-      t = kiln::make_view(bases[static_cast<size_t>(entry.group)], g.sizes, g.strides, g.offset);
+      t = kiln::make_view(bases[static_cast<size_t>(entry.group)], g.sizes, g.strides,
+                          g.offset + pad[static_cast<size_t>(entry.group)]);
       if (given != o.inputs.end()) {
         kiln::TensorHandle values = kiln::make_tensor(type.dtype, type.shape, given->second);
         kiln::copy_into(*t, *values);
@@ -191,7 +208,8 @@ void run_program(const kiln::Trace& trace, const kiln::CompiledProgram* compiled
       for (size_t j = 0; j < inputs.size(); ++j) {
         auto* in = std::get_if<kiln::TensorHandle>(&inputs[j]);
         if (!in) continue;
-        if (*in == *h) std::cout << "  # is input " << trace.inputs()[j]->name();
+        if (*in == *h)
+          std::cout << "  # is input " << trace.inputs()[j]->name();
         else if ((*in)->storage == (*h)->storage)
           std::cout << "  # shares memory with input " << trace.inputs()[j]->name();
       }
@@ -207,8 +225,8 @@ int main(int argc, char** argv) {
   Options o = parse_args(argc, argv);
   try {
     kiln::Trace trace = kiln::parse_trace(read_input(o.file), o.file == "-" ? "<stdin>" : o.file);
-    kiln::AliasPattern pattern =
-        o.alias.empty() ? kiln::AliasPattern::distinct(trace) : kiln::AliasPattern::parse(o.alias, trace);
+    kiln::AliasPattern pattern = o.alias.empty() ? kiln::AliasPattern::distinct(trace)
+                                                 : kiln::AliasPattern::parse(o.alias, trace);
     // verify and print act on the eager trace; the pipeline's passes run in pipeline order up to
     // the last one named.
     std::string stop_after;
@@ -222,7 +240,8 @@ int main(int argc, char** argv) {
         std::cout << kiln::print_trace(trace);
       } else {
         std::string names = "verify, print";
-        for (const std::string& k : known) names += ", " + k;
+        for (const std::string& k : known)
+          names += ", " + k;
         std::cerr << "kiln-opt: error: unknown pass '" << pass << "' (known: " << names << ")\n";
         return 1;
       }
@@ -231,7 +250,8 @@ int main(int argc, char** argv) {
     if (o.pipeline || !stop_after.empty()) {
       compiled = kiln::compile(trace, pattern, o.pipeline ? "" : stop_after);
       if (o.history) {
-        for (const kiln::PassRecord& r : compiled->history) std::cout << r.printed << "\n";
+        for (const kiln::PassRecord& r : compiled->history)
+          std::cout << r.printed << "\n";
       } else {
         std::cout << compiled->history.back().printed;
       }

@@ -14,18 +14,23 @@ namespace kiln {
 
 // Placeholder until the alias analysis lands: every input distinct.
 AliasPattern AliasPattern::distinct(const Trace& trace) {
-  AliasPattern p;
+  // Every tensor input in a storage of its own, laid out as its type says.
+  std::vector<TensorDescription> args;
+  uintptr_t next = 1;
   for (Value* in : trace.inputs()) {
-    AliasPattern::Input entry;
-    if (in->is_tensor()) {
+    TensorDescription d;
+    d.is_tensor = in->is_tensor();
+    if (d.is_tensor) {
       const TensorType& t = in->tensor_type();
-      entry.group = static_cast<int>(p.groups.size());
-      entry.geometry = Geometry{t.shape, contiguous_strides(t.shape), 0};
-      p.groups.push_back({t.dtype, t.numel(), false});
+      d.storage = d.object = next++;
+      d.dtype = t.dtype;
+      d.element_size = dtype_size(t.dtype);
+      d.geometry = t.layout ? Geometry{t.shape, t.layout->strides, t.layout->offset}
+                            : Geometry{t.shape, contiguous_strides(t.shape), 0};
     }
-    p.inputs.push_back(entry);
+    args.push_back(d);
   }
-  return p;
+  return compute_alias_pattern(args);
 }
 
 namespace {
@@ -146,8 +151,11 @@ AliasPattern compute_alias_pattern(std::span<const TensorDescription> args) {
           << dtype_name(args[j].dtype) << " and " << dtype_name(a.dtype)
           << "); kiln does not support that; pass copies (e.g. x.clone()) instead.";
     }
-    auto same = std::find_if(members.begin(), members.end(),
-                             [&](size_t j) { return args[j].geometry == a.geometry; });
+    auto same = std::find_if(members.begin(), members.end(), [&](size_t j) {
+      // Unknown object identity (0) counts as the same object when the layout is the same.
+      bool same_object = a.object == 0 || args[j].object == 0 || args[j].object == a.object;
+      return same_object && args[j].geometry == a.geometry;
+    });
     if (same != members.end()) {
       p.inputs[i].duplicate_of = static_cast<int>(*same);
       parent[i] = *same;

@@ -20,25 +20,27 @@ namespace kiln {
 struct TensorDescription {
   bool is_tensor = true;     // false: a Python number (never aliases)
   uintptr_t storage = 0;     // identity of the storage (its base address)
+  uintptr_t object = 0;      // identity of the tensor object (two views with one layout are
+                             // still two objects: a metadata mutation of one spares the other)
   int64_t element_size = 4;  // bytes per element
   DType dtype = DType::kFloat32;
-  Geometry geometry;         // offset relative to the storage's start
+  Geometry geometry;  // offset relative to the storage's start
 };
 
 struct AliasPattern {
   // One group per storage extent that some inputs share (or one input alone).
   struct Group {
     DType dtype = DType::kFloat32;
-    int64_t numel = 0;       // elements of the group's base
+    int64_t numel = 0;  // elements of the group's base
     // false: the group is a single input that is contiguous; it is its own base and keeps its
     // name. true: a synthetic 1-D base `baseN` covering the inputs' storage extent.
     bool synthetic = false;
     bool operator==(const Group&) const = default;
   };
   struct Input {
-    int group = -1;          // -1 for a number argument
-    Geometry geometry;       // the input as a view of its group's base
-    int duplicate_of = -1;   // an earlier input that is exactly this tensor, or -1
+    int group = -1;         // -1 for a number argument
+    Geometry geometry;      // the input as a view of its group's base
+    int duplicate_of = -1;  // an earlier input that is exactly this tensor, or -1
     bool operator==(const Input&) const = default;
   };
   std::vector<Group> groups;

@@ -135,9 +135,21 @@ class Analyzer {
   const StorageInfo& storage_of(const Placement& p) const { return sa_.storage(p.storage); }
 
   // `out` is a new object over `storage` (make_view: user error outside the storage).
+  // A view of an input may reach caller memory outside the inputs kiln was given (eager allows
+  // it when the caller's storage is larger): kiln cannot see that memory, so it says so.
+  static void check_view_in_bounds(const Geometry& g, const StorageInfo& info) {
+    bool outside =
+        g.offset < 0 || (shape_numel(g.sizes) > 0 &&
+                         required_storage_numel(g.sizes, g.strides, g.offset) > info.numel);
+    KILN_UNSUPPORTED(info.input_group < 0 || !outside)
+        << "this view reaches memory outside the input tensors kiln was given (the caller's "
+           "storage may be larger); pass the whole base tensor as an input instead.";
+    check_in_bounds(g, info.numel, info.dtype);
+  }
+
   void define_view(const Value* out, int storage, Geometry g) {
     const StorageInfo& info = sa_.storage(storage);
-    check_in_bounds(g, info.numel, info.dtype);
+    check_view_in_bounds(g, info);
     sa_.new_handle(out, Placement{storage, std::move(g)});
   }
   // `out` names the same object as `of` (in-place ops return their target).
@@ -386,7 +398,7 @@ void Analyzer::mutation(const Node& node) {
     const Placement p = read(self);
     Geometry g = apply_view(view_of_metadata_mutation(node.id()), node, p.geometry);
     const StorageInfo& info = sa_.storage(p.storage);
-    check_in_bounds(g, info.numel, info.dtype);
+    check_view_in_bounds(g, info);
     sa_.restride(sa_.handle_of(self), std::move(g));
     return define_same(node.outputs[0], self);
   }

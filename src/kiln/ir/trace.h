@@ -8,8 +8,8 @@
 #pragma once
 
 #include <memory>
-#include <utility>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 

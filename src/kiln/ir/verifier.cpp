@@ -88,9 +88,10 @@ std::vector<std::string> verify_trace_problems(const Trace& trace) {
   }
   v.check_nodes(trace.nodes(), defined, true);
   for (const auto& [target, value] : trace.writebacks) {
-    bool is_input = std::find(trace.inputs().begin(), trace.inputs().end(), target) !=
-                    trace.inputs().end();
-    if (!is_input) v.problems.push_back("writeback target '" + target->name() + "' is not an input");
+    bool is_input =
+        std::find(trace.inputs().begin(), trace.inputs().end(), target) != trace.inputs().end();
+    if (!is_input)
+      v.problems.push_back("writeback target '" + target->name() + "' is not an input");
     if (!defined.contains(value))
       v.problems.push_back("writeback value '" + value->name() + "' is never defined");
     if (value->is_tensor() && target->is_tensor() &&

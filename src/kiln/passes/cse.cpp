@@ -17,7 +17,8 @@ std::string node_key(const Node& node) {
       key += "%" + std::to_string(op.value()->id());
     } else if (op.is_value_list()) {
       key += "[";
-      for (const Value* v : op.values()) key += "%" + std::to_string(v->id()) + ",";
+      for (const Value* v : op.values())
+        key += "%" + std::to_string(v->id()) + ",";
       key += "]";
     } else {
       key += constant_str(op.constant());
@@ -33,7 +34,8 @@ int cse(Trace& trace) {
   std::unordered_map<std::string, const Node*> seen;
   std::unordered_set<const Node*> merged;
   for (const auto& node : trace.nodes()) {
-    KILN_ASSERT(!node->op->is_mutation()) << "cse needs a functional trace, found " << node->op->name;
+    KILN_ASSERT(!node->op->is_mutation())
+        << "cse needs a functional trace, found " << node->op->name;
     // Replacements made for earlier nodes already show in this node's operands.
     std::string key = node_key(*node);
     auto [it, inserted] = seen.emplace(key, node.get());

@@ -8,14 +8,16 @@ namespace kiln {
 
 int dce(Trace& trace) {
   std::unordered_set<const Value*> live(trace.outputs().begin(), trace.outputs().end());
-  for (const auto& [target, value] : trace.writebacks) live.insert(value);
+  for (const auto& [target, value] : trace.writebacks)
+    live.insert(value);
   std::unordered_set<const Node*> dead;
   // One backward sweep: a node is live when one of its outputs is; then its operands are.
   for (auto it = trace.nodes().rbegin(); it != trace.nodes().rend(); ++it) {
     const Node& node = **it;
     KILN_ASSERT(!node.op->is_mutation()) << "dce needs a functional trace, found " << node.op->name;
     bool used = false;
-    for (const Value* o : node.outputs) used = used || live.contains(o);
+    for (const Value* o : node.outputs)
+      used = used || live.contains(o);
     if (!used) {
       dead.insert(&node);
       continue;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <unordered_map>
 
 #include "kiln/ir/builder.h"
@@ -17,9 +17,9 @@ namespace {
 
 // One view op of a handle's chain, replayable on a functional value and invertible.
 struct ViewStep {
-  OpId op;                     // kSlice kSelect kDiagonal kPermute kTranspose kT kReshape
-                               // kExpand kAlias kAsStrided
-  std::vector<Operand> args;   // constant arguments after `self`
+  OpId op;                    // kSlice kSelect kDiagonal kPermute kTranspose kT kReshape
+                              // kExpand kAlias kAsStrided
+  std::vector<Operand> args;  // constant arguments after `self`
 };
 
 // A handle: the storage it lives in and the views from the storage's current value to it. A
@@ -59,7 +59,8 @@ class Functionalizer {
   FunctionalProgram run() {
     auto start = std::chrono::steady_clock::now();
     bind_inputs();
-    for (const auto& node : eager_.nodes()) visit(*node);
+    for (const auto& node : eager_.nodes())
+      visit(*node);
     finish();
     out_.trace.constructed_by = "functionalize";
     out_.trace.construction_ms =
@@ -80,7 +81,8 @@ class Functionalizer {
     for (size_t g = 0; g < pattern_.groups.size(); ++g) {
       const AliasPattern::Group& group = pattern_.groups[g];
       size_t first = 0;
-      while (pattern_.inputs[first].group != static_cast<int>(g)) ++first;
+      while (pattern_.inputs[first].group != static_cast<int>(g))
+        ++first;
       const TensorType& t = args[first]->tensor_type();
       Value* base;
       if (group.synthetic) {
@@ -88,8 +90,10 @@ class Functionalizer {
                             TensorType{group.dtype, {group.numel}, t.device, std::nullopt});
         states_[static_cast<int>(g)] = {base, Geometry{{group.numel}, {1}, 0}, true};
       } else {
-        base = b_.add_input(args[first]->name(), TensorType{t.dtype, t.shape, t.device, std::nullopt});
-        states_[static_cast<int>(g)] = {base, Geometry{t.shape, contiguous_strides(t.shape), 0}, false};
+        base =
+            b_.add_input(args[first]->name(), TensorType{t.dtype, t.shape, t.device, std::nullopt});
+        states_[static_cast<int>(g)] = {base, Geometry{t.shape, contiguous_strides(t.shape), 0},
+                                        false};
       }
       group_inputs[g] = base;
       initial_.push_back(base);
@@ -116,8 +120,9 @@ class Functionalizer {
   }
 
   static ViewStep as_strided_step(const Geometry& g, int64_t origin) {
-    return {OpId::kAsStrided, {Constant(IntList(g.sizes)), Constant(IntList(g.strides)),
-                               Constant(g.offset - origin)}};
+    return {
+        OpId::kAsStrided,
+        {Constant(IntList(g.sizes)), Constant(IntList(g.strides)), Constant(g.offset - origin)}};
   }
 
   // ---- the walk ------------------------------------------------------------------------------
@@ -125,7 +130,8 @@ class Functionalizer {
   void visit(const Node& node) {
     ScopedErrorContext context(node.op->name, node.loc.str());
     if (!node.subsymbols.empty()) {
-      for (const auto& sub : node.subsymbols) visit(*sub);
+      for (const auto& sub : node.subsymbols)
+        visit(*sub);
       return;
     }
     const OpInfo& op = *node.op;
@@ -141,7 +147,8 @@ class Functionalizer {
   // Operands of a functional op: tensors read now, number inputs mapped, constants kept.
   std::vector<Operand> read_operands(const Node& node, size_t from = 0) {
     std::vector<Operand> ops;
-    for (size_t i = from; i < node.operands.size(); ++i) ops.push_back(map_operand(node.operands[i]));
+    for (size_t i = from; i < node.operands.size(); ++i)
+      ops.push_back(map_operand(node.operands[i]));
     return ops;
   }
 
@@ -153,7 +160,8 @@ class Functionalizer {
     }
     if (op.is_value_list()) {
       std::vector<Value*> vs;
-      for (Value* v : op.values()) vs.push_back(read(v));
+      for (Value* v : op.values())
+        vs.push_back(read(v));
       return Operand(vs);
     }
     return op;
@@ -204,7 +212,8 @@ class Functionalizer {
     if (step.op != OpId::kAlias) c.steps.push_back(std::move(step));
     // Every name of this tensor object now sees the new sizes and strides, as in eager.
     inherit_object(x, y);
-    for (const Value* v : members_.at(object_.at(x))) chains_[v] = c;
+    for (const Value* v : members_.at(object_.at(x)))
+      chains_[v] = c;
   }
 
   void visit_write(const Node& node) {
@@ -281,7 +290,8 @@ class Functionalizer {
                 ? split_sizes(in_shape[static_cast<size_t>(dim)], a[1])
                 : chunk_sizes(in_shape[static_cast<size_t>(dim)], a[1].as_int());
         int64_t start = 0;
-        for (size_t k = 0; k < i; ++k) start += sizes[k];
+        for (size_t k = 0; k < i; ++k)
+          start += sizes[k];
         return {OpId::kSlice, {dim, start, start + sizes[i], int64_t{1}}};
       }
       case OpId::kUnbind: {
@@ -383,11 +393,13 @@ class Functionalizer {
     if (st.synthetic) return v;
     std::vector<int64_t> perm = argsort_desc(st.canon.strides);
     Shape permuted;
-    for (int64_t p : perm) permuted.push_back(st.canon.sizes[static_cast<size_t>(p)]);
+    for (int64_t p : perm)
+      permuted.push_back(st.canon.sizes[static_cast<size_t>(p)]);
     v = b_.call1(OpId::kReshape, {v, Constant(IntList(permuted))}, {}, loc);
     if (is_identity(perm)) return v;
     IntList inverse(perm.size());
-    for (size_t k = 0; k < perm.size(); ++k) inverse[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
+    for (size_t k = 0; k < perm.size(); ++k)
+      inverse[static_cast<size_t>(perm[k])] = static_cast<int64_t>(k);
     return b_.call1(OpId::kPermute, {v, Constant(inverse)}, {}, loc);
   }
 
@@ -395,7 +407,8 @@ class Functionalizer {
     const Chain& c = chains_.at(handle);
     const StorageState& st = states_.at(c.storage);
     Value* v = c.from_flat ? flat(st, loc) : st.current;
-    for (const ViewStep& step : c.steps) v = apply(step, v, loc);
+    for (const ViewStep& step : c.steps)
+      v = apply(step, v, loc);
     return v;
   }
 
@@ -404,8 +417,10 @@ class Functionalizer {
     StorageState& st = states_.at(c.storage);
     Value* root = c.from_flat ? flat(st, loc) : st.current;
     std::vector<Value*> xs = {root};
-    for (const ViewStep& step : c.steps) xs.push_back(apply(step, xs.back(), loc));
-    for (size_t i = c.steps.size(); i-- > 0;) y = unapply(c.steps[i], xs[i], y, loc);
+    for (const ViewStep& step : c.steps)
+      xs.push_back(apply(step, xs.back(), loc));
+    for (size_t i = c.steps.size(); i-- > 0;)
+      y = unapply(c.steps[i], xs[i], y, loc);
     st.current = c.from_flat ? unflat(st, y, loc) : y;
   }
 
@@ -428,7 +443,8 @@ class Functionalizer {
       } else if (obj != object_.end()) {
         r.kind = ReturnBinding::Kind::kInputObject;
         r.index = obj->second;
-        described.push_back("the caller's " + eager_.inputs()[static_cast<size_t>(r.index)]->name());
+        described.push_back("the caller's " +
+                            eager_.inputs()[static_cast<size_t>(r.index)]->name());
       } else if (sa_.storage(sa_.storage_of(o)).input_group >= 0) {
         r.kind = ReturnBinding::Kind::kInputView;
         r.index = sa_.storage(sa_.storage_of(o)).input_group;
@@ -456,7 +472,8 @@ class Functionalizer {
     }
     t.set_outputs(values);
     std::string returns = "returns: (";
-    for (size_t i = 0; i < described.size(); ++i) returns += (i ? ", " : "") + described[i];
+    for (size_t i = 0; i < described.size(); ++i)
+      returns += (i ? ", " : "") + described[i];
     t.notes.push_back(returns + ")");
     for (const MetadataUpdate& m : out_.interface.metadata) {
       t.notes.push_back("metadata: the caller's " +
@@ -479,11 +496,11 @@ class Functionalizer {
   std::unordered_map<int, StorageState> states_;
   std::unordered_map<const Value*, Chain> chains_;
   std::unordered_map<const Value*, Value*> scalars_;
-  std::unordered_map<const Value*, int> object_;  // tensor value -> its object
+  std::unordered_map<const Value*, int> object_;                // tensor value -> its object
   std::unordered_map<int, std::vector<const Value*>> members_;  // object -> its names
   int next_object_ = 0;
-  std::map<int, const Value*> latest_;           // caller object -> its latest value
-  std::vector<Value*> initial_;                  // each group's input value
+  std::map<int, const Value*> latest_;  // caller object -> its latest value
+  std::vector<Value*> initial_;         // each group's input value
 };
 
 }  // namespace

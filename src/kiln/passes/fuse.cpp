@@ -14,8 +14,12 @@ namespace kiln {
 
 namespace {
 
-bool is_view(const Node& n) { return n.op->kind == OpKind::kView; }
-bool is_opaque(const Node& n) { return n.op->kind == OpKind::kOpaque; }
+bool is_view(const Node& n) {
+  return n.op->kind == OpKind::kView;
+}
+bool is_opaque(const Node& n) {
+  return n.op->kind == OpKind::kOpaque;
+}
 
 // The space a region iterates over: a full shape, and the dims its reductions reduce.
 struct Domain {
@@ -26,7 +30,8 @@ struct Domain {
 
 Shape keep_shape(const Domain& d) {
   Shape s = d.full;
-  for (int64_t r : d.reduced) s[static_cast<size_t>(r)] = 1;
+  for (int64_t r : d.reduced)
+    s[static_cast<size_t>(r)] = 1;
   return s;
 }
 Shape drop_shape(const Domain& d) {
@@ -80,7 +85,8 @@ class Fuser {
   explicit Fuser(const Trace& t) : t_(t) {
     for (size_t i = 0; i < t.nodes().size(); ++i) {
       const Node& n = *t.nodes()[i];
-      for (const Value* o : n.outputs) producer_[o] = static_cast<int>(i);
+      for (const Value* o : n.outputs)
+        producer_[o] = static_cast<int>(i);
     }
   }
 
@@ -100,8 +106,8 @@ class Fuser {
       for (int dep : compute_deps(*nodes[i])) {
         int a = find(static_cast<int>(i)), b = find(dep);
         if (a == b || is_opaque(*nodes[static_cast<size_t>(b)])) continue;
-        std::optional<Domain> merged = merge_domains(domain_[static_cast<size_t>(b)],
-                                                     domain_[static_cast<size_t>(a)]);
+        std::optional<Domain> merged =
+            merge_domains(domain_[static_cast<size_t>(b)], domain_[static_cast<size_t>(a)]);
         if (!merged || creates_cycle(b, a)) continue;
         parent_[static_cast<size_t>(a)] = b;
         domain_[static_cast<size_t>(b)] = *merged;
@@ -112,8 +118,9 @@ class Fuser {
 
  private:
   int find(int i) {
-    while (parent_[static_cast<size_t>(i)] != i) i = parent_[static_cast<size_t>(i)] =
-        parent_[static_cast<size_t>(parent_[static_cast<size_t>(i)])];
+    while (parent_[static_cast<size_t>(i)] != i)
+      i = parent_[static_cast<size_t>(i)] =
+          parent_[static_cast<size_t>(parent_[static_cast<size_t>(i)])];
     return i;
   }
 
@@ -165,7 +172,8 @@ class Fuser {
       work.pop_back();
       if (r == consumer) return true;
       if (!seen.insert(r).second) continue;
-      for (int s : successors(r)) work.push_back(s);
+      for (int s : successors(r))
+        work.push_back(s);
     }
     return false;
   }
@@ -179,7 +187,8 @@ class Fuser {
     // Values needed outside any region: outputs and writebacks. A view among them is
     // materialized by the region of the value it views, or by a region of its own.
     std::set<const Value*> needed(t_.outputs().begin(), t_.outputs().end());
-    for (const auto& wb : t_.writebacks) needed.insert(wb.second);
+    for (const auto& wb : t_.writebacks)
+      needed.insert(wb.second);
     std::map<int, std::vector<const Value*>> extra_views;  // region root -> view values it outputs
     std::vector<const Value*> lone_views;
     for (const Value* v : needed) {
@@ -204,7 +213,8 @@ class Fuser {
     // Topological order of the regions (Kahn, ties by first node).
     std::unordered_map<int, size_t> region_of;
     for (size_t r = 0; r < regions.size(); ++r)
-      for (int i : regions[r]) region_of[i] = r;
+      for (int i : regions[r])
+        region_of[i] = r;
     std::vector<std::set<size_t>> preds(regions.size());
     for (size_t r = 0; r < regions.size(); ++r) {
       for (int i : regions[r])
@@ -220,7 +230,8 @@ class Fuser {
       bool progressed = false;
       for (size_t r = 0; r < regions.size(); ++r) {
         if (done[r]) continue;
-        bool ready = std::all_of(preds[r].begin(), preds[r].end(), [&](size_t p) { return done[p]; });
+        bool ready =
+            std::all_of(preds[r].begin(), preds[r].end(), [&](size_t p) { return done[p]; });
         if (!ready) continue;
         done[r] = true;
         order.push_back(r);
@@ -231,20 +242,24 @@ class Fuser {
     }
     // Which values each region must hand to others.
     std::set<const Value*> used_outside;
-    for (const Value* v : needed) used_outside.insert(v);
+    for (const Value* v : needed)
+      used_outside.insert(v);
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (is_view(*nodes[i])) continue;
       for (int d : compute_deps(*nodes[i]))
         if (region_of[d] != region_of[static_cast<int>(i)])
-          for (const Value* o : nodes[static_cast<size_t>(d)]->outputs) used_outside.insert(o);
+          for (const Value* o : nodes[static_cast<size_t>(d)]->outputs)
+            used_outside.insert(o);
     }
     for (const Value* v : needed) {  // a lone view reads its compute values from their regions
       if (std::find(lone_views.begin(), lone_views.end(), v) == lone_views.end()) continue;
       for (int d : compute_deps(*nodes[static_cast<size_t>(producer_.at(v))]))
-        for (const Value* o : nodes[static_cast<size_t>(d)]->outputs) used_outside.insert(o);
+        for (const Value* o : nodes[static_cast<size_t>(d)]->outputs)
+          used_outside.insert(o);
     }
     ExecutionPlan plan;
-    for (size_t r : order) plan.steps.push_back(make_step(regions[r], region_views[r], used_outside));
+    for (size_t r : order)
+      plan.steps.push_back(make_step(regions[r], region_views[r], used_outside));
     return plan;
   }
 
@@ -261,8 +276,10 @@ class Fuser {
         if (op.is_value_list()) work.insert(work.end(), op.values().begin(), op.values().end());
       }
     };
-    for (int i : compute) add_operands(*nodes[static_cast<size_t>(i)]);
-    for (const Value* v : views) work.push_back(v);
+    for (int i : compute)
+      add_operands(*nodes[static_cast<size_t>(i)]);
+    for (const Value* v : views)
+      work.push_back(v);
     while (!work.empty()) {
       const Value* v = work.back();
       work.pop_back();
@@ -292,17 +309,21 @@ class Fuser {
           ops.emplace_back(get(op.value()));
         } else if (op.is_value_list()) {
           std::vector<Value*> vs;
-          for (Value* v : op.values()) vs.push_back(get(v));
+          for (Value* v : op.values())
+            vs.push_back(get(v));
           ops.emplace_back(vs);
         } else {
           ops.push_back(op);
         }
       }
       std::vector<std::string> names;
-      for (const Value* o : n.outputs) names.push_back(o->name());
+      for (const Value* o : n.outputs)
+        names.push_back(o->name());
       std::vector<Value*> outs = b.call_bound(n.id(), ops, n.loc, &names);
-      for (size_t k = 0; k < outs.size(); ++k) map[n.outputs[k]] = outs[k];
-      bool outputs_value = !is_view(n) || std::find(views.begin(), views.end(), n.outputs[0]) != views.end();
+      for (size_t k = 0; k < outs.size(); ++k)
+        map[n.outputs[k]] = outs[k];
+      bool outputs_value =
+          !is_view(n) || std::find(views.begin(), views.end(), n.outputs[0]) != views.end();
       if (!outputs_value) continue;
       for (Value* o : n.outputs) {
         if (!used_outside.contains(o)) continue;
@@ -310,7 +331,8 @@ class Fuser {
       }
     }
     std::vector<Value*> body_outs;
-    for (Value* o : step.outputs) body_outs.push_back(map.at(o));
+    for (Value* o : step.outputs)
+      body_outs.push_back(map.at(o));
     b.set_outputs(body_outs);
     return step;
   }
@@ -323,6 +345,8 @@ class Fuser {
 
 }  // namespace
 
-ExecutionPlan fuse(const Trace& functional) { return Fuser(functional).run(); }
+ExecutionPlan fuse(const Trace& functional) {
+  return Fuser(functional).run();
+}
 
 }  // namespace kiln

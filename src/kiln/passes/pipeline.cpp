@@ -26,15 +26,17 @@ class History {
   void run(const std::string& name, F&& pass, bool plan = false) {
     auto start = std::chrono::steady_clock::now();
     pass();
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                    .count();
+    double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     p_.execution.constructed_by = name;
     p_.execution.construction_ms = ms;
     verify_trace(p_.execution);
     if (plan) {
-      for (const Step& s : p_.plan.steps) verify_trace(s.body);
+      for (const Step& s : p_.plan.steps)
+        verify_trace(s.body);
     }
-    p_.history.push_back({name, ms, plan ? print_plan(p_.execution, p_.plan) : print_trace(p_.execution)});
+    p_.history.push_back(
+        {name, ms, plan ? print_plan(p_.execution, p_.plan) : print_trace(p_.execution)});
   }
 
  private:
@@ -76,16 +78,21 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
   history.run("dce", [&] { dce(p.execution); });
   if (stop_after == "dce") return p;
   // Regions over the pure program: no mutation is left to cut them.
-  history.run("fuse", [&] { p.plan = fuse(p.execution); }, true);
+  history.run(
+      "fuse", [&] { p.plan = fuse(p.execution); }, true);
   p.stats.fusion_regions = 0;
-  for (const Step& s : p.plan.steps) p.stats.fusion_regions += s.kind == Step::Kind::kFusion;
+  for (const Step& s : p.plan.steps)
+    p.stats.fusion_regions += s.kind == Step::Kind::kFusion;
   if (stop_after == "fuse") return p;
   // Last: where each write lands depends on which region computes it and who else reads.
-  history.run("place_writebacks", [&] {
-    WritebackCounts c = place_writebacks(p.execution, p.plan);
-    p.stats.writebacks_in_kernel = c.in_kernel;
-    p.stats.writebacks_with_temporary = c.with_temporary;
-  }, true);
+  history.run(
+      "place_writebacks",
+      [&] {
+        WritebackCounts c = place_writebacks(p.execution, p.plan);
+        p.stats.writebacks_in_kernel = c.in_kernel;
+        p.stats.writebacks_with_temporary = c.with_temporary;
+      },
+      true);
   return p;
 }
 

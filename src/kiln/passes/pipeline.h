@@ -25,8 +25,8 @@ struct CompileStats {
 };
 
 struct CompiledProgram {
-  Trace execution;           // the functional trace the plan's steps are cut from
-  ExecutionPlan plan;        // empty until fuse has run
+  Trace execution;     // the functional trace the plan's steps are cut from
+  ExecutionPlan plan;  // empty until fuse has run
   AliasPattern pattern;
   ProgramInterface interface;
   std::vector<PassRecord> history;

@@ -25,7 +25,7 @@ bool only_identity_reads(const Trace& body, const Value* v, const Shape& shape) 
       switch (info.kind) {
         case OpKind::kCreation:
           if (info.id == OpId::kFill && k == 1) return false;  // a 0-dim value, broadcast
-          break;                                                // *_like: shape only
+          break;                                               // *_like: shape only
         case OpKind::kElementwise:
           if (out != shape || v->tensor_type().shape != shape) return false;
           break;
@@ -34,10 +34,10 @@ bool only_identity_reads(const Trace& body, const Value* v, const Shape& shape) 
           break;
         case OpKind::kView: {
           // An identity view (same shape, same elements) keeps the index; anything else moves it.
-          bool identity = out == shape && v->tensor_type().shape == shape &&
-                          (info.id == OpId::kAlias || info.id == OpId::kDetach ||
-                           info.id == OpId::kReshape || info.id == OpId::kView ||
-                           (info.id == OpId::kSlice && node->arg(4).as_int() == 1));
+          bool identity =
+              out == shape && v->tensor_type().shape == shape &&
+              (info.id == OpId::kAlias || info.id == OpId::kDetach || info.id == OpId::kReshape ||
+               info.id == OpId::kView || (info.id == OpId::kSlice && node->arg(4).as_int() == 1));
           if (!identity || !only_identity_reads(body, node->outputs[0], shape)) return false;
           break;
         }
@@ -65,13 +65,15 @@ bool schedule(std::vector<Step>& steps, const std::vector<std::pair<size_t, size
       if (i != j)
         for (const Value* v : steps[i].inputs)
           if (defines(steps[j], v)) preds[i].insert(j);
-  for (const auto& [a, b] : extra) preds[b].insert(a);
+  for (const auto& [a, b] : extra)
+    preds[b].insert(a);
   std::vector<size_t> order;
   std::vector<bool> done(n, false);
   while (order.size() < n) {
     bool progressed = false;
     for (size_t i = 0; i < n && !progressed; ++i) {
-      if (done[i] || !std::all_of(preds[i].begin(), preds[i].end(), [&](size_t p) { return done[p]; }))
+      if (done[i] ||
+          !std::all_of(preds[i].begin(), preds[i].end(), [&](size_t p) { return done[p]; }))
         continue;
       done[i] = true;
       order.push_back(i);
@@ -80,7 +82,8 @@ bool schedule(std::vector<Step>& steps, const std::vector<std::pair<size_t, size
     if (!progressed) return false;
   }
   std::vector<Step> sorted;
-  for (size_t i : order) sorted.push_back(std::move(steps[i]));
+  for (size_t i : order)
+    sorted.push_back(std::move(steps[i]));
   steps = std::move(sorted);
   return true;
 }
@@ -94,7 +97,8 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
   for (const auto& [target, value] : functional.writebacks) {
     auto in_kernel = [&]() -> std::optional<size_t> {
       size_t r = 0;
-      while (r < plan.steps.size() && !defines(plan.steps[r], value)) ++r;
+      while (r < plan.steps.size() && !defines(plan.steps[r], value))
+        ++r;
       if (r == plan.steps.size() || plan.steps[r].kind != Step::Kind::kFusion) return std::nullopt;
       const Step& step = plan.steps[r];
       const Shape& shape = target->tensor_type().shape;
@@ -109,7 +113,8 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
       for (size_t q = 0; q < plan.steps.size(); ++q)
         if (q != r && reads(plan.steps[q], target)) extra.emplace_back(q, r);
       std::vector<Step> trial;
-      for (Step& s : plan.steps) trial.push_back(Step{s.kind, s.name, Trace(), s.inputs, s.outputs, {}});
+      for (Step& s : plan.steps)
+        trial.push_back(Step{s.kind, s.name, Trace(), s.inputs, s.outputs, {}});
       if (!schedule(trial, extra)) return std::nullopt;
       constraints = extra;
       return r;

@@ -9,7 +9,8 @@ namespace kiln {
 namespace {
 std::string names(const std::vector<Value*>& vs) {
   std::string s;
-  for (size_t i = 0; i < vs.size(); ++i) s += (i ? ", " : "") + vs[i]->name();
+  for (size_t i = 0; i < vs.size(); ++i)
+    s += (i ? ", " : "") + vs[i]->name();
   return s;
 }
 }  // namespace
@@ -39,7 +40,8 @@ std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
       out += "    # " + print_statement(*node) + (types.empty() ? "" : "  # " + types) + "\n";
     }
   }
-  for (const std::string& note : functional.notes) out += "  # " + note + "\n";
+  for (const std::string& note : functional.notes)
+    out += "  # " + note + "\n";
   out += "  return {\"output\": (" + names(functional.outputs()) +
          (functional.outputs().size() == 1 ? ",)" : ")");
   if (!functional.writebacks.empty()) {

@@ -14,7 +14,7 @@ namespace kiln {
 struct Step {
   enum class Kind { kFusion, kOpaque, kCopy };
   Kind kind = Kind::kFusion;
-  std::string name;                  // kilnFusion0, ...
+  std::string name;  // kilnFusion0, ...
   // kFusion / kOpaque: the region as a trace of its own. Its inputs correspond to `inputs`, its
   // outputs to `outputs` (values of the functional trace).
   Trace body;

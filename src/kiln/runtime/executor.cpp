@@ -17,6 +17,7 @@ TensorDescription describe(const RtValue& arg) {
   }
   const RtTensor& r = **t;
   d.storage = reinterpret_cast<uintptr_t>(r.storage.get());
+  d.object = reinterpret_cast<uintptr_t>(&r);
   d.element_size = dtype_size(r.dtype());
   d.dtype = r.dtype();
   d.geometry = Geometry{r.sizes, r.strides, r.offset};
@@ -25,7 +26,8 @@ TensorDescription describe(const RtValue& arg) {
 
 AliasPattern alias_pattern_of(const std::vector<RtValue>& args) {
   std::vector<TensorDescription> ds;
-  for (const RtValue& a : args) ds.push_back(describe(a));
+  for (const RtValue& a : args)
+    ds.push_back(describe(a));
   return compute_alias_pattern(ds);
 }
 
@@ -37,16 +39,17 @@ struct GroupBase {
   int64_t start = 0;    // storage index of the base's element 0
 };
 
-TensorHandle copy_of(const RtTensor& t) { return clone(t); }
+TensorHandle copy_of(const RtTensor& t) {
+  return clone(t);
+}
 
 }  // namespace
 
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args) {
   const AliasPattern& pattern = program.pattern;
   const Trace& trace = program.execution;
-  KILN_CHECK(args.size() == pattern.inputs.size())
-      << "the program takes " << pattern.inputs.size() << " arguments but got " << args.size()
-      << ".";
+  KILN_CHECK(args.size() == pattern.inputs.size()) << "the program takes " << pattern.inputs.size()
+                                                   << " arguments but got " << args.size() << ".";
   KILN_CHECK(alias_pattern_of(args) == pattern)
       << "the arguments share memory differently from the call the program was compiled for; "
          "compile it for this alias pattern.";
@@ -57,13 +60,13 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   std::vector<RtValue> inputs;
   for (size_t g = 0; g < pattern.groups.size(); ++g) {
     size_t j = 0;
-    while (pattern.inputs[j].group != static_cast<int>(g)) ++j;
+    while (pattern.inputs[j].group != static_cast<int>(g))
+      ++j;
     TensorHandle caller = std::get<TensorHandle>(args[j]);
     bases[g].caller = caller;
     bases[g].start = caller->offset - pattern.inputs[j].geometry.offset;
     if (pattern.groups[g].synthetic) {
-      TensorHandle extent =
-          make_view(caller, {pattern.groups[g].numel}, {1}, bases[g].start);
+      TensorHandle extent = make_view(caller, {pattern.groups[g].numel}, {1}, bases[g].start);
       inputs.emplace_back(copy_of(*extent));
     } else {
       inputs.emplace_back(caller);
@@ -84,7 +87,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   };
   auto write_back = [&](const Value* target, const RtValue& value) {
     size_t g = 0;
-    while (trace.inputs()[g] != target) ++g;
+    while (trace.inputs()[g] != target)
+      ++g;
     const GroupBase& base = bases[g];
     TensorHandle dest = pattern.groups[g].synthetic
                             ? make_view(base.caller, {pattern.groups[g].numel}, {1}, base.start)
@@ -93,15 +97,18 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   };
 
   std::map<const Value*, RtValue> env;
-  for (size_t i = 0; i < inputs.size(); ++i) env[trace.inputs()[i]] = inputs[i];
+  for (size_t i = 0; i < inputs.size(); ++i)
+    env[trace.inputs()[i]] = inputs[i];
   if (program.plan.steps.empty()) {
     // No plan (the pipeline stopped before fuse): the functional trace as one step.
     std::set<const Value*> wanted(trace.outputs().begin(), trace.outputs().end());
-    for (const auto& wb : trace.writebacks) wanted.insert(wb.second);
+    for (const auto& wb : trace.writebacks)
+      wanted.insert(wb.second);
     interpret_observed(trace, inputs, [&](const Value* v, const RtValue& rv) {
       if (wanted.contains(v)) env[v] = detach(rv);
     });
-    for (const auto& [target, value] : trace.writebacks) write_back(target, env.at(value));
+    for (const auto& [target, value] : trace.writebacks)
+      write_back(target, env.at(value));
   } else {
     // The steps in plan order, each writeback when its step says: a region that stores into
     // an input does it as it runs, so a later step reading that input would see the new data —
@@ -109,11 +116,14 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     for (const Step& step : program.plan.steps) {
       if (step.kind != Step::Kind::kCopy) {
         std::vector<RtValue> step_inputs;
-        for (const Value* v : step.inputs) step_inputs.push_back(env.at(v));
+        for (const Value* v : step.inputs)
+          step_inputs.push_back(env.at(v));
         std::vector<RtValue> outs = interpret(step.body, step_inputs);
-        for (size_t k = 0; k < outs.size(); ++k) env[step.outputs[k]] = detach(outs[k]);
+        for (size_t k = 0; k < outs.size(); ++k)
+          env[step.outputs[k]] = detach(outs[k]);
       }
-      for (const auto& [target, value] : step.writebacks) write_back(target, env.at(value));
+      for (const auto& [target, value] : step.writebacks)
+        write_back(target, env.at(value));
     }
   }
   // Two outputs are never one fresh tensor.
@@ -128,7 +138,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   // Metadata mutations of the caller's tensor objects.
   for (const MetadataUpdate& m : program.interface.metadata) {
     TensorHandle t = std::get<TensorHandle>(args[static_cast<size_t>(m.arg)]);
-    const GroupBase& base = bases[static_cast<size_t>(pattern.inputs[static_cast<size_t>(m.arg)].group)];
+    const GroupBase& base =
+        bases[static_cast<size_t>(pattern.inputs[static_cast<size_t>(m.arg)].group)];
     t->sizes = m.geometry.sizes;
     t->strides = m.geometry.strides;
     t->offset = base.start + m.geometry.offset;

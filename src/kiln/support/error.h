@@ -23,6 +23,13 @@ class ParseError : public UserError {
   using UserError::UserError;
 };
 
+// A program kiln cannot compile (yet), though eager PyTorch runs it: the message names the op,
+// the source line and what to do instead. Loud, never wrong (DESIGN.md section 1).
+class UnsupportedError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // A bug in kiln itself.
 class InternalError : public std::logic_error {
  public:
@@ -101,6 +108,12 @@ class ScopedErrorContext {
          : ::kiln::detail::Voidify() &                         \
                ::kiln::detail::Thrower<::kiln::InternalError>( \
                    "kiln internal error: assertion `" #cond "` failed: ", __FILE__, __LINE__)
+
+#define KILN_UNSUPPORTED(cond)                                                                \
+  (cond) ? (void)0                                                                            \
+         : ::kiln::detail::Voidify() &                                                        \
+               ::kiln::detail::Thrower<::kiln::UnsupportedError>(nullptr, __FILE__, __LINE__) \
+                   << ::kiln::user_error_prefix() << "not supported by kiln: "
 
 #define KILN_USER_ERROR()                                                 \
   ::kiln::detail::Thrower<::kiln::UserError>(nullptr, __FILE__, __LINE__) \

@@ -1,0 +1,496 @@
+// Differential tests (DESIGN.md 6): kiln (compile + execute) against the reference interpreter on
+// random programs and on the CASES.md programs, comparing outputs, every input's memory and
+// layout afterwards, which outputs are (views of) which inputs, and errors. The harness itself
+// is tested against the interpreter and against runners with planted faults.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "kiln/ir/parser.h"
+#include "kiln/ir/verifier.h"
+#include "kiln/kiln.h"
+#include "kiln/passes/pipeline.h"
+#include "kiln/runtime/executor.h"
+#include "support/random_program.h"
+
+namespace kiln {
+namespace {
+
+using fuzz::CheckOptions;
+using fuzz::FuzzSummary;
+
+// compile and execute are placeholders that throw "... is not written yet" until the pipeline
+// lands; the differential tests skip until then (the harness tests below run regardless).
+bool pipeline_exists() {
+  Trace t = trace([](Tensor a) { return a + 1; }, {TensorSpec(f32, {2})});
+  try {
+    execute(compile(t, AliasPattern::distinct(t)), {make_tensor(f32, {2}, {1, 2})});
+  } catch (const InternalError& e) {
+    if (std::string(e.what()).find("not written yet") != std::string::npos) return false;
+  } catch (const std::exception&) {
+  }
+  return true;
+}
+
+#define SKIP_WITHOUT_PIPELINE()                                                     \
+  if (!pipeline_exists()) {                                                         \
+    GTEST_SKIP() << "compile/execute are not written yet; nothing to compare with"; \
+  }
+
+// kiln runs in a child process per program: a crash is one failing program, not the end of the
+// test binary.
+CheckOptions isolated() {
+  CheckOptions o;
+  o.isolate = true;
+  return o;
+}
+
+void expect_no_failures(const FuzzSummary& s, const std::string& rerun) {
+  EXPECT_EQ(s.failed, 0) << s.str() << rerun;
+  for (const std::string& r : s.reports)
+    ADD_FAILURE() << r;
+}
+
+// ---- random programs through kiln ----
+
+// Disabled in CI until the pipeline (issue 3, in progress) passes them: on 2026-11-29 kiln_fuzz
+// still finds mismatches and a crash in the storage analysis. Run them with
+// `kiln_unit_tests --gtest_also_run_disabled_tests --gtest_filter='Differential.*'` or kiln_fuzz.
+TEST(Differential, DISABLED_TwoThousandProgramsFromAFixedSeed) {
+  SKIP_WITHOUT_PIPELINE();
+  FuzzSummary s = fuzz::run_fuzz(20240601, 2000, isolated());
+  expect_no_failures(s, "rerun: kiln_fuzz --count 2000 --seed 20240601");
+  RecordProperty("summary", s.str());
+}
+
+TEST(Differential, DISABLED_FiveHundredProgramsFromAFreshSeed) {
+  SKIP_WITHOUT_PIPELINE();
+  uint64_t seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
+  FuzzSummary s = fuzz::run_fuzz(seed, 500, isolated());
+  expect_no_failures(s, "seed " + std::to_string(seed) + "; rerun: kiln_fuzz --count 500 --seed " +
+                            std::to_string(seed));
+}
+
+// ---- the CASES.md programs through kiln ----
+
+// ar(*s): arange(prod(s), dtype=float32).reshape(s) / 10
+TensorHandle ar(Shape shape) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
+  return make_tensor(f32, shape, v);
+}
+
+TensorSpec spec_of(const TensorHandle& t) {
+  return TensorSpec(t->dtype(), t->sizes).strided(t->strides, t->offset);
+}
+
+std::vector<TensorSpec> specs_of(const std::vector<RtValue>& inputs) {
+  std::vector<TensorSpec> specs;
+  for (const RtValue& v : inputs)
+    specs.push_back(spec_of(std::get<TensorHandle>(v)));
+  return specs;
+}
+
+void expect_agreement(const Trace& t, const std::vector<RtValue>& inputs,
+                      const CheckOptions& options = {}) {
+  if (auto failure = fuzz::check_trace(t, inputs, options)) {
+    ADD_FAILURE() << *failure << "\n"
+                  << print_trace(t) << "alias pattern: " << fuzz::pattern_of_inputs(inputs).str(t);
+  }
+}
+
+// Each case: the program and the call CASES.md gives it. `run` checks it with `options`.
+void run_cases(const CheckOptions& options) {
+  auto check = [&](const Trace& t, std::vector<RtValue> inputs) {
+    expect_agreement(t, inputs, options);
+  };
+  {  // S1
+    std::vector<RtValue> in = {ar({5, 5})};
+    check(trace(
+              [](Tensor a) {
+                a.tanh_();
+                return a * a * a * a;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // S2
+    std::vector<RtValue> in = {ar({2, 3})};
+    check(trace(
+              [](Tensor x) {
+                x.exp_();
+                x.sin_();
+                return x.cos();
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // I1
+    std::vector<RtValue> in = {ar({4})};
+    check(trace(
+              [](Tensor x) {
+                x.add_(1).sin_().mul_(5);
+                return x;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // I2
+    std::vector<RtValue> in = {ar({4})};
+    check(trace(
+              [](Tensor x) {
+                x.add_(1).sin().mul_(5);
+                return x;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // I3
+    std::vector<RtValue> in = {make_tensor(f32, {3}, {1, 2, 3}), make_tensor(f32, {3}, {4, 5, 6})};
+    check(trace(
+              [](Tensor a, Tensor b) {
+                Tensor c = a + b;
+                b.mul_(c);
+                return b;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // I4
+    std::vector<RtValue> in = {make_tensor(f32, {3}, {1, 2, 3})};
+    check(trace([](Tensor a) { a += 1; }, specs_of(in)), in);
+  }
+  {  // I5
+    std::vector<RtValue> in = {make_tensor(bf16, {3}, {1.0, 256.0, -2.0}),
+                               make_tensor(f32, {3}, {0.005859375, 1.5, 0.0078125})};
+    check(trace([](Tensor x, Tensor y) { x.add_(y); }, specs_of(in)), in);
+  }
+  {  // I6
+    std::vector<RtValue> in = {make_tensor(f32, {4}, {1, -2, 3, -4}),
+                               make_tensor(f32, {4}, {0.5, 1, -4, 5})};
+    check(trace(
+              [](Tensor h, Tensor r) {
+                h.add_(r);
+                h.relu_();
+                return h * 0.5;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // M1
+    std::vector<RtValue> in = {make_tensor(f32, {2}, {1, 2}), make_tensor(f32, {2}, {10, 20})};
+    check(trace(
+              [](Tensor a, Tensor b) {
+                Tensor c = a + b;
+                c.add_(1);
+                return c;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // M2
+    std::vector<RtValue> in = {make_tensor(f32, {2}, {1, 1}), make_tensor(f32, {2}, {1, 1})};
+    check(trace(
+              [](Tensor a, Tensor b) {
+                Tensor c = a + b;
+                c.add_(1);
+                Tensor d = c + c;
+                d.add_(1);
+                c.add_(d);
+                return std::make_tuple(c, d);
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // V1
+    std::vector<RtValue> in = {ar({8})};
+    check(trace(
+              [](Tensor x) {
+                Tensor y = x.view({4, 2});
+                y.add_(ones({4, 2}));
+                Tensor z = x * x;
+                return std::make_tuple(y, z);
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // V2
+    std::vector<RtValue> in = {ar({4, 2})};
+    check(trace(
+              [](Tensor x) {
+                Tensor y = x.view({8});
+                x.add_(1);
+                return y;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // V3: a stride-2 view of ones(4)
+    TensorHandle base = make_tensor(f32, {4}, {1, 1, 1, 1});
+    std::vector<RtValue> in = {make_view(base, {2}, {2}, 0)};
+    check(trace([](Tensor a) { a.add_(1); }, specs_of(in)), in);
+  }
+  {  // V4
+    std::vector<RtValue> in = {ar({4, 2})};
+    check(trace(
+              [](Tensor x) {
+                x.transpose_(1, 0);
+                x[0].add_(1);
+                return x;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // V5
+    std::vector<RtValue> in = {make_tensor(f32, {6}, {5, 6, 7, 8, 9, 10})};
+    check(trace(
+              [](Tensor x) {
+                Tensor y = x.view({3, 2});
+                y[0].index_put_({0}, 0);
+                return x;
+              },
+              specs_of(in)),
+          in);
+  }
+  // A1: f(x, x), then the same function on two distinct tensors.
+  auto a1 = [](Tensor a, Tensor b) {
+    Tensor e = a.exp_();
+    Tensor h = b.tanh_();
+    return std::make_tuple(e + h, a);
+  };
+  {
+    TensorHandle x = make_tensor(f32, {3}, {-0.5, 0, 0.5});
+    std::vector<RtValue> in = {x, x};
+    check(trace(a1, specs_of(in)), in);
+    std::vector<RtValue> distinct = {make_tensor(f32, {3}, {-0.5, 0, 0.5}),
+                                     make_tensor(f32, {3}, {-0.5, 0, 0.5})};
+    check(trace(a1, specs_of(distinct)), distinct);
+  }
+  {  // A2: x[0:2] and x[2:4] of ar(4, 4)
+    TensorHandle x = ar({4, 4});
+    std::vector<RtValue> in = {make_view(x, {2, 4}, {4, 1}, 0), make_view(x, {2, 4}, {4, 1}, 8)};
+    check(trace(
+              [](Tensor a, Tensor b) {
+                a.mul_(3);
+                b.mul_(2);
+                return a + b;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // A3: overlapping as_strided views of ones(64)
+    TensorHandle base = make_tensor(f32, {64}, std::vector<double>(64, 1.0));
+    std::vector<RtValue> in = {make_view(base, {4, 4}, {9, 1}, 0),
+                               make_view(base, {4, 4}, {9, 1}, 24)};
+    check(trace(
+              [](Tensor a, Tensor b) {
+                a.mul_(3);
+                b.mul_(2);
+                return a.clone().view({-1}) + b.clone().view({-1});
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // A4: f(a, a.t())
+    TensorHandle a = make_tensor(f32, {2, 2}, {1, 2, 3, 4});
+    std::vector<RtValue> in = {a, make_view(a, {2, 2}, {1, 2}, 0)};
+    check(trace(
+              [](Tensor x, Tensor y) {
+                Tensor first = x + 1;
+                return std::make_tuple(first, y.mul_(2));
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // H1
+    std::vector<RtValue> in = {ar({1, 16})};
+    check(trace(
+              [](Tensor a) {
+                a.index_put_({Slice(), Slice(2, 7)}, a.index({Slice(), Slice(1, 6)}) + 2);
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // H2
+    std::vector<RtValue> in = {ar({2, 3}), ar({2, 1})};
+    check(trace(
+              [](Tensor w, Tensor x) {
+                Tensor out = w + x;
+                x.mul_(10);
+                return out;
+              },
+              specs_of(in)),
+          in);
+  }
+  {  // H3: eager raises, so must kiln
+    std::vector<RtValue> in = {make_tensor(f32, {4}, {0, 0, 0, 0})};
+    check(trace([](Tensor x) { x.expand({2, 4}).add_(1); }, specs_of(in)), in);
+  }
+}
+
+TEST(Differential, CasesProgramsAgreeWithTheInterpreter) {
+  SKIP_WITHOUT_PIPELINE();
+  run_cases(isolated());
+}
+
+// ---- the harness, checked against the interpreter itself and against planted faults ----
+
+CheckOptions self_check() {
+  CheckOptions o;
+  o.runner = fuzz::interpreter_runner();
+  o.outputs_among_themselves = true;
+  return o;
+}
+
+TEST(DifferentialHarness, CasesAgreeWithTheInterpreterItself) {
+  run_cases(self_check());
+}
+
+TEST(DifferentialHarness, GeneratedProgramsAreValidAndVaried) {
+  FuzzSummary s = fuzz::run_fuzz(99, 2000, self_check());
+  expect_no_failures(s, "");
+  EXPECT_GE(s.op_counts.size(), 60u) << s.str();
+  // Every kind of move shows up.
+  for (const char* op :
+       {"add",     "mul_",      "where",      "clamp_",     "addcmul",    "sum",      "mean",
+        "amax",    "slice",     "select",     "transpose",  "permute",    "diagonal", "reshape",
+        "view",    "unsqueeze", "squeeze",    "expand",     "getitem",    "split",    "fill_",
+        "copy_",   "setitem_",  "transpose_", "t_",         "unsqueeze_", "squeeze_", "cat",
+        "softmax", "to",        "matmul",     "as_strided", "empty_like", "full",     "unbind"}) {
+    EXPECT_GT(s.op_counts[op], 0) << op << "\n" << s.str();
+  }
+  for (const char* tag : {"distinct", "same-object", "equal-views", "view+base", "disjoint",
+                          "overlapping", "transposed-alias", "strided", "number"}) {
+    EXPECT_GT(s.scenario_counts[tag], 20) << tag << "\n" << s.str();
+  }
+  // Some programs raise in eager (partial overlap, writes into expanded memory, ...), most do not.
+  EXPECT_GT(s.both_raised, 40) << s.str();
+  EXPECT_LT(s.both_raised, 400) << s.str();
+}
+
+TEST(DifferentialHarness, ProgramsAreDeterministicVerifiedAndRoundTripThroughText) {
+  for (uint64_t i = 0; i < 300; ++i) {
+    uint64_t seed = fuzz::program_seed(5, i);
+    fuzz::RandomProgram p = fuzz::generate_program(seed);
+    fuzz::RandomProgram q = fuzz::generate_program(seed);
+    std::string printed = print_trace(p.trace);
+    ASSERT_EQ(printed, print_trace(q.trace)) << seed;
+    EXPECT_EQ(p.pattern, q.pattern);
+    EXPECT_GE(p.trace.nodes().size(), 1u) << printed;
+    EXPECT_LE(p.recipe.steps.size(), 30u) << printed;
+    EXPECT_GE(p.recipe.inputs.size(), 1u);
+    EXPECT_LE(p.recipe.inputs.size(), 4u);
+    EXPECT_TRUE(verify_trace_problems(p.trace).empty()) << printed;
+    EXPECT_EQ(print_trace(parse_trace(printed)), printed);
+    EXPECT_EQ(AliasPattern::parse(p.pattern.str(p.trace), p.trace), p.pattern)
+        << p.pattern.str(p.trace);
+    // Materializing the program's own recipe gives the same program.
+    EXPECT_EQ(print_trace(fuzz::materialize(p.recipe, seed).trace), printed);
+  }
+}
+
+TEST(DifferentialHarness, DeepCopiesKeepTheAliasingStructure) {
+  TensorHandle base = make_tensor(f32, {6}, {1, 2, 3, 4, 5, 6});
+  TensorHandle a = make_view(base, {2}, {2}, 0);
+  TensorHandle b = make_view(base, {3}, {1}, 3);
+  std::vector<RtValue> in = {a, RtScalar(2.5), b, a, make_tensor(f32, {1}, {7})};
+  std::vector<RtValue> out = fuzz::deep_copy(in);
+  auto h = [&](size_t i) { return std::get<TensorHandle>(out[i]); };
+  EXPECT_NE(h(0), a);
+  EXPECT_NE(h(0)->storage, base->storage);
+  EXPECT_EQ(h(0), h(3)) << "the same object stays one object";
+  EXPECT_EQ(h(0)->storage, h(2)->storage) << "views of one storage stay views of one storage";
+  EXPECT_NE(h(0)->storage, h(4)->storage);
+  EXPECT_EQ(h(2)->offset, 3);
+  EXPECT_EQ(to_vector(*h(2)), std::vector<double>({4, 5, 6}));
+  EXPECT_EQ(std::get<double>(std::get<RtScalar>(out[1])), 2.5);
+  EXPECT_EQ(fuzz::pattern_of_inputs(out), fuzz::pattern_of_inputs(in));
+}
+
+// A runner that computes everything on private copies: the caller's tensors never change and
+// outputs are never the caller's objects.
+fuzz::Runner forgetful_runner() {
+  return [](const Trace& t, const AliasPattern&, const std::vector<RtValue>& in) {
+    return interpret(t, fuzz::deep_copy(in));
+  };
+}
+
+TEST(DifferentialHarness, LostWritesAreFoundAndShrunk) {
+  CheckOptions o;
+  o.runner = forgetful_runner();
+  FuzzSummary s = fuzz::run_fuzz(7, 200, o, /*max_reports=*/3);
+  EXPECT_GT(s.failed, 50) << s.str();
+  ASSERT_FALSE(s.reports.empty());
+  // A shrunk report is a small program: find one that writes an input.
+  for (uint64_t i = 0;; ++i) {
+    ASSERT_LT(i, 200u) << "no program lost a write";
+    fuzz::RandomProgram p = fuzz::generate_program(fuzz::program_seed(7, i));
+    auto failure = fuzz::check_program(p, o);
+    if (!failure || fuzz::failure_category(*failure) != "input-contents") continue;
+    fuzz::Shrunk small = fuzz::shrink(p, *failure, o);
+    EXPECT_EQ(fuzz::failure_category(small.failure), "input-contents");
+    EXPECT_LE(small.program.trace.nodes().size(), 2u) << fuzz::describe(small.program);
+    EXPECT_LE(small.program.trace.nodes().size(), p.trace.nodes().size());
+    std::string report = fuzz::describe(small.program);
+    EXPECT_NE(report.find("def computation("), std::string::npos) << report;
+    EXPECT_NE(report.find("alias pattern: "), std::string::npos) << report;
+    EXPECT_NE(report.find("buf0"), std::string::npos) << report;
+    break;
+  }
+}
+
+TEST(DifferentialHarness, WrongOutputIdentityIsFound) {
+  // V2: y is a view of the caller's x. A runner on copies returns a y of its own.
+  std::vector<RtValue> in = {ar({4, 2})};
+  Trace t = trace(
+      [](Tensor x) {
+        Tensor y = x.view({8});
+        return y;
+      },
+      specs_of(in));
+  CheckOptions o;
+  o.runner = forgetful_runner();
+  auto failure = fuzz::check_trace(t, in, o);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(fuzz::failure_category(*failure), "output-identity") << *failure;
+}
+
+TEST(DifferentialHarness, MissingErrorsAndValueErrorsAreFound) {
+  std::vector<RtValue> in = {make_tensor(f32, {4}, {0, 0, 0, 0})};
+  Trace h3 = trace([](Tensor x) { x.expand({2, 4}).add_(1); }, specs_of(in));
+  CheckOptions quiet;
+  quiet.runner = [](const Trace&, const AliasPattern&, const std::vector<RtValue>&) {
+    return std::vector<RtValue>{};
+  };
+  auto failure = fuzz::check_trace(h3, in, quiet);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(fuzz::failure_category(*failure), "raise") << *failure;
+
+  Trace s1 = trace([](Tensor a) { return a * 2; }, specs_of(in));
+  CheckOptions off_by_a_bit;
+  off_by_a_bit.runner = [](const Trace& t, const AliasPattern&, const std::vector<RtValue>& x) {
+    std::vector<RtValue> outs = interpret(t, x);
+    TensorHandle o = std::get<TensorHandle>(outs[0]);
+    o->storage->store_double(2, o->storage->load_double(2) + 1e-3);
+    return outs;
+  };
+  failure = fuzz::check_trace(s1, in, off_by_a_bit);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(fuzz::failure_category(*failure), "output-values") << *failure;
+  EXPECT_NE(failure->find("element 2"), std::string::npos) << *failure;
+
+  CheckOptions within_tolerance;
+  within_tolerance.runner = [](const Trace& t, const AliasPattern&, const std::vector<RtValue>& x) {
+    std::vector<RtValue> outs = interpret(t, x);
+    TensorHandle o = std::get<TensorHandle>(outs[0]);
+    o->storage->store_double(2,
+                             std::nextafter(static_cast<float>(o->storage->load_double(2)), 1.f));
+    return outs;
+  };
+  EXPECT_EQ(fuzz::check_trace(s1, in, within_tolerance), std::nullopt);
+}
+
+}  // namespace
+}  // namespace kiln
