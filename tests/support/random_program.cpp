@@ -3,21 +3,28 @@
 // What the generator makes:
 //  * inputs (1-4): fresh contiguous tensors of rank 0-3 (f32 mostly; f64, i64, bool, bf16),
 //    strided inputs (transposed, step-sliced, offset, diagonal or expanded views of a private
-//    buffer), a Python number, and inputs that alias earlier ones: the same tensor object twice,
-//    an equal view that is another object, a view together with its base, disjoint slices (the
-//    rows after, the interleaved step slice), overlapping slices (shifted by one), a transposed
-//    alias, random views and as_strided windows of the same buffer;
+//    buffer, as_strided windows), a Python number, and inputs that alias each other: more than
+//    half of the programs with two or more inputs start with one of the CASES.md pairs (the same
+//    object twice, an equal view that is another object, a view with its base, disjoint slices,
+//    interleaved step slices, two rows, two columns, overlapping slices, a transposed alias,
+//    overlapping as_strided windows), and later inputs may alias earlier ones in the same ways
+//    or as random views of their buffer;
 //  * 3-30 ops drawn from: unary, binary and ternary elementwise ops (with broadcasting and type
 //    promotion, numbers and tensors as operands), their in-place forms on inputs, intermediates
 //    and views of both, reductions (sum, mean, amax, amin, prod, var, std with dims/keepdim),
 //    views (slice with steps, select, narrow, transpose, permute, t, diagonal, reshape, view,
 //    flatten, unflatten, unsqueeze, squeeze, expand, getitem, alias, detach, split, chunk,
 //    unbind, as_strided), fill_, zero_, copy_, clone, setitem with a tensor or a number, the
-//    metadata mutations transpose_, t_, unsqueeze_ and squeeze_, cat, stack, softmax,
-//    log_softmax, layer_norm, rms_norm, creation ops, casts and matmul;
+//    metadata mutations transpose_, t_, unsqueeze_ and squeeze_ on inputs and intermediates,
+//    cat, stack, softmax, log_softmax, layer_norm, rms_norm, creation ops, casts and matmul;
 //  * returns: fresh tensors, inputs, views of inputs (sometimes none, sometimes one twice).
-// Ops the type rules reject are retried with other operands; programs whose eager run raises
-// are kept about a third of the time (kiln must raise too).
+// Ops the type rules reject are retried with other operands. Writes go into expanded views only
+// rarely (eager raises for most of them, as in H3). Programs whose eager run raises are kept
+// about a third of the time (kiln must raise too). Left out on purpose: integer division by a
+// tensor or by zero (eager raises even in dead code, which no dead-code-removing compiler can
+// match), `to` a tensor's own dtype and `flatten` of a single dim (they return the same object,
+// which the trace cannot express: a later metadata mutation would desynchronize it), and
+// metadata mutations of an input passed twice as the same object (for the same reason).
 #include "support/random_program.h"
 
 #include <signal.h>
@@ -501,7 +508,7 @@ class Generator {
       case 0:  // A1: the same object twice
         a.geometry = b.geometry = whole;
         a.how = buf;
-        b.how = "the same object as a";
+        b.how = buf;
         b.same_object_as = 0;
         ma.fixed = mb.fixed = true;
         break;
@@ -564,7 +571,7 @@ class Generator {
           std::swap(b.geometry.strides[r - 1], b.geometry.strides[r - 2]);
         }
         a.how = buf;
-        b.how = "a.mT";
+        b.how = buf + ".mT";
         break;
       }
       default: {  // A3: overlapping as_strided windows
@@ -627,7 +634,6 @@ class Generator {
         if ((kind == 3 || kind == 4) && sliced.empty()) kind = 6;
         size_t j = (kind == 3 || kind == 4) ? rng_.pick(sliced) : rng_.pick(tensors);
         const InputRecipe& other = r_.inputs[j];
-        std::string other_name = letter_name(j);
         in.buffer = other.buffer;
         const Shape& base_shape = buffer_info_[static_cast<size_t>(other.buffer)].shape;
         int64_t buffer_numel =
@@ -637,13 +643,13 @@ class Generator {
           case 0:  // the very same object
             in.geometry = other.geometry;
             in.same_object_as = other.handle;
-            in.how = "the same object as " + other_name;
+            in.how = other.how;
             meta.fixed = true;
             meta_[other.handle].fixed = true;
             break;
           case 1:  // an equal view that is another object
             in.geometry = other.geometry;
-            in.how = "a view of " + other_name + "'s memory equal to it (another object)";
+            in.how = other.how + " again (another object)";
             break;
           case 2:  // the whole buffer: a base of the other input
             in.geometry = contiguous_geometry(base_shape);
@@ -690,7 +696,7 @@ class Generator {
               std::swap(in.geometry.sizes[rank - 1], in.geometry.sizes[rank - 2]);
               std::swap(in.geometry.strides[rank - 1], in.geometry.strides[rank - 2]);
             }
-            in.how = other_name + ".mT";
+            in.how = other.how + ".mT";
             break;
           }
           case 6: {  // a random view of the same buffer
@@ -2056,7 +2062,13 @@ std::string describe(const RandomProgram& program) {
       continue;
     }
     buffers.insert(in.buffer);
-    out << in.how << ": sizes=" << shape_str(in.geometry.sizes)
+    out << in.how;
+    if (in.same_object_as >= 0) {
+      for (size_t j = 0; j < k; ++j)
+        if (r.inputs[j].handle == in.same_object_as)
+          out << " (the same object as " << letter_name(j) << ")";
+    }
+    out << ": sizes=" << shape_str(in.geometry.sizes)
         << " strides=" << shape_str(in.geometry.strides) << " offset=" << in.geometry.offset;
     if (k < program.inputs.size()) out << "\n      " << value_str(program.inputs[k]);
     out << "\n";

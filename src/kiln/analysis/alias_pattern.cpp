@@ -12,7 +12,8 @@
 
 namespace kiln {
 
-// Placeholder until the alias analysis lands: every input distinct.
+// The pattern of a call whose tensor inputs are all distinct storages, each laid out as the
+// trace's input type says (a strided input is a synthetic group of its own).
 AliasPattern AliasPattern::distinct(const Trace& trace) {
   // Every tensor input in a storage of its own, laid out as its type says.
   std::vector<TensorDescription> args;
@@ -165,6 +166,30 @@ AliasPattern compute_alias_pattern(std::span<const TensorDescription> args) {
       if (may_overlap(args[j].geometry, a.geometry)) parent[find(i)] = find(j);
     }
     members.push_back(i);
+  }
+  // Groups of one storage whose extents interleave (x[0::2] and x[1::2]) share one base: a
+  // group's base is its whole extent, and writing it back must not clobber the other's
+  // elements. Disjoint extents (rows of a matrix) stay separate.
+  for (auto& [storage, members] : by_storage) {
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      std::map<size_t, Extent> extent;  // root -> extent of its members
+      for (size_t m : members) {
+        if (numel_of(args[m].geometry) == 0) continue;
+        Extent e = extent_of(args[m].geometry);
+        auto [it, fresh] = extent.emplace(find(m), e);
+        if (!fresh) it->second = {std::min(it->second.lo, e.lo), std::max(it->second.hi, e.hi)};
+      }
+      for (auto a = extent.begin(); a != extent.end() && !changed; ++a) {
+        for (auto b = std::next(a); b != extent.end(); ++b) {
+          if (a->second.hi < b->second.lo || b->second.hi < a->second.lo) continue;
+          parent[find(b->first)] = find(a->first);
+          changed = true;
+          break;
+        }
+      }
+    }
   }
 
   // Groups are numbered in order of first appearance.

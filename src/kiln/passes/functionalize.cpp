@@ -347,8 +347,19 @@ class Functionalizer {
         return b_.call1(OpId::kSelectScatter, {x, y, a[0], a[1]}, {}, loc);
       case OpId::kDiagonal:
         return b_.call1(OpId::kDiagonalScatter, {x, y, a[0], a[1], a[2]}, {}, loc);
-      case OpId::kAsStrided:
-        return b_.call1(OpId::kAsStridedScatter, {x, y, a[0], a[1], a[2]}, {}, loc);
+      case OpId::kAsStrided: {
+        // Eager may write through a view with repeated elements when every copy gets the same
+        // value (fill_ of an expanded tensor); scatter one copy of each: the first along every
+        // dim whose stride is 0.
+        IntList sizes = a[0].as_ints();
+        const IntList& strides = a[1].as_ints();
+        for (size_t d = 0; d < sizes.size(); ++d) {
+          if (strides[d] != 0 || sizes[d] <= 1) continue;
+          y = b_.call1(OpId::kSlice, {y, static_cast<int64_t>(d), int64_t{0}, int64_t{1}}, {}, loc);
+          sizes[d] = 1;
+        }
+        return b_.call1(OpId::kAsStridedScatter, {x, y, Constant(sizes), a[1], a[2]}, {}, loc);
+      }
       case OpId::kPermute: {
         const IntList& dims = a[0].as_ints();
         IntList inverse(dims.size());
@@ -361,10 +372,19 @@ class Functionalizer {
         return b_.call1(OpId::kTranspose, {y, a[0], a[1]}, {}, loc);
       case OpId::kT:
         return b_.call1(OpId::kT, {y}, {}, loc);
-      case OpId::kExpand:
-        KILN_ASSERT(x->tensor_type().numel() == y->tensor_type().numel())
-            << "a write through an expanded view reached functionalize";
-        [[fallthrough]];
+      case OpId::kExpand: {
+        // As for as_strided: keep the first copy along each broadcast dim (new leading dims and
+        // size-1 dims that grew); eager only allows such writes when the copies agree.
+        const Shape& from = x->tensor_type().shape;
+        const Shape& to = y->tensor_type().shape;
+        size_t lead = to.size() - from.size();
+        for (size_t d = 0; d < to.size(); ++d) {
+          bool broadcast = d < lead || (from[d - lead] == 1 && to[d] != 1);
+          if (broadcast && to[d] != 1)
+            y = b_.call1(OpId::kSlice, {y, static_cast<int64_t>(d), int64_t{0}, int64_t{1}}, {}, loc);
+        }
+        return b_.call1(OpId::kReshape, {y, Constant(IntList(from))}, {}, loc);
+      }
       case OpId::kReshape:
         return b_.call1(OpId::kReshape, {y, Constant(IntList(x->tensor_type().shape))}, {}, loc);
       default:
@@ -445,22 +465,24 @@ class Functionalizer {
         r.index = obj->second;
         described.push_back("the caller's " +
                             eager_.inputs()[static_cast<size_t>(r.index)]->name());
-      } else if (sa_.storage(sa_.storage_of(o)).input_group >= 0) {
+      } else if (sa_.storage(final_of(o).storage).input_group >= 0) {
         r.kind = ReturnBinding::Kind::kInputView;
-        r.index = sa_.storage(sa_.storage_of(o)).input_group;
-        r.geometry = sa_.geometry_of(o);
+        r.index = sa_.storage(final_of(o).storage).input_group;
+        r.geometry = final_of(o).geometry;
         described.push_back("a view of " + initial_[static_cast<size_t>(r.index)]->name() + " " +
                             geometry_str(r.geometry));
       } else {
         r.kind = ReturnBinding::Kind::kValue;
         r.index = static_cast<int>(values.size());
+        r.geometry = final_of(o).geometry;
+        r.storage_numel = sa_.storage(final_of(o).storage).numel;
         values.push_back(read(o));
         described.push_back(values.back()->name());
       }
       out_.interface.returns.push_back(r);
     }
     for (const auto& [object, latest] : latest_) {
-      const Geometry& now = sa_.geometry_of(latest);
+      const Geometry& now = final_of(latest).geometry;
       if (now == pattern_.inputs[static_cast<size_t>(object)].geometry) continue;
       out_.interface.metadata.push_back({object, now});
     }
@@ -480,6 +502,11 @@ class Functionalizer {
                         eager_.inputs()[static_cast<size_t>(m.arg)]->name() + " becomes " +
                         geometry_str(m.geometry));
     }
+  }
+
+  // The layout the object `v` names has at the end of the program (after metadata mutations).
+  const StorageAnalysis::Placement& final_of(const Value* v) const {
+    return sa_.final_placement(sa_.handle_of(v));
   }
 
   static std::string geometry_str(const Geometry& g) {

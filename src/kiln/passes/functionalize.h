@@ -35,7 +35,9 @@ struct ReturnBinding {
   Kind kind = Kind::kValue;
   int index = 0;      // kValue: into trace.outputs(); kInputObject: caller argument; kInputView:
                       // alias group
-  Geometry geometry;  // kInputView: the view, relative to the group's base
+  Geometry geometry;  // kInputView: the view, relative to the group's base; kValue: the layout
+                      // eager gives the fresh tensor, in a storage of `storage_numel` elements
+  int64_t storage_numel = 0;
 };
 
 struct MetadataUpdate {

@@ -99,6 +99,14 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   std::map<const Value*, RtValue> env;
   for (size_t i = 0; i < inputs.size(); ++i)
     env[trace.inputs()[i]] = inputs[i];
+  // An input that is itself an output or a writeback value is read before any writeback runs.
+  {
+    std::set<const Value*> kept(trace.outputs().begin(), trace.outputs().end());
+    for (const auto& wb : trace.writebacks)
+      kept.insert(wb.second);
+    for (const Value* in : trace.inputs())
+      if (kept.contains(in)) env[in] = detach(env.at(in));
+  }
   if (program.plan.steps.empty()) {
     // No plan (the pipeline stopped before fuse): the functional trace as one step.
     std::set<const Value*> wanted(trace.outputs().begin(), trace.outputs().end());
@@ -148,9 +156,24 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   std::vector<RtValue> results;
   for (const ReturnBinding& r : program.interface.returns) {
     switch (r.kind) {
-      case ReturnBinding::Kind::kValue:
-        results.push_back(values.at(static_cast<size_t>(r.index)));
+      case ReturnBinding::Kind::kValue: {
+        const RtValue& v = values.at(static_cast<size_t>(r.index));
+        const auto* t = std::get_if<TensorHandle>(&v);
+        if (!t) {
+          results.push_back(v);
+          break;
+        }
+        // A fresh tensor, laid out as eager lays it out (its strides are visible to the caller).
+        TensorHandle out = make_strided((*t)->dtype(), r.geometry.sizes, r.geometry.strides,
+                                        r.geometry.offset, r.storage_numel);
+        // Element by element: a layout with repeated elements (stride 0) is legal here, every
+        // copy gets the same value.
+        for (int64_t i = 0; i < out->numel(); ++i)
+          copy_element(*(*t)->storage, (*t)->storage_index_of_linear(i), *out->storage,
+                       out->storage_index_of_linear(i));
+        results.emplace_back(out);
         break;
+      }
       case ReturnBinding::Kind::kInputObject:
         results.push_back(args.at(static_cast<size_t>(r.index)));
         break;
