@@ -248,6 +248,7 @@ class Tensor {
  private:
   Tensor call(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Loc loc) const;
   Tensor mutate(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Loc loc) const;
+  Tensor mutate_like(OpId op, std::vector<Operand> args, Loc loc) const;
   std::shared_ptr<detail::Handle> handle_;
 };
 

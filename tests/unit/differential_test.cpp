@@ -54,17 +54,14 @@ void expect_no_failures(const FuzzSummary& s, const std::string& rerun) {
 
 // ---- random programs through kiln ----
 
-// Disabled in CI until the pipeline (issue 3, in progress) passes them: on 2026-11-29 kiln_fuzz
-// still finds mismatches and a crash in the storage analysis. Run them with
-// `kiln_unit_tests --gtest_also_run_disabled_tests --gtest_filter='Differential.*'` or kiln_fuzz.
-TEST(Differential, DISABLED_TwoThousandProgramsFromAFixedSeed) {
+TEST(Differential, TwoThousandProgramsFromAFixedSeed) {
   SKIP_WITHOUT_PIPELINE();
   FuzzSummary s = fuzz::run_fuzz(20240601, 2000, isolated());
   expect_no_failures(s, "rerun: kiln_fuzz --count 2000 --seed 20240601");
   RecordProperty("summary", s.str());
 }
 
-TEST(Differential, DISABLED_FiveHundredProgramsFromAFreshSeed) {
+TEST(Differential, FiveHundredProgramsFromAFreshSeed) {
   SKIP_WITHOUT_PIPELINE();
   uint64_t seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   FuzzSummary s = fuzz::run_fuzz(seed, 500, isolated());

@@ -33,7 +33,9 @@ std::optional<int64_t> optional_int(const Node& node, std::string_view name) {
 // The geometry view op `view` gives `g`, with the arguments read by name from `node`: a view node
 // itself, or a metadata mutation or scatter whose parameters are named as its view's are
 // (transpose_ and transpose, slice_scatter and slice, ...).
-Geometry apply_view(OpId view, const Node& node, const Geometry& g) {
+// `origin`: where the storage's element 0 sits in the caller's storage (as_strided offsets are
+// absolute there).
+Geometry apply_view(OpId view, const Node& node, const Geometry& g, int64_t origin) {
   switch (view) {
     case OpId::kPermute:
       return permute_geometry(g, node.arg("dims").as_ints());
@@ -59,8 +61,12 @@ Geometry apply_view(OpId view, const Node& node, const Geometry& g) {
       return diagonal_geometry(g, node.arg("offset").as_int(), node.arg("dim1").as_int(),
                                node.arg("dim2").as_int());
     case OpId::kAsStrided:
+    {
+      std::optional<int64_t> offset = optional_int(node, "storage_offset");
+      if (offset) *offset -= origin;
       return as_strided_geometry(g, node.arg("size").as_ints(), node.arg("stride").as_ints(),
-                                 optional_int(node, "storage_offset"));
+                                 offset);
+    }
     case OpId::kDetach:
     case OpId::kAlias:
       return g;
@@ -194,6 +200,16 @@ void Analyzer::bind_inputs(const Trace& trace, const AliasPattern& pattern) {
     const AliasPattern::Group& group = pattern.groups[g];
     sa_.add_storage(StorageInfo{group.numel, group.dtype, static_cast<int>(g)});
   }
+  // Where each group's base starts in the caller's storage: the input types' layouts say where
+  // the inputs are (no layout: offset 0), the pattern where they are in the base.
+  for (size_t i = 0; i < trace.inputs().size(); ++i) {
+    const Value* v = trace.inputs()[i];
+    const AliasPattern::Input& in = pattern.inputs[i];
+    if (!v->is_tensor() || in.group < 0 || static_cast<size_t>(in.group) >= pattern.groups.size())
+      continue;
+    int64_t caller = v->tensor_type().layout ? v->tensor_type().layout->offset : 0;
+    sa_.storage_mut(in.group).caller_offset = caller - in.geometry.offset;
+  }
   for (size_t i = 0; i < trace.inputs().size(); ++i) {
     const Value* v = trace.inputs()[i];
     const AliasPattern::Input& in = pattern.inputs[i];
@@ -222,7 +238,14 @@ void Analyzer::bind_inputs(const Trace& trace, const AliasPattern& pattern) {
       continue;
     }
     KILN_CHECK(in.geometry.offset >= 0) << what << " has a negative storage offset.";
-    define_view(v, in.group, in.geometry);
+    Geometry g = in.geometry;
+    // An input that is its own base is described as contiguous; its type's layout still has the
+    // caller's real strides, which differ on size-1 dims and decide eager's overlap checks and
+    // the strides of returned views.
+    if (!pattern.groups[static_cast<size_t>(in.group)].synthetic && t.layout &&
+        is_contiguous(t.shape, t.layout->strides))
+      g.strides = t.layout->strides;
+    define_view(v, in.group, g);
   }
 }
 
@@ -318,6 +341,7 @@ void Analyzer::reshape(const Value* out, const Value* self) {
 void Analyzer::view(const Node& node) {
   const Value* self = node.input(0);
   const Placement p = read(self);  // a copy: defining outputs may grow the handle table
+  if (node.outputs.empty()) return;  // split/unbind of an empty dim: nothing to place
   const Value* out = node.outputs[0];
   switch (node.id()) {
     case OpId::kView:
@@ -364,7 +388,8 @@ void Analyzer::view(const Node& node) {
       KILN_ASSERT(false) << "getitem runs through its subsymbols, but this node has none";
       return;
     default:
-      return define_view(out, p.storage, apply_view(node.id(), node, p.geometry));
+      return define_view(out, p.storage,
+                         apply_view(node.id(), node, p.geometry, storage_of(p).caller_offset));
   }
 }
 
@@ -382,8 +407,10 @@ void Analyzer::scatter(const Node& node) {
   } else {
     result.storage = new_storage(dtype, storage_of(self).numel);
     result.geometry = self.geometry;
+    sa_.storage_mut(result.storage).caller_offset = storage_of(self).caller_offset;
   }
-  Geometry slot = apply_view(view_of_scatter(node.id()), node, result.geometry);
+  Geometry slot = apply_view(view_of_scatter(node.id()), node, result.geometry,
+                             sa_.storage(result.storage).caller_offset);
   check_in_bounds(slot, sa_.storage(result.storage).numel, dtype);
   check_copy(Placement{result.storage, slot}, read(node.arg(1)));
   sa_.new_handle(out, std::move(result));
@@ -396,7 +423,8 @@ void Analyzer::mutation(const Node& node) {
     // The tensor object itself takes the new layout (set_geometry: checked against its storage
     // first), and every name of the object sees it from now on.
     const Placement p = read(self);
-    Geometry g = apply_view(view_of_metadata_mutation(node.id()), node, p.geometry);
+    Geometry g = apply_view(view_of_metadata_mutation(node.id()), node, p.geometry,
+                            storage_of(p).caller_offset);
     const StorageInfo& info = sa_.storage(p.storage);
     check_view_in_bounds(g, info);
     sa_.restride(sa_.handle_of(self), std::move(g));

@@ -35,6 +35,10 @@ struct StorageInfo {
   int64_t numel = 0;
   DType dtype = DType::kFloat32;
   int input_group = -1;  // the alias-pattern group for input storages, else -1
+  // For storages that stand for (part of) a caller's storage — input groups, and scatter copies
+  // of them — where their element 0 sits in the caller's storage. as_strided's storage_offset
+  // counts from the caller's storage start, so it is rebased by this.
+  int64_t caller_offset = 0;
 };
 
 class StorageAnalysis {
@@ -42,6 +46,7 @@ class StorageAnalysis {
   int storage_of(const Value* v) const { return placement_.at(v).storage; }
   const Geometry& geometry_of(const Value* v) const { return placement_.at(v).geometry; }
   const StorageInfo& storage(int id) const { return storages_.at(static_cast<size_t>(id)); }
+  StorageInfo& storage_mut(int id) { return storages_.at(static_cast<size_t>(id)); }
   size_t num_storages() const { return storages_.size(); }
 
   // The tensor object `v` names; values of one object share the id (0 .. num_handles-1).

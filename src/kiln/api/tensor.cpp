@@ -151,6 +151,13 @@ Tensor Tensor::call(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Loc 
   return call_free(op, std::move(args), std::move(kwargs), loc);
 }
 
+// An op that returns this very object: the handle now names the op's output.
+Tensor Tensor::mutate_like(OpId op, std::vector<Operand> args, Loc loc) const {
+  args.insert(args.begin(), Operand(value()));
+  handle_->value = builder().call1(op, std::move(args), {}, to_loc(loc));
+  return *this;
+}
+
 // In-place data and metadata mutations return this same object, now named by the op's output.
 Tensor Tensor::mutate(OpId op, std::vector<Operand> args, KeywordArgs kwargs, Loc loc) const {
   args.insert(args.begin(), Operand(value()));
@@ -240,7 +247,11 @@ Tensor Tensor::addcdiv(const Tensor& t1, const Tensor& t2, Number value, Loc loc
 Tensor Tensor::addcdiv_(const Tensor& t1, const Tensor& t2, Number value, Loc loc) const {
   return mutate(OpId::kAddcdiv_, {t1.value(), t2.value()}, {{"value", value.value}}, loc);
 }
+// to() of the tensor's own dtype and flatten() of a single dim return the tensor object itself
+// in eager: the handle moves to the op's output, as for an in-place op, so that a later metadata
+// mutation through either name is seen by both.
 Tensor Tensor::to(DType dtype, Loc loc) const {
+  if (dtype == this->dtype()) return mutate_like(OpId::kTo, {Constant(dtype)}, loc);
   return call(OpId::kTo, {Constant(dtype)}, {}, loc);
 }
 
@@ -298,6 +309,8 @@ Tensor Tensor::squeeze(std::optional<IntList> dims, Loc loc) const {
   return call(OpId::kSqueeze, {opt_ints(dims)}, {}, loc);
 }
 Tensor Tensor::flatten(int64_t s, int64_t e, Loc loc) const {
+  if (dim() > 0 && wrap_dim(s, dim()) == wrap_dim(e, dim()))
+    return mutate_like(OpId::kFlatten, {s, e}, loc);
   return call(OpId::kFlatten, {s, e}, {}, loc);
 }
 Tensor Tensor::unflatten(int64_t d, IntList sizes, Loc loc) const {

@@ -8,6 +8,7 @@
 
 #include "kiln/ir/builder.h"
 #include "kiln/ir/printer.h"
+#include "kiln/analysis/geometry.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
 
@@ -239,7 +240,10 @@ class Functionalizer {
       updated = b_.call1(OpId::kTo, {updated, Constant(tt.dtype)}, {}, node.loc);
     if (updated->tensor_type().shape != tt.shape)
       updated = b_.call1(OpId::kExpand, {updated, Constant(IntList(tt.shape))}, {}, node.loc);
-    write(target, updated, node.loc);
+    // The target's layout at this write (its object's, after any metadata mutation).
+    const Geometry& where = sa_.geometry_of(node.outputs.at(0));
+    check_writable(node, where, op.is_inplace_elementwise() || node.id() == OpId::kCopy_);
+    write(target, updated, where, node.loc);
     for (const Value* o : node.outputs) {
       chains_[o] = chains_.at(target);
       inherit_object(target, o);
@@ -432,16 +436,52 @@ class Functionalizer {
     return v;
   }
 
-  void write(const Value* handle, Value* y, const SourceLoc& loc) {
+  // Writes through a view that may repeat elements give an order-dependent result in eager
+  // (TensorIterator writes one element after another); kiln computes writes as wholes, so it
+  // says it cannot. Stride-0 repeats are eager's own error (raised by the storage analysis),
+  // and fills write one value everywhere, so only value-dependent writes are checked.
+  void check_writable(const Node& node, const Geometry& g, bool value_dependent) {
+    if (!value_dependent) return;
+    std::vector<size_t> dims;
+    for (size_t d = 0; d < g.sizes.size(); ++d)
+      if (g.sizes[d] > 1) dims.push_back(d);
+    std::sort(dims.begin(), dims.end(),
+              [&](size_t a, size_t b) { return g.strides[a] < g.strides[b]; });
+    int64_t reach = 0;  // the largest offset the smaller dims span
+    bool separated = true;
+    for (size_t d : dims) {
+      if (g.strides[d] <= reach) separated = false;
+      reach += (g.sizes[d] - 1) * g.strides[d];
+    }
+    if (separated) return;
+    std::vector<int64_t> seen = element_indices(g.sizes, g.strides, g.offset);
+    std::sort(seen.begin(), seen.end());
+    bool repeats = std::adjacent_find(seen.begin(), seen.end()) != seen.end();
+    KILN_UNSUPPORTED(!repeats)
+        << node.op->name << " writes into a tensor whose elements overlap in memory (sizes "
+        << shape_str(g.sizes) << ", strides " << shape_str(g.strides)
+        << "); eager's result depends on its write order. Clone the tensor first.";
+  }
+
+  void write(const Value* handle, Value* y, const Geometry& where, const SourceLoc& loc) {
     const Chain& c = chains_.at(handle);
     StorageState& st = states_.at(c.storage);
-    Value* root = c.from_flat ? flat(st, loc) : st.current;
+    if (c.from_flat) {
+      // The handle is a strided view of the storage: scatter into the storage directly, at the
+      // handle's own layout. (Unwinding the views one by one would be ambiguous when they repeat
+      // elements, as a view of an expanded input does.)
+      Value* root = flat(st, loc);
+      ViewStep step = as_strided_step(where, st.canon.offset);
+      st.current = unflat(st, unapply(step, root, y, loc), loc);
+      return;
+    }
+    Value* root = st.current;
     std::vector<Value*> xs = {root};
     for (const ViewStep& step : c.steps)
       xs.push_back(apply(step, xs.back(), loc));
     for (size_t i = c.steps.size(); i-- > 0;)
       y = unapply(c.steps[i], xs[i], y, loc);
-    st.current = c.from_flat ? unflat(st, y, loc) : y;
+    st.current = y;
   }
 
   // ---- the end: writebacks, returns, metadata ------------------------------------------------
@@ -483,7 +523,7 @@ class Functionalizer {
     }
     for (const auto& [object, latest] : latest_) {
       const Geometry& now = final_of(latest).geometry;
-      if (now == pattern_.inputs[static_cast<size_t>(object)].geometry) continue;
+      if (now == sa_.geometry_of(eager_.inputs()[static_cast<size_t>(object)])) continue;
       out_.interface.metadata.push_back({object, now});
     }
     std::sort(out_.interface.metadata.begin(), out_.interface.metadata.end(),
