@@ -20,24 +20,6 @@ namespace {
 using fuzz::CheckOptions;
 using fuzz::FuzzSummary;
 
-// compile and execute are placeholders that throw "... is not written yet" until the pipeline
-// lands; the differential tests skip until then (the harness tests below run regardless).
-bool pipeline_exists() {
-  Trace t = trace([](Tensor a) { return a + 1; }, {TensorSpec(f32, {2})});
-  try {
-    execute(compile(t, AliasPattern::distinct(t)), {make_tensor(f32, {2}, {1, 2})});
-  } catch (const InternalError& e) {
-    if (std::string(e.what()).find("not written yet") != std::string::npos) return false;
-  } catch (const std::exception&) {
-  }
-  return true;
-}
-
-#define SKIP_WITHOUT_PIPELINE()                                                     \
-  if (!pipeline_exists()) {                                                         \
-    GTEST_SKIP() << "compile/execute are not written yet; nothing to compare with"; \
-  }
-
 // kiln runs in a child process per program: a crash is one failing program, not the end of the
 // test binary.
 CheckOptions isolated() {
@@ -55,14 +37,12 @@ void expect_no_failures(const FuzzSummary& s, const std::string& rerun) {
 // ---- random programs through kiln ----
 
 TEST(Differential, TwoThousandProgramsFromAFixedSeed) {
-  SKIP_WITHOUT_PIPELINE();
   FuzzSummary s = fuzz::run_fuzz(20240601, 2000, isolated());
   expect_no_failures(s, "rerun: kiln_fuzz --count 2000 --seed 20240601");
   RecordProperty("summary", s.str());
 }
 
 TEST(Differential, FiveHundredProgramsFromAFreshSeed) {
-  SKIP_WITHOUT_PIPELINE();
   uint64_t seed = (uint64_t{std::random_device{}()} << 32) ^ std::random_device{}();
   FuzzSummary s = fuzz::run_fuzz(seed, 500, isolated());
   expect_no_failures(s, "seed " + std::to_string(seed) + "; rerun: kiln_fuzz --count 500 --seed " +
@@ -328,7 +308,6 @@ void run_cases(const CheckOptions& options) {
 }
 
 TEST(Differential, CasesProgramsAgreeWithTheInterpreter) {
-  SKIP_WITHOUT_PIPELINE();
   run_cases(isolated());
 }
 
