@@ -466,10 +466,13 @@ class Functionalizer {
   void write(const Value* handle, Value* y, const Geometry& where, const SourceLoc& loc) {
     const Chain& c = chains_.at(handle);
     StorageState& st = states_.at(c.storage);
-    if (c.from_flat) {
-      // The handle is a strided view of the storage: scatter into the storage directly, at the
-      // handle's own layout. (Unwinding the views one by one would be ambiguous when they repeat
-      // elements, as a view of an expanded input does.)
+    bool repeats = std::any_of(c.steps.begin(), c.steps.end(),
+                               [](const ViewStep& s) { return s.op == OpId::kExpand; });
+    if (c.from_flat || repeats) {
+      // Scatter into the storage directly, at the handle's own layout: unwinding the views one
+      // by one would be ambiguous when they repeat elements (a view of an expanded tensor:
+      // which copy holds the written value?), and a strided view of a base has no views to
+      // unwind.
       Value* root = flat(st, loc);
       ViewStep step = as_strided_step(where, st.canon.offset);
       st.current = unflat(st, unapply(step, root, y, loc), loc);
