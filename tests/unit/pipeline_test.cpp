@@ -15,7 +15,8 @@ namespace {
 
 TensorHandle ar(Shape shape) {
   std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
   return make_tensor(f32, shape, v);
 }
 
@@ -39,60 +40,209 @@ std::vector<Case> cases() {
   TensorHandle base4 = make_tensor(f32, {4}, {1, 1, 1, 1});
   TensorHandle same = ar({3});
   return {
-      {"S1", [](auto s) { return trace([](Tensor a) { a.tanh_(); return a * a * a * a; }, s); }, {ar({5, 5})}},
-      {"S2", [](auto s) { return trace([](Tensor x) { x.exp_(); x.sin_(); return x.cos(); }, s); }, {ar({5, 5})}},
-      {"I1", [](auto s) { return trace([](Tensor x) { x.add_(1).sin_().mul_(5); return x; }, s); }, {ar({4})}},
-      {"I2", [](auto s) { return trace([](Tensor x) { x.add_(1).sin().mul_(5); return x; }, s); }, {ar({4})}},
-      {"I3", [](auto s) { return trace([](Tensor a, Tensor b) { Tensor c = a + b; b.mul_(c); return b; }, s); },
+      {"S1",
+       [](auto s) {
+         return trace(
+             [](Tensor a) {
+               a.tanh_();
+               return a * a * a * a;
+             },
+             s);
+       },
+       {ar({5, 5})}},
+      {"S2",
+       [](auto s) {
+         return trace(
+             [](Tensor x) {
+               x.exp_();
+               x.sin_();
+               return x.cos();
+             },
+             s);
+       },
+       {ar({5, 5})}},
+      {"I1",
+       [](auto s) {
+         return trace(
+             [](Tensor x) {
+               x.add_(1).sin_().mul_(5);
+               return x;
+             },
+             s);
+       },
+       {ar({4})}},
+      {"I2",
+       [](auto s) {
+         return trace(
+             [](Tensor x) {
+               x.add_(1).sin().mul_(5);
+               return x;
+             },
+             s);
+       },
+       {ar({4})}},
+      {"I3",
+       [](auto s) {
+         return trace(
+             [](Tensor a, Tensor b) {
+               Tensor c = a + b;
+               b.mul_(c);
+               return b;
+             },
+             s);
+       },
        {ar({3}), ar({3})}},
       {"I4", [](auto s) { return trace([](Tensor a) { a += 1; }, s); }, {ar({3})}},
-      {"I5", [](auto s) { return trace([](Tensor x, Tensor y) { x.add_(y); }, s); },
+      {"I5",
+       [](auto s) { return trace([](Tensor x, Tensor y) { x.add_(y); }, s); },
        {make_tensor(bf16, {3}, {1, 2, 3}), ar({3})}},
-      {"I6", [](auto s) { return trace([](Tensor h, Tensor r) { h.add_(r); h.relu_(); return h * 0.5; }, s); },
+      {"I6",
+       [](auto s) {
+         return trace(
+             [](Tensor h, Tensor r) {
+               h.add_(r);
+               h.relu_();
+               return h * 0.5;
+             },
+             s);
+       },
        {ar({4}), ar({4})}},
-      {"M1", [](auto s) { return trace([](Tensor a, Tensor b) { Tensor c = a + b; c.add_(1); return c; }, s); },
+      {"M1",
+       [](auto s) {
+         return trace(
+             [](Tensor a, Tensor b) {
+               Tensor c = a + b;
+               c.add_(1);
+               return c;
+             },
+             s);
+       },
        {ar({2}), ar({2})}},
-      {"M2", [](auto s) {
-         return trace([](Tensor a, Tensor b) {
-           Tensor c = a + b; c.add_(1); Tensor d = c + c; d.add_(1); c.add_(d);
-           return std::make_tuple(c, d);
-         }, s);
-       }, {ar({2}), ar({2})}},
-      {"V1", [](auto s) {
-         return trace([](Tensor x) {
-           Tensor y = x.view({4, 2}); y.add_(ones({4, 2})); Tensor z = x * x;
-           return std::make_tuple(y, z);
-         }, s);
-       }, {ar({8})}},
-      {"V2", [](auto s) { return trace([](Tensor x) { Tensor y = x.view({8}); x.add_(1); return y; }, s); },
+      {"M2",
+       [](auto s) {
+         return trace(
+             [](Tensor a, Tensor b) {
+               Tensor c = a + b;
+               c.add_(1);
+               Tensor d = c + c;
+               d.add_(1);
+               c.add_(d);
+               return std::make_tuple(c, d);
+             },
+             s);
+       },
+       {ar({2}), ar({2})}},
+      {"V1",
+       [](auto s) {
+         return trace(
+             [](Tensor x) {
+               Tensor y = x.view({4, 2});
+               y.add_(ones({4, 2}));
+               Tensor z = x * x;
+               return std::make_tuple(y, z);
+             },
+             s);
+       },
+       {ar({8})}},
+      {"V2",
+       [](auto s) {
+         return trace(
+             [](Tensor x) {
+               Tensor y = x.view({8});
+               x.add_(1);
+               return y;
+             },
+             s);
+       },
        {ar({4, 2})}},
-      {"V3", [](auto s) { return trace([](Tensor a) { a.add_(1); }, s); }, {make_view(base4, {2}, {2}, 0)}},
-      {"V4", [](auto s) { return trace([](Tensor x) { x.transpose_(1, 0); x[0].add_(1); return x; }, s); },
+      {"V3",
+       [](auto s) { return trace([](Tensor a) { a.add_(1); }, s); },
+       {make_view(base4, {2}, {2}, 0)}},
+      {"V4",
+       [](auto s) {
+         return trace(
+             [](Tensor x) {
+               x.transpose_(1, 0);
+               x[0].add_(1);
+               return x;
+             },
+             s);
+       },
        {ar({4, 2})}},
-      {"V5", [](auto s) {
-         return trace([](Tensor x) { Tensor y = x.view({3, 2}); y[0].index_put_({0}, 0); return x; }, s);
-       }, {ar({6})}},
-      {"A1", [](auto s) {
-         return trace([](Tensor a, Tensor b) { Tensor e = a.exp_(); Tensor h = b.tanh_(); return std::make_tuple(e + h, a); }, s);
-       }, {same, same}},
-      {"A2", [](auto s) {
-         return trace([](Tensor a, Tensor b) { a.mul_(3); b.mul_(2); return a + b; }, s);
-       }, {make_view(x44, {2, 4}, {4, 1}, 0), make_view(x44, {2, 4}, {4, 1}, 8)}},
-      {"A3", [](auto s) {
-         return trace([](Tensor a, Tensor b) {
-           a.mul_(3); b.mul_(2);
-           return a.clone().view({-1}) + b.clone().view({-1});
-         }, s);
-       }, {make_view(ones64, {4, 4}, {9, 1}, 0), make_view(ones64, {4, 4}, {9, 1}, 24)}},
-      {"A4", [](auto s) {
-         return trace([](Tensor x, Tensor y) { Tensor first = x + 1; return std::make_tuple(first, y.mul_(2)); }, s);
-       }, {a22, make_view(a22, {2, 2}, {1, 2}, 0)}},
-      {"H1", [](auto s) {
-         return trace([](Tensor a) { a.index_put_({Slice(), Slice(2, 7)}, a.index({Slice(), Slice(1, 6)}) + 2); }, s);
-       }, {ar({1, 16})}},
-      {"H2", [](auto s) {
-         return trace([](Tensor w, Tensor x) { Tensor out = w + x; x.mul_(10); return out; }, s);
-       }, {ar({2, 3}), ar({2, 1})}},
+      {"V5",
+       [](auto s) {
+         return trace(
+             [](Tensor x) {
+               Tensor y = x.view({3, 2});
+               y[0].index_put_({0}, 0);
+               return x;
+             },
+             s);
+       },
+       {ar({6})}},
+      {"A1",
+       [](auto s) {
+         return trace(
+             [](Tensor a, Tensor b) {
+               Tensor e = a.exp_();
+               Tensor h = b.tanh_();
+               return std::make_tuple(e + h, a);
+             },
+             s);
+       },
+       {same, same}},
+      {"A2",
+       [](auto s) {
+         return trace(
+             [](Tensor a, Tensor b) {
+               a.mul_(3);
+               b.mul_(2);
+               return a + b;
+             },
+             s);
+       },
+       {make_view(x44, {2, 4}, {4, 1}, 0), make_view(x44, {2, 4}, {4, 1}, 8)}},
+      {"A3",
+       [](auto s) {
+         return trace(
+             [](Tensor a, Tensor b) {
+               a.mul_(3);
+               b.mul_(2);
+               return a.clone().view({-1}) + b.clone().view({-1});
+             },
+             s);
+       },
+       {make_view(ones64, {4, 4}, {9, 1}, 0), make_view(ones64, {4, 4}, {9, 1}, 24)}},
+      {"A4",
+       [](auto s) {
+         return trace(
+             [](Tensor x, Tensor y) {
+               Tensor first = x + 1;
+               return std::make_tuple(first, y.mul_(2));
+             },
+             s);
+       },
+       {a22, make_view(a22, {2, 2}, {1, 2}, 0)}},
+      {"H1",
+       [](auto s) {
+         return trace(
+             [](Tensor a) {
+               a.index_put_({Slice(), Slice(2, 7)}, a.index({Slice(), Slice(1, 6)}) + 2);
+             },
+             s);
+       },
+       {ar({1, 16})}},
+      {"H2",
+       [](auto s) {
+         return trace(
+             [](Tensor w, Tensor x) {
+               Tensor out = w + x;
+               x.mul_(10);
+               return out;
+             },
+             s);
+       },
+       {ar({2, 3}), ar({2, 1})}},
   };
 }
 

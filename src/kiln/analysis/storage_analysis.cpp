@@ -60,8 +60,7 @@ Geometry apply_view(OpId view, const Node& node, const Geometry& g, int64_t orig
     case OpId::kDiagonal:
       return diagonal_geometry(g, node.arg("offset").as_int(), node.arg("dim1").as_int(),
                                node.arg("dim2").as_int());
-    case OpId::kAsStrided:
-    {
+    case OpId::kAsStrided: {
       std::optional<int64_t> offset = optional_int(node, "storage_offset");
       if (offset) *offset -= origin;
       return as_strided_geometry(g, node.arg("size").as_ints(), node.arg("stride").as_ints(),
@@ -340,7 +339,7 @@ void Analyzer::reshape(const Value* out, const Value* self) {
 
 void Analyzer::view(const Node& node) {
   const Value* self = node.input(0);
-  const Placement p = read(self);  // a copy: defining outputs may grow the handle table
+  const Placement p = read(self);    // a copy: defining outputs may grow the handle table
   if (node.outputs.empty()) return;  // split/unbind of an empty dim: nothing to place
   const Value* out = node.outputs[0];
   switch (node.id()) {

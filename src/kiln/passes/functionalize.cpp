@@ -6,9 +6,9 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "kiln/analysis/geometry.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/printer.h"
-#include "kiln/analysis/geometry.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
 
@@ -385,7 +385,8 @@ class Functionalizer {
         for (size_t d = 0; d < to.size(); ++d) {
           bool broadcast = d < lead || (from[d - lead] == 1 && to[d] != 1);
           if (broadcast && to[d] != 1)
-            y = b_.call1(OpId::kSlice, {y, static_cast<int64_t>(d), int64_t{0}, int64_t{1}}, {}, loc);
+            y = b_.call1(OpId::kSlice, {y, static_cast<int64_t>(d), int64_t{0}, int64_t{1}}, {},
+                         loc);
         }
         return b_.call1(OpId::kReshape, {y, Constant(IntList(from))}, {}, loc);
       }

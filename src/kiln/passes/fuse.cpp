@@ -322,8 +322,9 @@ class Fuser {
       std::vector<Value*> outs = b.call_bound(n.id(), ops, n.loc, &names);
       for (size_t k = 0; k < outs.size(); ++k)
         map[n.outputs[k]] = outs[k];
-      bool outputs_value = !is_view(n) || (!n.outputs.empty() && std::find(views.begin(), views.end(),
-                                                                           n.outputs[0]) != views.end());
+      bool outputs_value =
+          !is_view(n) || (!n.outputs.empty() &&
+                          std::find(views.begin(), views.end(), n.outputs[0]) != views.end());
       if (!outputs_value) continue;
       for (Value* o : n.outputs) {
         if (!used_outside.contains(o)) continue;
