@@ -8,17 +8,13 @@
 #include <numeric>
 
 #include "kiln/kiln.h"
+#include "support/case_inputs.h"
 
 namespace kiln {
 namespace {
 
-// ar(*s): arange(prod(s), dtype=float32).reshape(s) / 10
-TensorHandle ar(Shape shape) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
-  return make_tensor(f32, shape, v);
-}
+using test::ar;
+using test::spec_of;
 
 TensorHandle handle(const RtValue& v) {
   return std::get<TensorHandle>(v);
@@ -40,10 +36,6 @@ void expect_values(const RtTensor& t, const std::vector<double>& expected, doubl
 
 bool shares_storage(const TensorHandle& a, const TensorHandle& b) {
   return a->storage == b->storage;
-}
-
-TensorSpec spec_of(const TensorHandle& t) {
-  return TensorSpec(t->dtype(), t->sizes).strided(t->strides, t->offset);
 }
 
 // ---- seeds ----

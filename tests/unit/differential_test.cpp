@@ -12,10 +12,14 @@
 #include "kiln/kiln.h"
 #include "kiln/passes/pipeline.h"
 #include "kiln/runtime/executor.h"
+#include "support/case_inputs.h"
 #include "support/random_program.h"
 
 namespace kiln {
 namespace {
+
+using test::ar;
+using test::spec_of;
 
 using fuzz::CheckOptions;
 using fuzz::FuzzSummary;
@@ -50,18 +54,6 @@ TEST(Differential, FiveHundredProgramsFromAFreshSeed) {
 }
 
 // ---- the CASES.md programs through kiln ----
-
-// ar(*s): arange(prod(s), dtype=float32).reshape(s) / 10
-TensorHandle ar(Shape shape) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
-  return make_tensor(f32, shape, v);
-}
-
-TensorSpec spec_of(const TensorHandle& t) {
-  return TensorSpec(t->dtype(), t->sizes).strided(t->strides, t->offset);
-}
 
 std::vector<TensorSpec> specs_of(const std::vector<RtValue>& inputs) {
   std::vector<TensorSpec> specs;

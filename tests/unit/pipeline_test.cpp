@@ -9,16 +9,13 @@
 #include "kiln/kiln.h"
 #include "kiln/passes/pipeline.h"
 #include "kiln/runtime/executor.h"
+#include "support/case_inputs.h"
 
 namespace kiln {
 namespace {
 
-TensorHandle ar(Shape shape) {
-  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
-  for (size_t i = 0; i < v.size(); ++i)
-    v[i] = static_cast<float>(static_cast<float>(i) / 10.0f);
-  return make_tensor(f32, shape, v);
-}
+using test::ar;
+using test::spec_of;
 
 struct Case {
   std::string name;
@@ -29,7 +26,7 @@ struct Case {
 std::vector<TensorSpec> specs_of(const std::vector<TensorHandle>& in) {
   std::vector<TensorSpec> specs;
   for (const TensorHandle& t : in)
-    specs.push_back(TensorSpec(t->dtype(), t->sizes).strided(t->strides, t->offset));
+    specs.push_back(spec_of(t));
   return specs;
 }
 
