@@ -39,10 +39,6 @@ struct GroupBase {
   int64_t start = 0;    // storage index of the base's element 0
 };
 
-TensorHandle copy_of(const RtTensor& t) {
-  return clone(t);
-}
-
 }  // namespace
 
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args) {
@@ -67,7 +63,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     bases[g].start = caller->offset - pattern.inputs[j].geometry.offset;
     if (pattern.groups[g].synthetic) {
       TensorHandle extent = make_view(caller, {pattern.groups[g].numel}, {1}, bases[g].start);
-      inputs.emplace_back(copy_of(*extent));
+      inputs.emplace_back(clone(*extent));
     } else {
       inputs.emplace_back(caller);
     }
@@ -82,7 +78,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   // copied before any writeback can change that memory.
   auto detach = [&](RtValue v) {
     if (auto* t = std::get_if<TensorHandle>(&v))
-      if (caller_storages.contains((*t)->storage.get())) return RtValue(copy_of(**t));
+      if (caller_storages.contains((*t)->storage.get())) return RtValue(clone(**t));
     return v;
   };
   auto write_back = [&](const Value* target, const RtValue& value) {
@@ -140,7 +136,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   for (const Value* o : trace.outputs()) {
     RtValue v = detach(env.at(o));
     if (auto* t = std::get_if<TensorHandle>(&v))
-      if (!returned.insert(t->get()).second) v = copy_of(**t);
+      if (!returned.insert(t->get()).second) v = clone(**t);
     values.push_back(v);
   }
   // Metadata mutations of the caller's tensor objects.
