@@ -2,51 +2,385 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <unordered_map>
 
+#include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
 
 namespace {
 
-// Whether `v` (a region input standing for the written tensor, or a view of it) is only ever
-// read at the index the region stores to: identity views, and elementwise or scatter-self
-// operands of the tensor's own shape. Ops that read only the shape (zeros_like, ...) do not load.
-bool only_identity_reads(const Trace& body, const Value* v, const Shape& shape) {
-  for (const auto& node : body.nodes()) {
-    for (size_t k = 0; k < node->operands.size(); ++k) {
-      const Operand& op = node->operands[k];
-      bool uses = (op.is_value() && op.value() == v) ||
-                  (op.is_value_list() &&
-                   std::find(op.values().begin(), op.values().end(), v) != op.values().end());
-      if (!uses) continue;
-      const OpInfo& info = *node->op;
-      const Shape& out = node->outputs.empty() ? shape : node->outputs[0]->tensor_type().shape;
-      switch (info.kind) {
-        case OpKind::kCreation:
-          if (info.id == OpId::kFill && k == 1) return false;  // a 0-dim value, broadcast
-          break;                                               // *_like: shape only
-        case OpKind::kElementwise:
-          if (out != shape || v->tensor_type().shape != shape) return false;
-          break;
-        case OpKind::kScatter:
-          if (k != 0 || out != shape) return false;  // src lands somewhere else
-          break;
-        case OpKind::kView: {
-          // An identity view (same shape, same elements) keeps the index; anything else moves it.
-          bool identity =
-              out == shape && v->tensor_type().shape == shape &&
-              (info.id == OpId::kAlias || info.id == OpId::kDetach || info.id == OpId::kReshape ||
-               info.id == OpId::kView || (info.id == OpId::kSlice && node->arg(4).as_int() == 1));
-          if (!identity || !only_identity_reads(body, node->outputs[0], shape)) return false;
-          break;
-        }
-        default:
-          return false;  // reductions, joins, opaque ops read other indices
+// Rule 4 in index arithmetic. Every map here is affine in the region's iteration index i (one
+// iteration per element of the stored value's producer): a load of the written tensor at
+// iteration i must reach the very element the store of iteration i writes. Loads are traced from
+// the op that reads them back through the views to the tensor; the store from its producer
+// forward through the views to the written value. Anything not affine (a reduction, a src of a
+// scatter, a reshape in the middle of a chain) fails the rule: a temporary is always safe.
+//
+//   t0 = transpose(x)   ; x [2, 3], store x <- t1
+//   t1 = exp(t0)        -> stores  x[i1, i0] at i = (i0, i1)  (linear 3*i1 + i0 ... of x^T)
+//                          loads   x[i1, i0]                  same element: in-kernel
+
+// q rows of affine forms over the iteration index.
+struct AffineIndex {
+  std::vector<std::vector<int64_t>> coef;
+  std::vector<int64_t> constant;
+  size_t rank() const { return constant.size(); }
+};
+
+struct AffineForm {
+  std::vector<int64_t> coef;
+  int64_t constant = 0;
+  bool operator==(const AffineForm&) const = default;
+};
+
+AffineIndex identity_index(size_t r) {
+  AffineIndex a;
+  for (size_t k = 0; k < r; ++k) {
+    a.coef.emplace_back(r, 0);
+    a.coef.back()[k] = 1;
+    a.constant.push_back(0);
+  }
+  return a;
+}
+
+// The row-major linear index over `shape` of an index.
+AffineForm linear(const AffineIndex& a, const Shape& shape, size_t r) {
+  AffineForm f{std::vector<int64_t>(r, 0), 0};
+  std::vector<int64_t> rs = contiguous_strides(shape);
+  for (size_t k = 0; k < a.rank(); ++k) {
+    if (shape[k] == 1) continue;  // only index 0 exists
+    for (size_t j = 0; j < r; ++j)
+      f.coef[j] += a.coef[k][j] * rs[k];
+    f.constant += a.constant[k] * rs[k];
+  }
+  return f;
+}
+
+std::vector<int64_t> zeros(size_t r) {
+  return std::vector<int64_t>(r, 0);
+}
+
+// Through one view backwards: the index of the view's input read for its output index `out`.
+// nullopt when not affine (reshape-like ops are handled by the caller).
+std::optional<AffineIndex> view_input(const Node& n, size_t output, const AffineIndex& out,
+                                      size_t r) {
+  const Shape& in_shape = n.input(0)->tensor_type().shape;
+  auto rank = static_cast<int64_t>(in_shape.size());
+  AffineIndex in;
+  switch (n.id()) {
+    case OpId::kAlias:
+    case OpId::kDetach:
+      return out;
+    case OpId::kSlice: {
+      int64_t dim = wrap_dim(n.arg(1).as_int(), rank), start, end;
+      normalize_slice(in_shape[static_cast<size_t>(dim)], n.arg(2).as_optional_int(),
+                      n.arg(3).as_optional_int(), &start, &end);
+      in = out;
+      for (int64_t& c : in.coef[static_cast<size_t>(dim)])
+        c *= n.arg(4).as_int();
+      in.constant[static_cast<size_t>(dim)] =
+          start + out.constant[static_cast<size_t>(dim)] * n.arg(4).as_int();
+      return in;
+    }
+    case OpId::kSelect: {
+      int64_t dim = wrap_dim(n.arg(1).as_int(), rank);
+      int64_t index = n.arg(2).as_int();
+      if (index < 0) index += in_shape[static_cast<size_t>(dim)];
+      in = out;
+      in.coef.insert(in.coef.begin() + dim, zeros(r));
+      in.constant.insert(in.constant.begin() + dim, index);
+      return in;
+    }
+    case OpId::kPermute: {
+      const IntList& dims = n.arg(1).as_ints();
+      in = out;
+      for (size_t k = 0; k < dims.size(); ++k) {
+        size_t d = static_cast<size_t>(wrap_dim(dims[k], rank));
+        in.coef[d] = out.coef[k];
+        in.constant[d] = out.constant[k];
       }
+      return in;
+    }
+    case OpId::kTranspose: {
+      if (rank == 0) return out;
+      size_t a = static_cast<size_t>(wrap_dim(n.arg(1).as_int(), rank));
+      size_t b = static_cast<size_t>(wrap_dim(n.arg(2).as_int(), rank));
+      in = out;
+      std::swap(in.coef[a], in.coef[b]);
+      std::swap(in.constant[a], in.constant[b]);
+      return in;
+    }
+    case OpId::kT:
+      in = out;
+      std::reverse(in.coef.begin(), in.coef.end());
+      std::reverse(in.constant.begin(), in.constant.end());
+      return in;
+    case OpId::kExpand: {
+      size_t lead = out.rank() - in_shape.size();
+      for (size_t k = 0; k < in_shape.size(); ++k) {
+        bool broadcast = in_shape[k] == 1;
+        in.coef.push_back(broadcast ? zeros(r) : out.coef[k + lead]);
+        in.constant.push_back(broadcast ? 0 : out.constant[k + lead]);
+      }
+      return in;
+    }
+    case OpId::kUnsqueeze: {
+      size_t dim = static_cast<size_t>(wrap_dim(n.arg(1).as_int(), rank + 1));
+      in = out;
+      in.coef.erase(in.coef.begin() + static_cast<int64_t>(dim));
+      in.constant.erase(in.constant.begin() + static_cast<int64_t>(dim));
+      return in;
+    }
+    case OpId::kDiagonal: {
+      int64_t offset = n.arg(1).as_int();
+      size_t d1 = static_cast<size_t>(wrap_dim(n.arg(2).as_int(), rank));
+      size_t d2 = static_cast<size_t>(wrap_dim(n.arg(3).as_int(), rank));
+      size_t last = out.rank() - 1, next = 0;
+      for (size_t k = 0; k < in_shape.size(); ++k) {
+        if (k == d1 || k == d2) {
+          in.coef.push_back(out.coef[last]);
+          in.constant.push_back(out.constant[last] + (k == d1 ? std::max<int64_t>(-offset, 0)
+                                                              : std::max<int64_t>(offset, 0)));
+        } else {
+          in.coef.push_back(out.coef[next]);
+          in.constant.push_back(out.constant[next]);
+          ++next;
+        }
+      }
+      return in;
+    }
+    case OpId::kSplit:
+    case OpId::kChunk:
+    case OpId::kUnbind: {
+      int64_t dim = wrap_dim(n.arg(n.id() == OpId::kUnbind ? 1 : 2).as_int(), rank);
+      if (n.id() == OpId::kUnbind) {
+        in = out;
+        in.coef.insert(in.coef.begin() + dim, zeros(r));
+        in.constant.insert(in.constant.begin() + dim, static_cast<int64_t>(output));
+        return in;
+      }
+      std::vector<int64_t> sizes =
+          n.id() == OpId::kSplit
+              ? split_sizes(in_shape[static_cast<size_t>(dim)], n.arg(1))
+              : chunk_sizes(in_shape[static_cast<size_t>(dim)], n.arg(1).as_int());
+      int64_t start = 0;
+      for (size_t k = 0; k < output; ++k)
+        start += sizes[k];
+      in = out;
+      in.constant[static_cast<size_t>(dim)] += start;
+      return in;
+    }
+    default:
+      return std::nullopt;  // reshapes, squeeze (handled by the caller), as_strided
+  }
+}
+
+bool reshape_like(const Node& n) {
+  switch (n.id()) {
+    case OpId::kReshape:
+    case OpId::kView:
+    case OpId::kFlatten:
+    case OpId::kUnflatten:
+    case OpId::kSqueeze:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Follows one region's values backwards from its outputs, each evaluated at an affine index of
+// the iteration i, and collects the elements of `target` it loads.
+class LoadTracer {
+ public:
+  LoadTracer(const Value* target, size_t r) : target_(target), r_(r) {}
+
+  // `v` evaluated at index `at`; false when a load of the target is not affine.
+  bool visit(const Value* v, const AffineIndex& at) {
+    if (v == target_) {
+      loads.push_back(linear(at, v->tensor_type().shape, r_));
+      return true;
+    }
+    if (!reaches(v)) return true;
+    std::string key = std::to_string(v->id()) + ":" + key_of(at);
+    if (!visited_.insert(key).second) return true;
+    const Node& p = *v->producer();
+    size_t output = 0;
+    while (p.outputs[output] != v)
+      ++output;
+    const Shape& shape = v->tensor_type().shape;
+    if (p.op->kind == OpKind::kView) {
+      if (reshape_like(p)) {
+        // Element order is kept: the linear index passes through, but a multi-index of
+        // anything beyond the target itself would need a division.
+        if (p.input(0) != target_) return false;
+        loads.push_back(linear(at, shape, r_));
+        return true;
+      }
+      std::optional<AffineIndex> in = view_input(p, output, at, r_);
+      return in && visit(p.input(0), *in);
+    }
+    switch (p.op->kind) {
+      case OpKind::kElementwise: {
+        for (const Operand& op : p.operands) {
+          if (!op.is_value() || !op.value()->is_tensor()) continue;
+          if (!visit(op.value(), broadcast(at, op.value()->tensor_type().shape))) return false;
+        }
+        return true;
+      }
+      case OpKind::kScatter: {
+        if (!visit(p.input(0), at)) return false;
+        const Value* src = p.input(1);
+        if (!reaches(src)) return true;
+        if (p.id() == OpId::kSliceScatter && p.arg(5).as_int() == 1) {
+          // src[j] lands at self[start + j] along dim.
+          int64_t dim = wrap_dim(p.arg(2).as_int(), static_cast<int64_t>(shape.size())), start, end;
+          normalize_slice(shape[static_cast<size_t>(dim)], p.arg(3).as_optional_int(),
+                          p.arg(4).as_optional_int(), &start, &end);
+          AffineIndex s = at;
+          s.constant[static_cast<size_t>(dim)] -= start;
+          return visit(src, s);
+        }
+        if (p.id() == OpId::kSelectScatter) {
+          int64_t dim = wrap_dim(p.arg(2).as_int(), static_cast<int64_t>(shape.size()));
+          AffineIndex s = at;
+          s.coef.erase(s.coef.begin() + dim);
+          s.constant.erase(s.constant.begin() + dim);
+          return visit(src, s);
+        }
+        return false;
+      }
+      case OpKind::kCreation:
+        // *_like read only the shape; fill's value is one element loaded everywhere.
+        if (p.id() == OpId::kFill && p.operands[1].is_value() && p.input(1)->is_tensor())
+          return visit(p.input(1), AffineIndex{});
+        return true;
+      default:
+        return false;  // reductions, joins, opaque ops: every element reads many
     }
   }
-  return true;
+
+  std::vector<AffineForm> loads;
+
+ private:
+  // Whether the target is among the values `v` is computed from.
+  bool reaches(const Value* v) {
+    if (v == target_) return true;
+    auto it = reaches_.find(v);
+    if (it != reaches_.end()) return it->second;
+    bool r = false;
+    if (const Node* p = v->producer()) {
+      for (const Operand& op : p->operands) {
+        if (op.is_value()) r = r || reaches(op.value());
+        if (op.is_value_list())
+          for (const Value* u : op.values())
+            r = r || reaches(u);
+      }
+    }
+    reaches_[v] = r;
+    return r;
+  }
+
+  // An operand of shape `to`, broadcast to the op's output and read at `at`.
+  AffineIndex broadcast(const AffineIndex& at, const Shape& to) const {
+    AffineIndex b;
+    size_t lead = at.rank() - to.size();
+    for (size_t d = 0; d < to.size(); ++d) {
+      bool broadcast = to[d] == 1;
+      b.coef.push_back(broadcast ? zeros(r_) : at.coef[d + lead]);
+      b.constant.push_back(broadcast ? 0 : at.constant[d + lead]);
+    }
+    return b;
+  }
+
+  static std::string key_of(const AffineIndex& a) {
+    std::string k;
+    for (size_t i = 0; i < a.rank(); ++i) {
+      for (int64_t c : a.coef[i])
+        k += std::to_string(c) + ",";
+      k += std::to_string(a.constant[i]) + ";";
+    }
+    return k;
+  }
+
+  const Value* target_;
+  size_t r_;
+  std::set<std::string> visited_;
+  std::unordered_map<const Value*, bool> reaches_;
+};
+
+// The compute value a region output is made from, and the forward views from it to the output
+// (only permutations, transposes, aliases and a final reshape, which store each element once).
+struct StorePath {
+  const Value* producer = nullptr;
+  std::vector<const Node*> views;  // producer -> output order
+};
+std::optional<StorePath> store_path(const Value* out) {
+  StorePath path;
+  const Value* w = out;
+  while (w->producer() && w->producer()->op->kind == OpKind::kView) {
+    path.views.insert(path.views.begin(), w->producer());
+    w = w->producer()->input(0);
+  }
+  if (!w->producer()) return std::nullopt;  // an input passed through: a copy
+  for (size_t k = 0; k < path.views.size(); ++k) {
+    const Node& n = *path.views[k];
+    bool ok = n.id() == OpId::kAlias || n.id() == OpId::kDetach || n.id() == OpId::kPermute ||
+              n.id() == OpId::kTranspose || n.id() == OpId::kT ||
+              (reshape_like(n) && k + 1 == path.views.size());
+    if (!ok) return std::nullopt;
+  }
+  path.producer = w;
+  return path;
+}
+
+// The element of `stored` written at iteration i, as a linear index over the stored value.
+AffineForm store_element(const StorePath& path, const Value* stored, size_t r) {
+  AffineIndex idx = identity_index(r);
+  for (const Node* n : path.views) {
+    if (reshape_like(*n)) return linear(idx, n->input(0)->tensor_type().shape, r);
+    AffineIndex next = idx;
+    auto rank = static_cast<int64_t>(idx.rank());
+    if (n->id() == OpId::kPermute) {
+      next = AffineIndex{};
+      for (int64_t d : n->arg(1).as_ints()) {
+        size_t k = static_cast<size_t>(wrap_dim(d, rank));
+        next.coef.push_back(idx.coef[k]);
+        next.constant.push_back(idx.constant[k]);
+      }
+    } else if (n->id() == OpId::kTranspose && rank > 0) {
+      size_t a = static_cast<size_t>(wrap_dim(n->arg(1).as_int(), rank));
+      size_t b = static_cast<size_t>(wrap_dim(n->arg(2).as_int(), rank));
+      std::swap(next.coef[a], next.coef[b]);
+      std::swap(next.constant[a], next.constant[b]);
+    } else if (n->id() == OpId::kT) {
+      std::reverse(next.coef.begin(), next.coef.end());
+      std::reverse(next.constant.begin(), next.constant.end());
+    }
+    idx = next;
+  }
+  return linear(idx, stored->tensor_type().shape, r);
+}
+
+// Rule 4: in each iteration, every load of `target` in the region reaches the element the store
+// into `target` writes in that iteration.
+bool same_index(const Trace& body, const Value* target, const Value* stored) {
+  std::optional<StorePath> path = store_path(stored);
+  if (!path) return false;
+  const Shape& domain = path->producer->tensor_type().shape;
+  size_t r = domain.size();
+  AffineForm store = store_element(*path, stored, r);
+  LoadTracer tracer(target, r);
+  // Every output of the region is computed at iteration i from a producer over the domain.
+  for (const Value* out : body.outputs()) {
+    std::optional<StorePath> p = store_path(out);
+    if (!p || p->producer->tensor_type().shape != domain) return false;
+    if (!tracer.visit(p->producer, identity_index(r))) return false;
+  }
+  return std::all_of(tracer.loads.begin(), tracer.loads.end(),
+                     [&](const AffineForm& f) { return f == store; });
 }
 
 bool reads(const Step& s, const Value* v) {
@@ -101,13 +435,16 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
         ++r;
       if (r == plan.steps.size() || plan.steps[r].kind != Step::Kind::kFusion) return std::nullopt;
       const Step& step = plan.steps[r];
-      const Shape& shape = target->tensor_type().shape;
       // Rule 4: the region's own loads of the target are at the store's index.
+      size_t out_k = 0;
+      while (step.outputs[out_k] != value)
+        ++out_k;
+      const Value* stored = step.body.outputs()[out_k];
       for (size_t k = 0; k < step.inputs.size(); ++k) {
-        if (step.inputs[k] == target &&
-            !only_identity_reads(step.body, step.body.inputs()[k], shape))
+        if (step.inputs[k] == target && !same_index(step.body, step.body.inputs()[k], stored))
           return std::nullopt;
       }
+
       // Rule 5: every other step reading the old contents can run first.
       std::vector<std::pair<size_t, size_t>> extra = constraints;
       for (size_t q = 0; q < plan.steps.size(); ++q)
