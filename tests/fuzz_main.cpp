@@ -11,11 +11,17 @@
 //                                       process, so that a crash is a failure, not the end)
 //            --echo                     print each program's seed before it runs (to find one
 //                                       that crashes the process)
+//            --kernel-coverage          with --count: only compile the programs and count the
+//                                       fusion regions that lower to CPU kernels, and why not
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 
+#include "kiln/codegen/cpu_kernel.h"
+#include "kiln/passes/pipeline.h"
 #include "support/random_program.h"
 
 namespace {
@@ -38,6 +44,7 @@ int main(int argc, char** argv) {
   int reports = 10;
   bool print = false;
   bool echo = false;
+  bool coverage = false;
   CheckOptions options;
   options.isolate = true;
   for (int i = 1; i < argc; ++i) {
@@ -73,6 +80,8 @@ int main(int argc, char** argv) {
         options.isolate = false;
       } else if (arg == "--echo") {
         echo = true;
+      } else if (arg == "--kernel-coverage") {
+        coverage = true;
       } else {
         return usage();
       }
@@ -96,6 +105,36 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (count < 0) return usage();
+  if (coverage) {
+    int regions = 0, lowered = 0;
+    std::map<std::string, int> why;
+    for (long long i = 0; i < count; ++i) {
+      RandomProgram p = generate_program(program_seed(seed, static_cast<uint64_t>(i)));
+      kiln::CompiledProgram c;
+      try {
+        c = kiln::compile(p.trace, pattern_of_inputs(p.inputs));
+      } catch (const std::exception&) {
+        continue;
+      }
+      for (const kiln::Step& step : c.plan.steps) {
+        if (step.kind != kiln::Step::Kind::kFusion) continue;
+        ++regions;
+        kiln::codegen::CpuLowering l = kiln::codegen::lower_cpu_kernel(step);
+        if (l.kernel)
+          ++lowered;
+        else
+          ++why[l.why_not];
+      }
+    }
+    std::cout << lowered << " of " << regions << " fusion regions lower to CPU kernels\n";
+    std::vector<std::pair<int, std::string>> sorted;
+    for (const auto& [w, n] : why)
+      sorted.emplace_back(n, w);
+    std::sort(sorted.rbegin(), sorted.rend());
+    for (const auto& [n, w] : sorted)
+      std::cout << "  " << n << "  " << w << "\n";
+    return 0;
+  }
   if (echo) {
     int failed = 0;
     for (long long i = 0; i < count; ++i) {

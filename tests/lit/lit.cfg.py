@@ -12,3 +12,7 @@ config.test_exec_root = os.path.join(config.kiln_build_dir, "tests", "lit")
 config.substitutions.append(("kiln-opt", config.kiln_opt))
 config.substitutions.append(("FileCheck", config.filecheck))
 config.substitutions.append(("%examples", config.kiln_examples))
+# lit runs tests with a clean environment: pass on how kiln compiles and caches CPU kernels.
+for name in ("KILN_CPU_KERNELS", "KILN_CACHE_DIR", "KILN_CXX", "KILN_COMPILE_JOBS", "HOME", "TMPDIR"):
+    if name in os.environ:
+        config.environment[name] = os.environ[name]

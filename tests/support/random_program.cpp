@@ -47,6 +47,7 @@
 #include "kiln/ir/type_rules.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/pipeline.h"
+#include "kiln/runtime/cpu/cpu_kernels.h"
 #include "kiln/runtime/executor.h"
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/support/error.h"
@@ -2113,10 +2114,34 @@ FuzzSummary run_fuzz(uint64_t seed, int count, const CheckOptions& options, int 
   auto elapsed = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
+  // With compiled CPU kernels, one compiler run per program would dominate the run (and a child
+  // process per check cannot share what it compiles in memory): the kernels of the next chunk of
+  // programs are compiled together first, in this process, and the children inherit them.
+  const bool warm = !options.runner && cpu::cpu_kernels_enabled();
+  constexpr int kWarmChunk = 400;
   for (int i = 0; i < count; ++i) {
     if (progress && i > 0 && i % 1000 == 0) {
       s.seconds = elapsed();
       progress(s);
+    }
+    if (warm && i % kWarmChunk == 0) {
+      std::vector<CompiledProgram> compiled;
+      for (int j = i; j < std::min(count, i + kWarmChunk); ++j) {
+        RandomProgram p = generate_program(program_seed(seed, static_cast<uint64_t>(j)));
+        try {
+          compiled.push_back(compile(p.trace, pattern_of_inputs(p.inputs)));
+        } catch (const std::exception&) {
+          // The check reports it.
+        }
+      }
+      std::vector<const ExecutionPlan*> plans;
+      for (const CompiledProgram& c : compiled)
+        plans.push_back(&c.plan);
+      try {
+        cpu::warm_cpu_kernels(plans);
+      } catch (const std::exception&) {
+        // A kernel that does not compile fails its program's check, with the message.
+      }
     }
     uint64_t ps = program_seed(seed, static_cast<uint64_t>(i));
     RandomProgram p = generate_program(ps);

@@ -1,9 +1,5 @@
 #include "kiln/ir/dtype.h"
 
-#include <bit>
-#include <cmath>
-#include <cstring>
-
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -88,52 +84,6 @@ std::optional<Device> Device::parse(std::string_view text) {
     return Device::cuda(index);
   }
   return std::nullopt;
-}
-
-uint16_t float_to_half(float value) {
-  uint32_t x = std::bit_cast<uint32_t>(value);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  uint32_t abs = x & 0x7fffffffu;
-  if (abs >= 0x7f800000u) {  // inf or nan
-    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
-  }
-  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
-  if (abs < 0x38800000u) {
-    // Subnormal half (or zero): value = abs * 2^24 rounded to an integer, ties to even.
-    float f = std::bit_cast<float>(abs);
-    float scaled = f * 16777216.0f;    // exact: f < 2^-14, so scaled < 2^10
-    float r = std::nearbyint(scaled);  // default rounding mode is to nearest even
-    return static_cast<uint16_t>(sign | static_cast<uint32_t>(r));
-  }
-  uint32_t mant = abs & 0x7fffffu;
-  uint32_t exp = (abs >> 23) - 127 + 15;
-  uint32_t half = (exp << 10) | (mant >> 13);
-  uint32_t rest = mant & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;  // carries into exp correctly
-  return static_cast<uint16_t>(sign | half);
-}
-
-float half_to_float(uint16_t bits) {
-  uint32_t sign = (bits & 0x8000u) << 16;
-  uint32_t exp = (bits >> 10) & 0x1fu;
-  uint32_t mant = bits & 0x3ffu;
-  if (exp == 0) {
-    float f = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -f : f;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
-}
-
-uint16_t float_to_bfloat16(float value) {
-  uint32_t x = std::bit_cast<uint32_t>(value);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // nan
-  uint32_t rounding_bias = 0x7fffu + ((x >> 16) & 1u);
-  return static_cast<uint16_t>((x + rounding_bias) >> 16);
-}
-
-float bfloat16_to_float(uint16_t bits) {
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
 }  // namespace kiln

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "kiln/ir/dtype_convert.h"
+
 namespace kiln {
 
 enum class DType : uint8_t { kBool, kInt32, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64 };
@@ -52,10 +54,6 @@ struct Device {
   static std::optional<Device> parse(std::string_view text);
 };
 
-// IEEE half and bfloat16 conversions with round-to-nearest-even, as PyTorch stores them.
-uint16_t float_to_half(float value);
-float half_to_float(uint16_t bits);
-uint16_t float_to_bfloat16(float value);
-float bfloat16_to_float(uint16_t bits);
+// IEEE half and bfloat16 conversions (float_to_half, ...) are in dtype_convert.h.
 
 }  // namespace kiln

@@ -1,8 +1,10 @@
 #include "kiln/runtime/executor.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
+#include "kiln/runtime/cpu/cpu_kernels.h"
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/support/error.h"
 
@@ -39,9 +41,77 @@ struct GroupBase {
   int64_t start = 0;    // storage index of the base's element 0
 };
 
+// Elements [first, last] of the storage a tensor can touch (strides are non-negative here).
+std::pair<int64_t, int64_t> element_range(const RtTensor& t) {
+  int64_t last = t.offset;
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    last += (t.sizes[d] - 1) * t.strides[d];
+  return {t.offset, last};
+}
+bool disjoint(const RtTensor& a, const RtTensor& b) {
+  if (a.storage != b.storage || a.numel() == 0 || b.numel() == 0) return true;
+  auto [a0, a1] = element_range(a);
+  auto [b0, b1] = element_range(b);
+  return a1 < b0 || b1 < a0;
+}
+// No two elements share an address (every stride passes the reach of the smaller dims).
+bool injective(const RtTensor& t) {
+  if (t.numel() == 0) return true;
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < t.sizes.size(); ++d) {
+    if (t.sizes[d] <= 1) continue;
+    if (t.strides[d] <= 0) return false;
+    dims.push_back(d);
+  }
+  std::sort(dims.begin(), dims.end(),
+            [&](size_t a, size_t b) { return t.strides[a] < t.strides[b]; });
+  int64_t reach = 0;
+  for (size_t d : dims) {
+    if (t.strides[d] <= reach) return false;
+    reach += (t.sizes[d] - 1) * t.strides[d];
+  }
+  return true;
+}
+
+// Whether output `j` of the kernel may be stored straight into `dest`, the caller's memory of a
+// writeback (DESIGN.md 4). place_writebacks decided the step may do it; this checks it again on
+// the real tensors and on the loads the kernel actually makes: `dest` has the output's dtype and
+// shape and no repeated elements, the output is stored by the kernel's last loop nest (after every
+// other nest read the old contents), and every input that shares bytes with `dest` is read there
+// only at the very element the same iteration stores. Otherwise the executor copies the value
+// into `dest` after the kernel, as it does for an interpreted step.
+bool can_store_in_kernel(const codegen::CpuKernel& kernel, size_t j, const RtTensor& dest,
+                         const std::vector<RtValue>& inputs) {
+  const codegen::CpuKernelOutput& out = kernel.outputs[j];
+  if (!out.in_last_nest || dest.dtype() != out.dtype || dest.sizes != out.shape) return false;
+  if (!injective(dest)) return false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const codegen::CpuKernelInput& in = kernel.inputs[i];
+    if (!in.is_tensor) continue;
+    const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
+    if (t.storage != dest.storage) continue;
+    switch (in.last_nest_loads) {
+      case codegen::CpuKernelInput::Loads::kNone:
+        continue;
+      case codegen::CpuKernelInput::Loads::kIdentity:
+        if ((t.sizes == dest.sizes && t.strides == dest.strides && t.offset == dest.offset) ||
+            disjoint(t, dest))
+          continue;
+        return false;
+      case codegen::CpuKernelInput::Loads::kOther:
+        if (in.windows.empty() && disjoint(t, dest)) continue;
+        return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
-std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args) {
+std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,
+                             ExecutionStats* stats) {
+  ExecutionStats local;
+  if (!stats) stats = &local;
   const AliasPattern& pattern = program.pattern;
   const Trace& trace = program.execution;
   KILN_CHECK(args.size() == pattern.inputs.size()) << "the program takes " << pattern.inputs.size()
@@ -81,15 +151,18 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
       if (caller_storages.contains((*t)->storage.get())) return RtValue(clone(**t));
     return v;
   };
-  auto write_back = [&](const Value* target, const RtValue& value) {
+  // Where a writeback into `target` goes: the caller's tensor, or its group's storage extent.
+  auto destination = [&](const Value* target) {
     size_t g = 0;
     while (trace.inputs()[g] != target)
       ++g;
     const GroupBase& base = bases[g];
-    TensorHandle dest = pattern.groups[g].synthetic
-                            ? make_view(base.caller, {pattern.groups[g].numel}, {1}, base.start)
-                            : base.caller;
-    copy_into(*dest, *std::get<TensorHandle>(value));
+    return pattern.groups[g].synthetic
+               ? make_view(base.caller, {pattern.groups[g].numel}, {1}, base.start)
+               : base.caller;
+  };
+  auto write_back = [&](const Value* target, const RtValue& value) {
+    copy_into(*destination(target), *std::get<TensorHandle>(value));
   };
 
   std::map<const Value*, RtValue> env;
@@ -111,23 +184,84 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     interpret_observed(trace, inputs, [&](const Value* v, const RtValue& rv) {
       if (wanted.contains(v)) env[v] = detach(rv);
     });
-    for (const auto& [target, value] : trace.writebacks)
+    for (const auto& [target, value] : trace.writebacks) {
       write_back(target, env.at(value));
+      ++stats->writebacks_copied;
+    }
   } else {
     // The steps in plan order, each writeback when its step says: a region that stores into
     // an input does it as it runs, so a later step reading that input would see the new data —
-    // exactly what place_writebacks must rule out.
+    // exactly what place_writebacks must rule out. A fusion step runs as its compiled CPU kernel
+    // when it has one (cpu_kernels.h), else in the interpreter.
+    cpu::PlanKernels kernels;
+    if (cpu::cpu_kernels_enabled()) kernels = cpu::prepare_cpu_kernels(program.plan);
+    // Values read after the step that makes them: a value a kernel stored only into the caller's
+    // memory is copied out of it when (and only when) it is one of these.
+    std::set<const Value*> read_later(trace.outputs().begin(), trace.outputs().end());
     for (const Step& step : program.plan.steps) {
+      read_later.insert(step.inputs.begin(), step.inputs.end());
+      if (step.kind == Step::Kind::kCopy)
+        for (const auto& wb : step.writebacks)
+          read_later.insert(wb.second);
+    }
+    for (size_t s = 0; s < program.plan.steps.size(); ++s) {
+      const Step& step = program.plan.steps[s];
+      std::set<const Value*> stored;  // writeback targets the kernel stored into
       if (step.kind != Step::Kind::kCopy) {
         std::vector<RtValue> step_inputs;
         for (const Value* v : step.inputs)
           step_inputs.push_back(env.at(v));
-        std::vector<RtValue> outs = interpret(step.body, step_inputs);
-        for (size_t k = 0; k < outs.size(); ++k)
-          env[step.outputs[k]] = detach(outs[k]);
+        bool ran = false;
+        if (s < kernels.steps.size() && kernels.steps[s]) {
+          const cpu::StepKernel& k = *kernels.steps[s];
+          std::vector<TensorHandle> buffers(step.outputs.size());
+          std::vector<bool> in_caller(step.outputs.size(), false);
+          for (const auto& [target, value] : step.writebacks) {
+            size_t j = 0;
+            while (j < step.outputs.size() && (step.outputs[j] != value || buffers[j]))
+              ++j;
+            if (j == step.outputs.size()) continue;
+            TensorHandle dest = destination(target);
+            if (!can_store_in_kernel(k.kernel, j, *dest, step_inputs)) continue;
+            buffers[j] = dest;
+            in_caller[j] = true;
+            stored.insert(target);
+          }
+          for (size_t j = 0; j < buffers.size(); ++j) {
+            if (buffers[j]) continue;
+            const codegen::CpuKernelOutput& o = k.kernel.outputs[j];
+            buffers[j] = empty_strided(o.dtype, o.shape, contiguous_strides(o.shape));
+          }
+          ran = cpu::run_cpu_kernel(k, step_inputs, buffers);
+          if (ran) {
+            std::set<const Value*> bind = read_later;
+            for (const auto& [target, value] : step.writebacks)
+              if (!stored.contains(target)) bind.insert(value);
+            for (size_t j = 0; j < buffers.size(); ++j) {
+              if (!in_caller[j])
+                env[step.outputs[j]] = buffers[j];
+              else if (bind.contains(step.outputs[j]))
+                env[step.outputs[j]] = detach(buffers[j]);
+            }
+          } else {
+            stored.clear();
+          }
+        }
+        if (ran) {
+          ++stats->kernel_steps;
+          stats->writebacks_in_kernel += static_cast<int>(stored.size());
+        } else {
+          ++stats->interpreted_steps;
+          std::vector<RtValue> outs = interpret(step.body, step_inputs);
+          for (size_t k = 0; k < outs.size(); ++k)
+            env[step.outputs[k]] = detach(outs[k]);
+        }
       }
-      for (const auto& [target, value] : step.writebacks)
+      for (const auto& [target, value] : step.writebacks) {
+        if (stored.contains(target)) continue;
         write_back(target, env.at(value));
+        ++stats->writebacks_copied;
+      }
     }
   }
   // Two outputs are never one fresh tensor.

@@ -1,5 +1,6 @@
 // Runs a compiled program on the caller's tensors: builds the alias groups' bases from the
-// caller's storages, runs the execution trace (regions in the reference interpreter for now),
+// caller's storages, runs the execution trace (each fusion region as a compiled CPU kernel when
+// KILN_CPU_KERNELS allows and the region lowers, else in the reference interpreter),
 // performs the writebacks into the caller's memory, applies metadata mutations to the caller's
 // tensor objects, and returns outputs that are fresh tensors, the caller's own objects, or real
 // views of the caller's tensors, exactly as eager would.
@@ -17,8 +18,17 @@ namespace kiln {
 TensorDescription describe(const RtValue& arg);
 AliasPattern alias_pattern_of(const std::vector<RtValue>& args);
 
+// What one execute call did, for tests and tools.
+struct ExecutionStats {
+  int kernel_steps = 0;          // fusion steps run as compiled CPU kernels
+  int interpreted_steps = 0;     // fusion and opaque steps run in the reference interpreter
+  int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
+  int writebacks_copied = 0;     // copied into the caller's memory after their step
+};
+
 // Requires: `args` has the dtypes, shapes and layouts the program was compiled for, and the alias
 // pattern `program.pattern` (alias_pattern_of(args) == program.pattern).
-std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args);
+std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,
+                             ExecutionStats* stats = nullptr);
 
 }  // namespace kiln

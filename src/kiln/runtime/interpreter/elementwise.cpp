@@ -3,16 +3,16 @@
 // math runs in double for floating compute dtypes and in int64 otherwise, and the result is
 // converted to the output dtype when stored. This file is compiled with -fwrapv: PyTorch's
 // integer arithmetic wraps.
-#include "kiln/runtime/interpreter/elementwise.h"
+#include "kiln/ir/elementwise_params.h"
 
 #include <array>
 #include <optional>
 #include <unordered_map>
 
+#include "kiln/ir/scalar_math.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/runtime/interpreter/layout.h"
 #include "kiln/runtime/interpreter/reference_ops.h"
-#include "kiln/runtime/interpreter/scalar_math.h"
 #include "kiln/support/error.h"
 
 namespace kiln {

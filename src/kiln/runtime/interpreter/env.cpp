@@ -58,9 +58,7 @@ double scalar_to_double(const RtScalar& s) {
 int64_t scalar_to_int(const RtScalar& s) {
   if (const double* d = std::get_if<double>(&s)) {
     // Out of range (or NaN) is undefined in C++; x86 gives the minimum, as PyTorch sees it.
-    if (!(*d >= -9223372036854775808.0 && *d < 9223372036854775808.0))
-      return std::numeric_limits<int64_t>::min();
-    return static_cast<int64_t>(std::trunc(*d));
+    return float_to_int<int64_t>(*d);
   }
   return std::visit([](auto v) { return static_cast<int64_t>(v); }, s);
 }

@@ -28,17 +28,6 @@ void check_index(const Storage& s, int64_t i) {
       << "storage index " << i << " out of range for a storage of " << s.numel() << " elements";
 }
 
-// C++ leaves the conversion of NaN and out-of-range floats to integers undefined. x86's cvttsd2si
-// (what PyTorch's CPU kernels compile to) gives the "integer indefinite" value, the type's
-// minimum; in range, the conversion truncates toward zero.
-template <class I>
-I float_to_int(double v) {
-  constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
-  constexpr double hi = -lo;  // 2^31 or 2^63, exactly representable
-  if (!(v >= lo && v < hi)) return std::numeric_limits<I>::min();
-  return static_cast<I>(v);
-}
-
 }  // namespace
 
 double Storage::load_double(int64_t i) const {

@@ -1,4 +1,5 @@
-// The parameters ops.def's elementwise expressions read besides their operands a, b, c.
+// The parameters ops.def's elementwise expressions read besides their operands a, b, c (the
+// interpreter fills them per node; generated kernels embed this file and fill them as constants).
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,18 @@
 // The scalar helpers ops.def's elementwise expressions call, written to match PyTorch's CPU
-// kernels element for element (NaN handling, signs of zero, integer rounding and errors).
+// kernels element for element (NaN handling, signs of zero, integer rounding and errors). The
+// reference interpreter calls them, and codegen embeds this file in every generated CPU kernel.
+// Kernels are compiled with KILN_GENERATED_KERNEL defined and without kiln's include path: the
+// integer helpers that raise (division by zero) are left out there, and codegen never lowers a
+// region that would need them (it stays interpreted).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
 
+#ifndef KILN_GENERATED_KERNEL
 #include "kiln/support/error.h"
+#endif
 
 namespace kiln::math {
 
@@ -39,6 +45,14 @@ inline double div(double a, double b, int rounding) {
   return floor_q;
 }
 
+// Python's %: the result has the divisor's sign.
+inline double remainder(double a, double b) {
+  double mod = std::fmod(a, b);
+  if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
+  return mod;
+}
+
+#ifndef KILN_GENERATED_KERNEL
 inline void check_int_divisor(int64_t b) {
   KILN_CHECK(b != 0) << "ZeroDivisionError";
 }
@@ -52,13 +66,6 @@ inline int64_t div_int(int64_t a, int64_t b, int rounding) {
   int64_t q = a / b;
   if (rounding == 2 && (a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
-}
-
-// Python's %: the result has the divisor's sign.
-inline double remainder(double a, double b) {
-  double mod = std::fmod(a, b);
-  if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
-  return mod;
 }
 
 inline int64_t remainder_int(int64_t a, int64_t b) {
@@ -75,6 +82,8 @@ inline int64_t fmod_int(int64_t a, int64_t b) {
   if (b == -1) return 0;
   return a % b;
 }
+
+#endif  // KILN_GENERATED_KERNEL
 
 // PyTorch's powi. A negative exponent gives 1 for base 1, +-1 for base -1 and 0 otherwise; the
 // interpreter raises before getting here when the exponent is a Python number (pow.Tensor_Scalar

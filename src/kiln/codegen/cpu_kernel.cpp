@@ -1,0 +1,750 @@
+#include "kiln/codegen/cpu_kernel.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include "kiln/codegen/index_map.h"
+#include "kiln/ir/type_rules.h"
+#include "kiln/support/error.h"
+
+namespace kiln::codegen {
+
+namespace {
+
+// Loop nests with at least this many iterations run on all cores (OpenMP); smaller ones on the
+// calling thread, where starting a team would cost more than the work.
+constexpr int64_t kParallelIterations = int64_t{1} << 16;
+
+// ops.def's elementwise expressions as text: the same table the interpreter compiles.
+struct ExprText {
+  const char* f;
+  const char* i;
+};
+const ExprText& expr_text(OpId id) {
+  static const std::unordered_map<OpId, ExprText> table = {
+#define KILN_UNARY(Id, name, rule, inplace, fexpr, iexpr) {OpId::k##Id, {#fexpr, #iexpr}},
+#define KILN_BINARY(Id, name, sig, rule, inplace, fexpr, iexpr) {OpId::k##Id, {#fexpr, #iexpr}},
+#define KILN_TERNARY(Id, name, sig, rule, inplace, fexpr, iexpr) {OpId::k##Id, {#fexpr, #iexpr}},
+#include "kiln/ir/ops.def"
+  };
+  auto it = table.find(id);
+  KILN_ASSERT(it != table.end()) << op_info(id).name << " is not elementwise";
+  return it->second;
+}
+
+// A region kiln does not lower (yet): the executor interprets it.
+struct NotLowered {
+  std::string why;
+};
+[[noreturn]] void not_lowered(std::string why) {
+  throw NotLowered{std::move(why)};
+}
+
+std::string double_literal(double v) {
+  if (std::isnan(v)) return std::signbit(v) ? "(-__builtin_nan(\"\"))" : "__builtin_nan(\"\")";
+  if (std::isinf(v)) return v < 0 ? "(-__builtin_inf())" : "__builtin_inf()";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);  // exact
+  return v < 0 || std::signbit(v) ? std::string("(") + buf + ")" : buf;
+}
+
+std::string int_literal(int64_t v) {
+  if (v == INT64_MIN) return "(-9223372036854775807LL - 1)";
+  std::string s = std::to_string(v) + "LL";
+  return v < 0 ? "(" + s + ")" : s;
+}
+
+std::string suffix(DType d) {
+  return std::string(dtype_name(d));
+}
+
+// A value as a kernel holds it: an expression (usually a variable) of register type double
+// (floating dtypes) or int64_t (integral dtypes and bool).
+struct Val {
+  std::string expr;
+  DType dtype = DType::kFloat32;
+  bool floating() const { return is_floating(dtype); }
+};
+
+// A Python number argument: a constant of the trace or a number input of the step.
+struct Number {
+  std::string as_double;  // scalar_to_double
+  std::string as_int;     // scalar_to_int
+  bool is_float = false;  // a Python float (store_scalar stores it as a double)
+};
+
+class CpuEmitter {
+ public:
+  explicit CpuEmitter(const Step& step) : step_(step), body_(step.body) {}
+
+  CpuLowering run() {
+    try {
+      return CpuLowering{lower(), ""};
+    } catch (const NotLowered& e) {
+      return CpuLowering{std::nullopt, e.why};
+    }
+  }
+
+ private:
+  CpuKernel lower() {
+    if (step_.kind != Step::Kind::kFusion) not_lowered("not a fusion region");
+    CpuKernel k;
+    // Inputs: where each tensor's layout sits in in_meta.
+    for (size_t i = 0; i < body_.inputs().size(); ++i) {
+      const Value* in = body_.inputs()[i];
+      input_index_[in] = i;
+      CpuKernelInput ki;
+      ki.is_tensor = in->is_tensor();
+      if (ki.is_tensor) {
+        check_cpu(in);
+        ki.meta = static_cast<int>(k.in_meta_size);
+        k.in_meta_size += 1 + in->tensor_type().rank();
+      }
+      k.inputs.push_back(ki);
+    }
+    windows_.resize(k.inputs.size());
+    whole_storage_.assign(k.inputs.size(), false);
+    const std::vector<Value*>& outs = body_.outputs();
+    if (outs.empty()) not_lowered("the region has no outputs");
+    for (const Value* o : outs) {
+      if (!o->is_tensor()) not_lowered("an output of the region is a number");
+      check_cpu(o);
+      CpuKernelOutput ko;
+      ko.dtype = o->tensor_type().dtype;
+      ko.shape = o->tensor_type().shape;
+      ko.meta = static_cast<int>(k.out_meta_size);
+      k.out_meta_size += 1 + static_cast<int64_t>(ko.shape.size());
+      k.outputs.push_back(ko);
+    }
+    if (std::none_of(body_.nodes().begin(), body_.nodes().end(),
+                     [](const auto& n) { return n->op->kind != OpKind::kView; })) {
+      not_lowered("the region only views its inputs (no kernel needed)");
+    }
+
+    // One nest per output shape; the nest with the writebacks last.
+    std::vector<Shape> shapes;
+    for (const CpuKernelOutput& o : k.outputs)
+      if (std::find(shapes.begin(), shapes.end(), o.shape) == shapes.end())
+        shapes.push_back(o.shape);
+    std::map<Shape, int> writebacks_per_shape;
+    for (const auto& [target, value] : step_.writebacks)
+      if (value->is_tensor()) ++writebacks_per_shape[value->tensor_type().shape];
+    size_t last = shapes.size() - 1;
+    int most = 0;
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      int n = writebacks_per_shape[shapes[s]];
+      if (n > most) most = n, last = s;
+    }
+    std::rotate(shapes.begin() + static_cast<int64_t>(last),
+                shapes.begin() + static_cast<int64_t>(last) + 1, shapes.end());
+
+    std::string nests;
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      bool is_last = s + 1 == shapes.size();
+      nests += emit_nest(shapes[s], k, is_last);
+    }
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      k.inputs[i].windows = windows_[i];
+      k.inputs[i].whole_storage = whole_storage_[i];
+    }
+
+    std::string src =
+        "extern \"C\" void KILN_KERNEL_NAME(void* const* ins, const int64_t* in_meta, "
+        "const double* sd, const int64_t* si, void* const* outs, const int64_t* "
+        "out_meta) {\n";
+    src += "  using namespace kiln;\n  using namespace kiln::kernel;\n";
+    src += "  (void)ins; (void)in_meta; (void)sd; (void)si;\n";
+    src += "  // " + describe_step() + "\n";
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      if (!k.inputs[i].is_tensor) continue;
+      std::string n = std::to_string(i);
+      int64_t rank = body_.inputs()[i]->tensor_type().rank();
+      src += "  [[maybe_unused]] const void* const in" + n + " = ins[" + n + "];\n";
+      src += "  [[maybe_unused]] const int64_t o" + n + " = in_meta[" +
+             std::to_string(k.inputs[i].meta) + "]";
+      for (int64_t d = 0; d < rank; ++d)
+        src += ", s" + n + "_" + std::to_string(d) + " = in_meta[" +
+               std::to_string(k.inputs[i].meta + 1 + d) + "]";
+      src += ";\n";
+    }
+    for (size_t j = 0; j < k.outputs.size(); ++j) {
+      std::string n = std::to_string(j);
+      src += "  [[maybe_unused]] void* const out" + n + " = outs[" + n + "];\n";
+      src += "  [[maybe_unused]] const int64_t oo" + n + " = out_meta[" +
+             std::to_string(k.outputs[j].meta) + "]";
+      for (size_t d = 0; d < k.outputs[j].shape.size(); ++d)
+        src += ", os" + n + "_" + std::to_string(d) + " = out_meta[" +
+               std::to_string(k.outputs[j].meta + 1 + static_cast<int>(d)) + "]";
+      src += ";\n";
+    }
+    src += nests + "}\n";
+    k.source = std::move(src);
+    return k;
+  }
+
+  // The region's ops (not its name or value names: equal regions of different programs should
+  // have equal sources, and share one compiled kernel).
+  std::string describe_step() const {
+    std::string s = "ops:";
+    for (const auto& n : body_.nodes())
+      s += " " + n->op->name;
+    return s;
+  }
+
+  static void check_cpu(const Value* v) {
+    if (v->tensor_type().device.kind != Device::Kind::kCpu)
+      not_lowered("a tensor of the region is on " + v->tensor_type().device.str());
+  }
+
+  // ---- loop nests --------------------------------------------------------------------------
+
+  std::string emit_nest(const Shape& shape, CpuKernel& k, bool is_last) {
+    memo_.clear();
+    loads_.assign(k.inputs.size(), {});
+    raw_loads_.assign(k.inputs.size(), false);
+    windows_.resize(k.inputs.size());
+    code_.clear();
+    indent_ = "      ";
+    Index at = loop_index(shape);
+    std::vector<std::pair<size_t, Val>> values;
+    for (size_t j = 0; j < k.outputs.size(); ++j) {
+      if (k.outputs[j].shape != shape) continue;
+      k.outputs[j].in_last_nest = is_last;
+      values.emplace_back(j, eval(body_.outputs()[j], at));
+    }
+    // Every value of the iteration is computed above; only now does it store.
+    std::string stores;
+    for (const auto& [j, v] : values) {
+      std::string n = std::to_string(j);
+      IndexExpr address = IndexExpr::var("oo" + n);
+      for (size_t d = 0; d < shape.size(); ++d)
+        address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
+      stores += indent_ + "st_" + suffix(k.outputs[j].dtype) + "(out" + n + ", " + address.text +
+                ", " + v.expr + ");\n";
+    }
+    if (is_last) {
+      std::string identity = index_key(at);
+      for (size_t i = 0; i < k.inputs.size(); ++i) {
+        if (loads_[i].empty() && !raw_loads_[i]) continue;
+        bool same = !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == identity &&
+                    body_.inputs()[i]->tensor_type().shape == shape;
+        k.inputs[i].last_nest_loads =
+            same ? CpuKernelInput::Loads::kIdentity : CpuKernelInput::Loads::kOther;
+      }
+    }
+
+    std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
+                      shape_str(shape) + "\n";
+    int64_t numel = shape_numel(shape);
+    if (numel >= kParallelIterations && !shape.empty()) {
+      int collapse = std::max<int>(1, static_cast<int>(shape.size()) - 1);
+      out += "#pragma omp parallel for";
+      if (collapse > 1) out += " collapse(" + std::to_string(collapse) + ")";
+      out += "\n";
+    }
+    for (size_t d = 0; d < shape.size(); ++d) {
+      std::string i = "i" + std::to_string(d);
+      out += "    for (int64_t " + i + " = 0; " + i + " < " + std::to_string(shape[d]) + "; ++" +
+             i + ")\n";
+    }
+    out += "    {\n" + code_ + stores + "    }\n  }\n";
+    return out;
+  }
+
+  static IndexExpr mul(const IndexExpr& index, const std::string& stride) {
+    if (index.is_zero()) return IndexExpr::number(0);
+    std::string t = index.text;
+    if (t.find_first_of(" */%+-") != std::string::npos) t = "(" + t + ")";
+    return IndexExpr::var(t + "*" + stride);
+  }
+
+  std::string fresh(const char* prefix) { return prefix + std::to_string(next_++); }
+
+  // Declares a new variable of v's register type.
+  Val define(DType dtype, const std::string& expr) {
+    Val v{fresh("v"), dtype};
+    code_ += indent_ + "const " + reg(dtype) + " " + v.expr + " = " + expr + ";\n";
+    return v;
+  }
+  static std::string reg(DType d) { return is_floating(d) ? "double" : "int64_t"; }
+
+  // ---- values ------------------------------------------------------------------------------
+
+  // The node that computes `v`: its producer, or for a decomposed op the subsymbol that does.
+  static const Node* defining_node(const Value* v) {
+    const Node* p = v->producer();
+    while (p && !p->subsymbols.empty()) {
+      const Node* found = nullptr;
+      for (const auto& s : p->subsymbols)
+        if (std::find(s->outputs.begin(), s->outputs.end(), v) != s->outputs.end()) found = s.get();
+      if (!found) not_lowered(p->op->name + ": a decomposition that does not define its output");
+      p = found;
+    }
+    return p;
+  }
+
+  Val eval(const Value* v, const Index& at) {
+    std::string key = std::to_string(v->id()) + "@" + index_key(at);
+    auto it = memo_.find(key);
+    if (it != memo_.end()) return it->second;
+    Val r = compute(v, at);
+    memo_[key] = r;
+    return r;
+  }
+
+  Val compute(const Value* v, const Index& at) {
+    if (!v->is_tensor()) not_lowered("a number used as a tensor");
+    auto in = input_index_.find(v);
+    if (in != input_index_.end()) return load(in->second, at);
+    const Node* node = defining_node(v);
+    KILN_ASSERT(node) << "'" << v->name() << "' has no producer and is not a region input";
+    const OpInfo& op = *node->op;
+    size_t output = 0;
+    while (node->outputs[output] != v)
+      ++output;
+    switch (op.kind) {
+      case OpKind::kView: {
+        if (node->id() == OpId::kAsStrided) return as_strided(*node, at);
+        std::optional<Index> from = view_source_index(*node, output, at);
+        if (!from) not_lowered(op.name + ": this view is not lowered yet");
+        return eval(node->input(0), *from);
+      }
+      case OpKind::kElementwise:
+        return elementwise(*node, at);
+      case OpKind::kCreation:
+        return creation(*node, at);
+      case OpKind::kScatter:
+        return scatter(*node, at);
+      case OpKind::kReduction:
+        not_lowered(op.name + ": reductions are not lowered yet");
+      case OpKind::kJoin:
+        not_lowered(op.name + ": cat and stack are not lowered yet");
+      case OpKind::kOpaque:
+        not_lowered(op.name + ": an opaque op runs on its own");
+      default:
+        not_lowered(op.name + ": " + std::string(op_kind_name(op.kind)) + " ops are not lowered");
+    }
+  }
+
+  Val load(size_t k, const Index& at) {
+    const TensorType& t = body_.inputs()[k]->tensor_type();
+    std::string n = std::to_string(k);
+    IndexExpr address = IndexExpr::var("o" + n);
+    for (size_t d = 0; d < at.size(); ++d)
+      address = address + mul(at[d], "s" + n + "_" + std::to_string(d));
+    loads_[k].insert(index_key(at));
+    return define(t.dtype, "ld_" + suffix(t.dtype) + "(in" + n + ", " + address.text + ")");
+  }
+
+  // as_strided reads its input's storage: storage_offset + sum(index * stride). Of a region input
+  // the kernel reads that storage itself (the executor checks the window is inside it); of a
+  // computed 1-D value that is a whole storage of its own, the value at that position.
+  Val as_strided(const Node& node, const Index& at) {
+    const Value* src = node.input(0);
+    const IntList& sizes = node.arg("size").as_ints();
+    const IntList& strides = node.arg("stride").as_ints();
+    std::optional<int64_t> offset = node.arg("storage_offset").as_optional_int();
+    auto in = input_index_.find(src);
+    if (in == input_index_.end()) {
+      if (src->tensor_type().rank() != 1)
+        not_lowered("as_strided: of a computed value that is not 1-D");
+      require_whole_storage(src);
+      Geometry window{Shape(sizes.begin(), sizes.end()), Strides(strides.begin(), strides.end()),
+                      offset.value_or(0)};
+      if (!inside(window, src->tensor_type().numel()))
+        not_lowered("as_strided: a window outside its storage (the interpreter raises)");
+      IndexExpr position = IndexExpr::number(window.offset);
+      for (size_t d = 0; d < at.size(); ++d)
+        position = position + at[d] * strides[d];
+      return eval(src, {position});
+    }
+    size_t k = in->second;
+    windows_[k].push_back(StorageWindow{Shape(sizes.begin(), sizes.end()),
+                                        Strides(strides.begin(), strides.end()), offset});
+    raw_loads_[k] = true;
+    std::string n = std::to_string(k);
+    IndexExpr address = offset ? IndexExpr::number(*offset) : IndexExpr::var("o" + n);
+    for (size_t d = 0; d < at.size(); ++d)
+      address = address + at[d] * strides[d];
+    DType dtype = src->tensor_type().dtype;
+    return define(dtype, "ld_" + suffix(dtype) + "(in" + n + ", " + address.text + ")");
+  }
+
+  static bool inside(const Geometry& window, int64_t storage_numel) {
+    if (window.offset < 0) return false;
+    for (int64_t st : window.strides)
+      if (st < 0) return false;
+    return required_storage_numel(window) <= storage_numel;
+  }
+
+  // `v` (1-D) is indexed as a storage by as_strided(_scatter): position p must be element p,
+  // which holds when the interpreter would have made `v` as a whole storage of its own, dense
+  // from offset 0. Elementwise results and creations are fresh dense tensors (but `to` the same
+  // dtype returns its input), a scatter keeps its input's storage, and for a region input the
+  // executor checks it at run time.
+  void require_whole_storage(const Value* v) {
+    auto in = input_index_.find(v);
+    if (in != input_index_.end()) {
+      whole_storage_[in->second] = true;
+      return;
+    }
+    const Node* node = defining_node(v);
+    KILN_ASSERT(node) << "'" << v->name() << "' has no producer";
+    switch (node->op->kind) {
+      case OpKind::kElementwise:
+        if (node->op->functional_form == OpId::kTo &&
+            node->input(0)->tensor_type().dtype == v->tensor_type().dtype)
+          return require_whole_storage(node->input(0));
+        return;
+      case OpKind::kCreation:
+        return;
+      case OpKind::kScatter:
+        return require_whole_storage(node->input(0));
+      default:
+        not_lowered("as_strided: of a " + node->op->name + " result, which may be a view");
+    }
+  }
+
+  // A number operand (constant or number input).
+  Number number(const Operand& o) {
+    Number n;
+    if (o.is_value()) {
+      const Value* v = o.value();
+      auto in = input_index_.find(v);
+      if (v->is_tensor() || in == input_index_.end()) not_lowered("a number that is not an input");
+      std::string k = std::to_string(in->second);
+      n.as_double = "sd[" + k + "]";
+      n.as_int = "si[" + k + "]";
+      n.is_float = v->scalar_type().kind == ScalarKind::kFloat;
+      return n;
+    }
+    const Constant& c = o.constant();
+    if (const bool* b = std::get_if<bool>(&c)) {
+      n.as_double = *b ? "1.0" : "0.0";
+      n.as_int = *b ? "1LL" : "0LL";
+    } else if (const int64_t* i = std::get_if<int64_t>(&c)) {
+      n.as_double = double_literal(static_cast<double>(*i));
+      n.as_int = int_literal(*i);
+    } else if (const double* d = std::get_if<double>(&c)) {
+      n.as_double = double_literal(*d);
+      n.as_int = int_literal(float_to_int<int64_t>(*d));
+      n.is_float = true;
+    } else {
+      not_lowered("a constant that is not a number: " + constant_str(c));
+    }
+    return n;
+  }
+
+  // The scalar kind of a number operand, as the interpreter sees it (RtScalar's alternative).
+  static bool number_is_bool(const Operand& o) {
+    if (o.is_value()) return o.value()->scalar_type().kind == ScalarKind::kBool;
+    return std::holds_alternative<bool>(o.constant());
+  }
+
+  // store_scalar: a Python float is stored as a double, anything else as an int64.
+  static std::string store_number(const Number& n, DType out) {
+    return n.is_float ? "f_" + suffix(out) + "(" + n.as_double + ")"
+                      : "i_" + suffix(out) + "(" + n.as_int + ")";
+  }
+
+  // A held value converted as copy_element converts into `out` (bytes kept for equal dtypes).
+  static std::string copy_convert(const Val& v, DType out) {
+    if (v.dtype == out) return v.expr;
+    return v.floating() ? "f_" + suffix(out) + "(" + v.expr + ")"
+                        : "i_" + suffix(out) + "(" + v.expr + ")";
+  }
+
+  Val elementwise(const Node& node, const Index& at) {
+    const OpInfo& op = *node.op;
+    if (op.is_inplace_elementwise()) not_lowered(op.name + ": an in-place op in a region");
+    const OpId fid = op.functional_form;
+    ElementwiseTyping typing = elementwise_typing(op, node.operands);
+    const bool fl = is_floating(typing.compute);
+    if (!fl &&
+        (fid == OpId::kDiv || fid == OpId::kRemainder || fid == OpId::kFmod || fid == OpId::kPow)) {
+      not_lowered(op.name + ": integer " + op_info(fid).name +
+                  " can raise (division by zero, negative powers); the interpreter runs it");
+    }
+    std::string expr = fl ? expr_text(fid).f : expr_text(fid).i;
+    if (expr.starts_with("KILN_NO_"))
+      not_lowered(op.name + ": no " + (fl ? "floating" : "integer") + " math for its dtypes");
+
+    // ElementwiseParams as the interpreter's make_params fills it, with its argument checks
+    // decided here: a region the interpreter would reject is left to the interpreter.
+    std::string alpha = "1.0", alpha_i = "1LL", value = "1.0", value_i = "1LL";
+    int rounding = 0;
+    bool approximate_tanh = false;
+    if (int i = op.param_index("alpha"); i >= 0) {
+      const Operand& a = node.arg(static_cast<size_t>(i));
+      Number n = number(a);
+      if (number_is_bool(a) && typing.compute != DType::kBool)
+        not_lowered(op.name + ": a bool alpha raises for non-bool results");
+      if (!fl && n.is_float) not_lowered(op.name + ": a float alpha raises for integer inputs");
+      alpha = n.as_double;
+      alpha_i = n.as_int;
+    }
+    if (int i = op.param_index("value"); i >= 0 && op.arity == 3) {
+      Number n = number(node.arg(static_cast<size_t>(i)));
+      value = n.as_double;
+      value_i = n.as_int;
+    }
+    if (int i = op.param_index("rounding_mode"); i >= 0) {
+      const Operand& mode = node.arg(static_cast<size_t>(i));
+      rounding = mode.is_none() ? 0 : mode.as_string() == "trunc" ? 1 : 2;
+    }
+    if (int i = op.param_index("approximate"); i >= 0) {
+      const std::string& a = node.arg(static_cast<size_t>(i)).as_string();
+      if (a != "none" && a != "tanh") not_lowered(op.name + ": approximate='" + a + "' raises");
+      approximate_tanh = a == "tanh";
+    }
+    bool has_b = true, has_c = true;
+    if (op.dtype_rule == DTypeRule::kClamp) {
+      has_b = !node.arg(1).is_none();
+      has_c = !node.arg(2).is_none();
+    }
+    auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
+    std::string params = "const ElementwiseParams p{.alpha = " + alpha + ", .alpha_i = " + alpha_i +
+                         ", .value = " + value + ", .value_i = " + value_i +
+                         ", .rounding = " + std::to_string(rounding) +
+                         ", .approximate_tanh = " + flag(approximate_tanh) +
+                         ", .has_b = " + flag(has_b) + ", .has_c = " + flag(has_c) +
+                         ", .bool_compute = " + flag(typing.compute == DType::kBool) + "};";
+
+    // The operands, converted to the compute dtype (where's condition is not).
+    const std::string c = suffix(typing.compute);
+    std::vector<std::string> operands;
+    for (int i = 0; i < op.arity; ++i) {
+      const Operand& o = node.arg(static_cast<size_t>(i));
+      bool convert = !(op.dtype_rule == DTypeRule::kWhere && i == 0);
+      if (o.is_none()) {
+        operands.push_back(fl ? "0.0" : "0LL");  // an absent clamp bound, never read
+      } else if (o.is_value() && o.value()->is_tensor()) {
+        Val v = eval(o.value(), broadcast_index(at, o.value()->tensor_type().shape));
+        std::string held = fl ? "as_f(" + v.expr + ")" : "as_i(" + v.expr + ")";
+        operands.push_back(convert ? (fl ? "f_" : "i_") + c + "(" + held + ")" : held);
+      } else {
+        Number n = number(o);
+        operands.push_back(fl ? "f_" + c + "(" + n.as_double + ")"
+                              : "i_" + c + "(" + n.as_int + ")");
+      }
+    }
+    static const char* names[] = {"a", "b", "c"};
+    std::string decl = std::string("[[maybe_unused]] ") + (fl ? "double" : "int64_t") + " ";
+    for (size_t i = 0; i < operands.size(); ++i)
+      decl += (i ? ", " : "") + std::string(names[i]) + " = " + operands[i];
+    decl += ";";
+
+    Val r{fresh("v"), typing.out};
+    std::string result = fl ? "f_" + suffix(typing.out) + "(static_cast<double>(" + expr + "))"
+                            : "i_" + suffix(typing.out) + "(static_cast<int64_t>(" + expr + "))";
+    code_ += indent_ + reg(typing.out) + " " + r.expr + ";\n";
+    code_ += indent_ + "{  // " + op.name + "\n";
+    code_ += indent_ + "  [[maybe_unused]] " + params + "\n";
+    code_ += indent_ + "  " + decl + "\n";
+    code_ += indent_ + "  " + r.expr + " = " + result + ";\n";
+    code_ += indent_ + "}\n";
+    return r;
+  }
+
+  Val creation(const Node& node, const Index& at) {
+    DType out = node.outputs[0]->tensor_type().dtype;
+    switch (node.id()) {
+      case OpId::kFull:
+      case OpId::kFullLike:
+        return define(out, store_number(number(node.arg("fill_value")), out));
+      case OpId::kZeros:
+      case OpId::kZerosLike:
+      case OpId::kEmptyLike:  // the interpreter's empty_like is zeros, for reproducible runs
+        return define(out, "i_" + suffix(out) + "(0LL)");
+      case OpId::kOnes:
+      case OpId::kOnesLike:
+        return define(out, "i_" + suffix(out) + "(1LL)");
+      case OpId::kFill: {
+        const Operand& value = node.arg("value");
+        if (value.is_value() && value.value()->is_tensor()) {
+          // Tensor.item(): a float for floating dtypes, else a bool or an int.
+          const Value* t = value.value();
+          Val v =
+              eval(t, Index(static_cast<size_t>(t->tensor_type().rank()), IndexExpr::number(0)));
+          return define(out, copy_convert_item(v, out));
+        }
+        return define(out, store_number(number(value), out));
+      }
+      case OpId::kArange: {
+        Number start = number(node.arg("start")), step = number(node.arg("step"));
+        const std::string& i = at.at(0).text;
+        if (is_floating(out))
+          return define(out, "f_" + suffix(out) + "(" + start.as_double + " + " + step.as_double +
+                                 " * static_cast<double>(" + i + "))");
+        return define(
+            out, "i_" + suffix(out) + "(" + start.as_int + " + " + step.as_int + " * (" + i + "))");
+      }
+      default:
+        not_lowered(node.op->name + ": this creation op is not lowered yet");
+    }
+  }
+
+  // fill(self, t) with a 0-dim tensor: item() then store_scalar.
+  static std::string copy_convert_item(const Val& v, DType out) {
+    return v.floating() ? "f_" + suffix(out) + "(" + v.expr + ")"
+                        : "i_" + suffix(out) + "(" + v.expr + ")";
+  }
+
+  // A scatter is `condition ? src at its index : self`. Both sides are always evaluated (at an
+  // in-bounds index: src's is 0 where the condition is false), so the loops stay branch-free.
+  Val scatter(const Node& node, const Index& at) {
+    const Value* self = node.input(0);
+    const Value* src = node.input(1);
+    const Shape& shape = self->tensor_type().shape;
+    DType out = node.outputs[0]->tensor_type().dtype;
+    if (out != self->tensor_type().dtype) not_lowered(node.op->name + ": a dtype-changing scatter");
+    auto rank = static_cast<int64_t>(shape.size());
+    std::string cond;
+    Index slot;  // the index into the viewed slot where the condition holds
+    switch (node.id()) {
+      case OpId::kSliceScatter: {
+        auto d = static_cast<size_t>(wrap_dim(node.arg("dim").as_int(), rank));
+        int64_t start, end, step = node.arg("step").as_int();
+        normalize_slice(shape[d], node.arg("start").as_optional_int(),
+                        node.arg("end").as_optional_int(), &start, &end);
+        if (slice_length(start, end, step) == 0) return eval(self, at);
+        const IndexExpr& x = at[d];
+        IndexExpr rel = x - start;
+        cond = "(" + x.text + ") >= " + std::to_string(start) + " && (" + x.text + ") < " +
+               std::to_string(end);
+        if (step != 1) cond += " && (" + rel.text + ") % " + std::to_string(step) + " == 0";
+        slot = at;
+        slot[d] = rel / step;
+        break;
+      }
+      case OpId::kSelectScatter: {
+        auto d = static_cast<size_t>(wrap_dim(node.arg("dim").as_int(), rank));
+        int64_t index = node.arg("index").as_int();
+        if (index < 0) index += shape[d];
+        cond = "(" + at[d].text + ") == " + std::to_string(index);
+        slot = at;
+        slot.erase(slot.begin() + static_cast<int64_t>(d));
+        break;
+      }
+      case OpId::kDiagonalScatter: {
+        int64_t offset = node.arg("offset").as_int();
+        auto d1 = static_cast<size_t>(wrap_dim(node.arg("dim1").as_int(), rank));
+        auto d2 = static_cast<size_t>(wrap_dim(node.arg("dim2").as_int(), rank));
+        if (diagonal_length(shape, offset, static_cast<int64_t>(d1), static_cast<int64_t>(d2)) == 0)
+          return eval(self, at);
+        cond = "(" + at[d2].text + ") - (" + at[d1].text + ") == " + std::to_string(offset);
+        for (size_t d = 0; d < shape.size(); ++d)
+          if (d != d1 && d != d2) slot.push_back(at[d]);
+        slot.push_back(at[d1] - std::max<int64_t>(-offset, 0));
+        break;
+      }
+      case OpId::kAsStridedScatter: {
+        if (!as_strided_slot(node, at, &cond, &slot)) return eval(self, at);
+        break;
+      }
+      default:
+        not_lowered(node.op->name + ": this scatter is not lowered (the interpreter runs it)");
+    }
+    std::string c = fresh("c");
+    code_ += indent_ + "const bool " + c + " = " + cond + ";\n";
+    // Off the slot, read src at index 0: in bounds, and never used.
+    Index guarded;
+    for (const IndexExpr& e : slot) {
+      if (e.constant) {
+        guarded.push_back(e);
+        continue;
+      }
+      std::string j = fresh("j");
+      code_ += indent_ + "const int64_t " + j + " = " + c + " ? (" + e.text + ") : 0;\n";
+      guarded.push_back(IndexExpr::var(j));
+    }
+    Val s = eval(src, broadcast_index(guarded, src->tensor_type().shape));
+    Val base = eval(self, at);
+    return define(out, c + " ? " + copy_convert(s, out) + " : " + base.expr);
+  }
+
+  // as_strided_scatter(self, src, size, stride, offset) of a 1-D self (a storage): whether
+  // position p of self is in the window, and its index there. The window must not repeat
+  // elements, so the index is unique: with the dims sorted by stride, each stride exceeds what
+  // the smaller ones reach, and dividing by the strides from the largest down finds it. False
+  // when the window is empty (the scatter is self).
+  bool as_strided_slot(const Node& node, const Index& at, std::string* cond, Index* slot) {
+    const Value* self = node.input(0);
+    if (self->tensor_type().rank() != 1)
+      not_lowered("as_strided_scatter: of a value that is not 1-D");
+    require_whole_storage(self);
+    const IntList& sizes = node.arg("size").as_ints();
+    const IntList& strides = node.arg("stride").as_ints();
+    Geometry window{Shape(sizes.begin(), sizes.end()), Strides(strides.begin(), strides.end()),
+                    node.arg("storage_offset").as_optional_int().value_or(0)};
+    if (!inside(window, self->tensor_type().numel()))
+      not_lowered("as_strided_scatter: a window outside its storage (the interpreter raises)");
+    if (shape_numel(window.sizes) == 0) return false;
+    std::vector<size_t> dims;
+    for (size_t d = 0; d < sizes.size(); ++d)
+      if (sizes[d] > 1) dims.push_back(d);
+    std::sort(dims.begin(), dims.end(),
+              [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+    int64_t reach = 0;
+    for (size_t k = dims.size(); k-- > 0;) {
+      if (strides[dims[k]] <= reach)
+        not_lowered("as_strided_scatter: a window that repeats elements");
+      reach += (sizes[dims[k]] - 1) * strides[dims[k]];
+    }
+    std::string d = fresh("d");
+    code_ += indent_ + "const int64_t " + d + " = " + (at[0] - window.offset).text + ";\n";
+    std::string r = fresh("r");
+    code_ += indent_ + "const int64_t " + r + " = " + d + " < 0 ? 0 : " + d + ";\n";
+    *cond = d + " >= 0";
+    slot->assign(sizes.size(), IndexExpr::number(0));
+    for (size_t dim : dims) {
+      std::string q = fresh("q");
+      std::string next = fresh("r");
+      std::string t = std::to_string(strides[dim]);
+      code_ += indent_ + "const int64_t " + q + " = " + r + " / " + t + ";\n";
+      code_ += indent_ + "const int64_t " + next + " = " + r + " - " + q + " * " + t + ";\n";
+      *cond += " && " + q + " < " + std::to_string(sizes[dim]);
+      (*slot)[dim] = IndexExpr::var(q);
+      r = next;
+    }
+    *cond += " && " + r + " == 0";
+    return true;
+  }
+
+  const Step& step_;
+  const Trace& body_;
+  std::unordered_map<const Value*, size_t> input_index_;
+  // The nest being emitted.
+  std::string code_;
+  std::string indent_;
+  std::unordered_map<std::string, Val> memo_;
+  std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
+  std::vector<bool> raw_loads_;               // per input: read through as_strided
+  std::vector<std::vector<StorageWindow>> windows_;
+  std::vector<bool> whole_storage_;  // per input: indexed as its storage (require_whole_storage)
+  int next_ = 0;
+};
+
+}  // namespace
+
+CpuLowering lower_cpu_kernel(const Step& step) {
+  return CpuEmitter(step).run();
+}
+
+std::string cpu_module_source(
+    const std::vector<std::pair<std::string, const std::string*>>& kernels) {
+  std::string src = cpu_kernel_prelude();
+  for (const auto& [symbol, source] : kernels) {
+    src += "\n#define KILN_KERNEL_NAME " + symbol + "\n";
+    src += *source;
+    src += "#undef KILN_KERNEL_NAME\n";
+  }
+  return src;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,129 @@
+// What every generated CPU kernel starts with: typed loads and stores of storage elements, and the
+// conversions the interpreter's storages apply (rt_tensor.cpp), built on dtype_convert.h. Codegen
+// embeds this file and the kiln headers it names in each kernel's source (embed_prelude.cmake),
+// so a kernel compiles without kiln's include path and its cache key covers this code.
+//
+// A kernel holds every value in a register type: floating dtypes as double, integral dtypes and
+// bool as int64_t, and the held value is always exactly a value of its dtype — what the
+// interpreter would read back from a tensor of that dtype. The function names end in the dtype's
+// short name (f16, bf16, f32, f64, bool, i32, i64), so the emitter picks them by dtype.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/ir/dtype_convert.h"
+
+namespace kiln::kernel {
+
+// ---- loads (Storage::load_double / load_int) ---------------------------------------------------
+inline int64_t ld_bool(const void* p, int64_t i) {
+  return static_cast<const uint8_t*>(p)[i] != 0;
+}
+inline int64_t ld_i32(const void* p, int64_t i) {
+  return static_cast<const int32_t*>(p)[i];
+}
+inline int64_t ld_i64(const void* p, int64_t i) {
+  return static_cast<const int64_t*>(p)[i];
+}
+inline double ld_f16(const void* p, int64_t i) {
+  return half_to_float(static_cast<const uint16_t*>(p)[i]);
+}
+inline double ld_bf16(const void* p, int64_t i) {
+  return bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
+}
+inline double ld_f32(const void* p, int64_t i) {
+  return static_cast<const float*>(p)[i];
+}
+inline double ld_f64(const void* p, int64_t i) {
+  return static_cast<const double*>(p)[i];
+}
+
+// ---- stores of a held value (exact in the dtype, so every conversion here is exact) ----------
+inline void st_bool(void* p, int64_t i, int64_t v) {
+  static_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0;
+}
+inline void st_i32(void* p, int64_t i, int64_t v) {
+  static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+}
+inline void st_i64(void* p, int64_t i, int64_t v) {
+  static_cast<int64_t*>(p)[i] = v;
+}
+inline void st_f16(void* p, int64_t i, double v) {
+  static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v));
+}
+inline void st_bf16(void* p, int64_t i, double v) {
+  static_cast<uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(v));
+}
+inline void st_f32(void* p, int64_t i, double v) {
+  static_cast<float*>(p)[i] = static_cast<float>(v);
+}
+inline void st_f64(void* p, int64_t i, double v) {
+  static_cast<double*>(p)[i] = v;
+}
+
+// ---- a double into a dtype: Storage::store_double followed by a load ---------------------------
+// (for floating dtypes this is also round_to_dtype, the conversion of an operand to a floating
+// compute dtype). c10::Half and c10::BFloat16 are built from a float: a double rounds twice.
+inline double f_f16(double v) {
+  return half_to_float(float_to_half(static_cast<float>(v)));
+}
+inline double f_bf16(double v) {
+  return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+}
+inline double f_f32(double v) {
+  return static_cast<float>(v);
+}
+inline double f_f64(double v) {
+  return v;
+}
+inline int64_t f_bool(double v) {
+  return v != 0 ? 1 : 0;  // NaN != 0: true
+}
+inline int64_t f_i32(double v) {
+  return float_to_int<int32_t>(v);
+}
+inline int64_t f_i64(double v) {
+  return float_to_int<int64_t>(v);
+}
+
+// ---- an int64 into a dtype: Storage::store_int followed by a load -----------------------------
+// (for integral dtypes this is also cast_int_to_dtype). One rounding from the integer, as
+// static_cast<float>(int64_t) does in PyTorch.
+inline double i_f16(int64_t v) {
+  return half_to_float(float_to_half(static_cast<float>(v)));
+}
+inline double i_bf16(int64_t v) {
+  return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+}
+inline double i_f32(int64_t v) {
+  return static_cast<float>(v);
+}
+inline double i_f64(int64_t v) {
+  return static_cast<double>(v);
+}
+inline int64_t i_bool(int64_t v) {
+  return v != 0 ? 1 : 0;
+}
+inline int64_t i_i32(int64_t v) {
+  return static_cast<int32_t>(v);  // wraps
+}
+inline int64_t i_i64(int64_t v) {
+  return v;
+}
+
+// A held integral value read as a double, and a held floating value read as an integer
+// (Storage::load_double of an integer tensor, Storage::load_int of a floating one).
+inline double as_f(int64_t v) {
+  return static_cast<double>(v);
+}
+inline double as_f(double v) {
+  return v;
+}
+inline int64_t as_i(int64_t v) {
+  return v;
+}
+inline int64_t as_i(double v) {
+  return float_to_int<int64_t>(v);
+}
+
+}  // namespace kiln::kernel

@@ -1,0 +1,124 @@
+#include "kiln/runtime/cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kiln/runtime/interpreter/env.h"
+#include "kiln/support/error.h"
+
+namespace kiln::cpu {
+
+bool cpu_kernels_enabled() {
+  const char* v = std::getenv("KILN_CPU_KERNELS");
+  if (!v || !*v) return kCpuKernelsByDefault;
+  return std::strcmp(v, "0") != 0;
+}
+
+PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache) {
+  PlanKernels pk;
+  pk.steps.resize(plan.steps.size());
+  pk.why_not.resize(plan.steps.size());
+  std::vector<const std::string*> sources;
+  std::vector<size_t> at;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step& step = plan.steps[s];
+    if (step.kind != Step::Kind::kFusion) continue;
+    codegen::CpuLowering lowered = codegen::lower_cpu_kernel(step);
+    if (!lowered.kernel) {
+      pk.why_not[s] = lowered.why_not;
+      continue;
+    }
+    pk.steps[s] = StepKernel{std::move(*lowered.kernel), nullptr};
+    at.push_back(s);
+  }
+  for (size_t s : at)
+    sources.push_back(&pk.steps[s]->kernel.source);
+  if (sources.empty()) return pk;
+  std::vector<codegen::CpuKernelFn> fns = cache.get(sources);
+  for (size_t i = 0; i < at.size(); ++i)
+    pk.steps[at[i]]->fn = fns[i];
+  return pk;
+}
+
+void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans, KernelCache& cache) {
+  std::vector<std::string> sources;
+  for (const ExecutionPlan* plan : plans)
+    for (const Step& step : plan->steps) {
+      if (step.kind != Step::Kind::kFusion) continue;
+      codegen::CpuLowering lowered = codegen::lower_cpu_kernel(step);
+      if (lowered.kernel) sources.push_back(std::move(lowered.kernel->source));
+    }
+  std::vector<const std::string*> refs;
+  for (const std::string& s : sources)
+    refs.push_back(&s);
+  if (!refs.empty()) cache.get(refs);
+}
+
+namespace {
+
+void* data_of(const RtTensor& t) {
+  return t.storage->bytes.empty() ? nullptr : t.storage->bytes.data();
+}
+
+void append_layout(const RtTensor& t, std::vector<int64_t>& meta) {
+  meta.push_back(t.offset);
+  meta.insert(meta.end(), t.strides.begin(), t.strides.end());
+}
+
+}  // namespace
+
+bool run_cpu_kernel(const StepKernel& k, const std::vector<RtValue>& inputs,
+                    const std::vector<TensorHandle>& outputs) {
+  const codegen::CpuKernel& kernel = k.kernel;
+  KILN_ASSERT(inputs.size() == kernel.inputs.size() && outputs.size() == kernel.outputs.size())
+      << "a CPU kernel called with " << inputs.size() << " inputs and " << outputs.size()
+      << " outputs";
+  std::vector<void*> ins(inputs.size(), nullptr);
+  std::vector<int64_t> in_meta;
+  in_meta.reserve(static_cast<size_t>(kernel.in_meta_size));
+  std::vector<double> sd(inputs.size(), 0);
+  std::vector<int64_t> si(inputs.size(), 0);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (kernel.inputs[i].is_tensor) {
+      const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
+      KILN_ASSERT(static_cast<int64_t>(in_meta.size()) == kernel.inputs[i].meta)
+          << "kernel input layout";
+      for (const codegen::StorageWindow& w : kernel.inputs[i].windows) {
+        Geometry g{w.sizes, w.strides, w.offset.value_or(t.offset)};
+        if (g.offset < 0 ||
+            std::any_of(g.strides.begin(), g.strides.end(), [](int64_t st) { return st < 0; }))
+          return false;
+        try {
+          check_in_bounds(g, t.storage->numel(), t.dtype());
+        } catch (const UserError&) {
+          return false;
+        }
+      }
+      if (kernel.inputs[i].whole_storage &&
+          !(t.rank() == 1 && t.offset == 0 && (t.sizes[0] <= 1 || t.strides[0] == 1) &&
+            t.storage->numel() == t.sizes[0]))
+        return false;
+      ins[i] = data_of(t);
+      append_layout(t, in_meta);
+    } else {
+      const RtScalar& s = std::get<RtScalar>(inputs[i]);
+      sd[i] = scalar_to_double(s);
+      si[i] = scalar_to_int(s);
+    }
+  }
+  std::vector<void*> outs(outputs.size(), nullptr);
+  std::vector<int64_t> out_meta;
+  out_meta.reserve(static_cast<size_t>(kernel.out_meta_size));
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const RtTensor& t = *outputs[j];
+    KILN_ASSERT(t.dtype() == kernel.outputs[j].dtype && t.sizes == kernel.outputs[j].shape)
+        << "a CPU kernel output buffer of the wrong type";
+    outs[j] = data_of(t);
+    append_layout(t, out_meta);
+  }
+  k.fn(ins.data(), in_meta.data(), sd.data(), si.data(), outs.data(), out_meta.data());
+  return true;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,49 @@
+// The CPU backend's link to the executor: compiled kernels for the fusion steps of a plan
+// (codegen's CPU emitter + the kernel cache), and running one on real tensors.
+//
+// KILN_CPU_KERNELS=1 runs every fusion step that lowers as a compiled kernel, =0 interprets every
+// step (the reference interpreter); unset, the default below. Steps that do not lower are always
+// interpreted.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/codegen/cpu_kernel.h"
+#include "kiln/passes/plan.h"
+#include "kiln/runtime/cpu/kernel_cache.h"
+#include "kiln/runtime/interpreter/rt_tensor.h"
+
+namespace kiln::cpu {
+
+// Whether CPU kernels are on when KILN_CPU_KERNELS is unset.
+inline constexpr bool kCpuKernelsByDefault = true;
+bool cpu_kernels_enabled();
+
+struct StepKernel {
+  codegen::CpuKernel kernel;
+  codegen::CpuKernelFn fn = nullptr;
+};
+
+struct PlanKernels {
+  std::vector<std::optional<StepKernel>> steps;  // one per plan step
+  std::vector<std::string> why_not;              // per step without a kernel (fusion steps)
+};
+
+// Lowers every fusion step and gets its kernel from `cache`, compiling the missing ones together.
+PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache = kernel_cache());
+
+// The kernels of several plans compiled together, so that later runs of them only load (tests and
+// warm-ups that have many programs at hand). Steps that do not lower are skipped.
+void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans,
+                      KernelCache& cache = kernel_cache());
+
+// Runs the kernel on the step's input values and output buffers (one per step output, of its
+// dtype and shape, any strides; a buffer may be an input's memory under the same-index rule).
+// Returns false without running anything when an as_strided read would leave its storage: the
+// interpreter then raises eager's error.
+bool run_cpu_kernel(const StepKernel& k, const std::vector<RtValue>& inputs,
+                    const std::vector<TensorHandle>& outputs);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,852 @@
+// The CPU backend (DESIGN.md 3): fusion regions lowered to C++ kernels (codegen/cpu_kernel.h),
+// compiled and cached (runtime/cpu/kernel_cache.h), and run by the executor.
+//  * the seeds compile to one kernel that stores the writeback itself, with hand-computed values;
+//  * one region per family of views, scatters, creation ops and elementwise dtype rules, run as
+//    a kernel on strided and f16/bf16 inputs of sizes that are not multiples of 8, agrees with
+//    the interpreter bit for bit;
+//  * the kernel prelude's conversions are the interpreter's storage conversions;
+//  * the disk cache: a second process (a fresh cache over the same folder) compiles nothing, a
+//    corrupt file is detected and compiled again, a compile failure says where the source is;
+//  * regions that are not lowered say why, and the executor interprets them.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "kiln/codegen/cpu_kernel.h"
+#include "kiln/codegen/kernel_prelude.h"
+#include "kiln/ir/parser.h"
+#include "kiln/kiln.h"
+#include "kiln/passes/fuse.h"
+#include "kiln/passes/pipeline.h"
+#include "kiln/runtime/cpu/cpu_kernels.h"
+#include "kiln/runtime/cpu/kernel_cache.h"
+#include "kiln/runtime/executor.h"
+#include "kiln/runtime/interpreter/interpreter.h"
+#include "support/case_inputs.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using test::ar;
+using test::spec_of;
+
+// A scratch folder, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "kiln-cpu-test-XXXXXX").string();
+    EXPECT_NE(mkdtemp(pattern.data()), nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// Sets an environment variable for one scope.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
+    if (const char* v = std::getenv(name.c_str())) old = v;
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old)
+      setenv(name.c_str(), old->c_str(), 1);
+    else
+      unsetenv(name.c_str());
+  }
+};
+
+// ---- inputs and comparison ----------------------------------------------------------------
+
+// A tensor over a larger storage with a permuted, padded layout (dims in reverse order in memory,
+// one element of padding per dim, offset 3) and random values; every storage element is set.
+TensorHandle strided_input(DType dtype, const Shape& shape, uint64_t seed) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    strides[d] = stride;
+    stride *= shape[d] + 1;
+  }
+  int64_t offset = 3;
+  int64_t numel = offset + required_storage_numel(shape, strides, 0) + 2;
+  TensorHandle t = make_strided(dtype, shape, strides, offset, numel);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> real(-3.0, 3.0);
+  std::uniform_int_distribution<int64_t> integer(-20, 20);
+  for (int64_t i = 0; i < numel; ++i) {
+    if (dtype == DType::kBool)
+      t->storage->store_int(i, integer(rng) > 0);
+    else if (is_floating(dtype))
+      t->storage->store_double(i, i % 11 == 5 ? 0.0 : real(rng));
+    else
+      t->storage->store_int(i, integer(rng));
+  }
+  return t;
+}
+
+// Element-wise equality, bit for bit up to NaN payloads (NaN equals NaN; signed zeros differ).
+std::optional<std::string> differs(const RtTensor& a, const RtTensor& b) {
+  if (a.dtype() != b.dtype() || a.sizes != b.sizes)
+    return "type " + a.type().str() + " vs " + b.type().str();
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    int64_t ia = a.storage_index_of_linear(i), ib = b.storage_index_of_linear(i);
+    if (is_floating(a.dtype())) {
+      double x = a.storage->load_double(ia), y = b.storage->load_double(ib);
+      bool same =
+          (std::isnan(x) && std::isnan(y)) || (x == y && std::signbit(x) == std::signbit(y));
+      if (!same)
+        return "element " + std::to_string(i) + ": " + std::to_string(x) + " vs " +
+               std::to_string(y);
+    } else if (a.storage->load_int(ia) != b.storage->load_int(ib)) {
+      return "element " + std::to_string(i) + ": " + std::to_string(a.storage->load_int(ia)) +
+             " vs " + std::to_string(b.storage->load_int(ib));
+    }
+  }
+  return std::nullopt;
+}
+
+// ---- regions against the interpreter ------------------------------------------------------
+
+struct RegionCase {
+  std::string name;
+  std::string text;  // a functional trace that fuses into one region
+};
+
+std::vector<RegionCase> region_cases() {
+  return {
+      // views
+      {"slice", R"(def f(x):
+  # x: "cpu f16[9, 7]"
+  t0 = ltorch.slice(x, 1, 1, 6, 2)
+  t1 = ltorch.slice(x, 0, -4, None, 3)
+  t2 = ltorch.mul(t0, 2.5)
+  t3 = ltorch.neg(t1)
+  return {"output": (t2, t3)}
+)"},
+      {"select_narrow", R"(def f(x):
+  # x: "cpu bf16[5, 6, 3]"
+  t0 = ltorch.select(x, 1, -2)
+  t1 = ltorch.narrow(x, 1, 2, 3)
+  t2 = ltorch.exp(t0)
+  t3 = ltorch.select(t1, 2, 1)
+  t4 = ltorch.add(t3, t3)
+  return {"output": (t2, t4)}
+)"},
+      {"permute_transpose_t", R"(def f(x, y):
+  # x: "cpu f32[3, 5, 7]"
+  # y: "cpu f16[7, 5]"
+  t0 = ltorch.permute(x, [2, 1, 0])
+  t1 = ltorch.transpose(t0, 0, 2)
+  t2 = ltorch.t(y)
+  t3 = ltorch.mul(t1, t2)
+  t4 = ltorch.sin(t0)
+  return {"output": (t3, t4)}
+)"},
+      {"expand_unsqueeze_squeeze", R"(def f(x, y):
+  # x: "cpu f16[5, 1, 3]"
+  # y: "cpu f32[5, 3]"
+  t0 = ltorch.expand(x, [2, 5, 4, 3])
+  t1 = ltorch.squeeze(x, [1])
+  t2 = ltorch.unsqueeze(t1, 1)
+  t3 = ltorch.add(t0, t2)
+  t4 = ltorch.sub(y, t1)
+  return {"output": (t3, t4)}
+)"},
+      {"reshape_view_flatten_unflatten", R"(def f(x):
+  # x: "cpu f32[6, 5]"
+  t0 = ltorch.reshape(x, [3, 10])
+  t1 = ltorch.reshape(x, [30])
+  t2 = ltorch.view(t1, [3, 10])
+  t3 = ltorch.add(t0, t2)
+  t4 = ltorch.flatten(x)
+  t5 = ltorch.unflatten(t4, 0, [5, 2, 3])
+  t6 = ltorch.exp(t5)
+  return {"output": (t3, t6)}
+)"},
+      {"reshape_of_computed", R"(def f(x):
+  # x: "cpu bf16[4, 6]"
+  t0 = ltorch.tanh(x)
+  t1 = ltorch.reshape(t0, [3, 2, 4])
+  t2 = ltorch.transpose(t1, 0, 2)
+  t3 = ltorch.mul(t2, 3)
+  return {"output": (t3,)}
+)"},
+      {"diagonal", R"(def f(x):
+  # x: "cpu f32[5, 7, 3]"
+  t0 = ltorch.diagonal(x, 1, 0, 1)
+  t1 = ltorch.diagonal(x, -2, 1, 0)
+  t2 = ltorch.exp(t0)
+  t3 = ltorch.cos(t1)
+  return {"output": (t2, t3)}
+)"},
+      {"split_chunk_unbind", R"(def f(x):
+  # x: "cpu f16[7, 3]"
+  t0, t1, t2 = ltorch.split(x, 3)
+  t3, t4 = ltorch.chunk(x, 2, 1)
+  t5, t6, t7 = ltorch.unbind(x, 1)
+  t8 = ltorch.add(t0, t1)
+  t9 = ltorch.mul(t4, t3)
+  t10 = ltorch.sub(t5, t7)
+  t11 = ltorch.abs(t2)
+  return {"output": (t8, t9, t10, t11)}
+)"},
+      {"alias_detach", R"(def f(x):
+  # x: "cpu f32[5, 3]"
+  t0 = ltorch.alias(x)
+  t1 = ltorch.detach(t0)
+  t2 = ltorch.sqrt(t1)
+  return {"output": (t2,)}
+)"},
+      {"as_strided_of_input", R"(def f(x):
+  # x: "cpu f32[29]"
+  t0 = ltorch.as_strided(x, [3, 5], [7, 1], 2)
+  t1 = ltorch.as_strided(x, [4], [3])
+  t2 = ltorch.mul(t0, 2)
+  t3 = ltorch.exp(t1)
+  return {"output": (t2, t3)}
+)"},
+      // scatters
+      {"slice_scatter", R"(def f(x, y):
+  # x: "cpu f16[9, 7]"
+  # y: "cpu f16[9, 3]"
+  t0 = ltorch.exp(y)
+  t1 = ltorch.slice_scatter(x, t0, 1, 1, 6, 2)
+  t2 = ltorch.mul(t1, 2)
+  return {"output": (t2,)}
+)"},
+      {"select_scatter", R"(def f(x, y):
+  # x: "cpu bf16[5, 6]"
+  # y: "cpu bf16[5]"
+  t0 = ltorch.select_scatter(x, y, 1, -2)
+  t1 = ltorch.neg(t0)
+  return {"output": (t1,)}
+)"},
+      {"diagonal_scatter", R"(def f(x, y):
+  # x: "cpu f32[5, 7]"
+  # y: "cpu f32[4]"
+  t0 = ltorch.diagonal_scatter(x, y, -1, 0, 1)
+  t1 = ltorch.sin(t0)
+  return {"output": (t1,)}
+)"},
+      {"as_strided_scatter", R"(def f(x, y):
+  # x: "cpu f32[27]"
+  # y: "cpu f32[3, 4]"
+  t0 = ltorch.exp(x)
+  t1 = ltorch.as_strided_scatter(t0, y, [3, 4], [8, 2], 1)
+  t2 = ltorch.as_strided(t1, [5], [5], 0)
+  t3 = ltorch.neg(t2)
+  return {"output": (t1, t3)}
+)"},
+      // creation
+      {"full_zeros_ones", R"(def f(x):
+  # x: "cpu bf16[5, 3]"
+  t0 = ltorch.full([5, 3], 1.3, dtype=torch.bfloat16)
+  t1 = ltorch.zeros([5, 3], dtype=torch.int32)
+  t2 = ltorch.ones([3], dtype=torch.float16)
+  t3 = ltorch.add(x, t0)
+  t4 = ltorch.add(t3, t1)
+  t5 = ltorch.mul(t4, t2)
+  return {"output": (t5,)}
+)"},
+      {"like_and_fill", R"(def f(x, s):
+  # x: "cpu f16[5, 3]"
+  # s: "cpu f32[]"
+  t0 = ltorch.full_like(x, 2.7)
+  t1 = ltorch.zeros_like(x, dtype=torch.int64)
+  t2 = ltorch.ones_like(x)
+  t3 = ltorch.empty_like(x)
+  t4 = ltorch.fill(x, s)
+  t5 = ltorch.fill(x, 7)
+  t6 = ltorch.add(t0, t1)
+  t7 = ltorch.add(t6, t2)
+  t8 = ltorch.add(t7, t3)
+  t9 = ltorch.mul(t8, t4)
+  t10 = ltorch.sub(t9, t5)
+  return {"output": (t10,)}
+)"},
+      {"arange", R"(def f(x):
+  # x: "cpu f32[13]"
+  t0 = ltorch.arange(1.5, 8, 0.5)
+  t1 = ltorch.arange(-3, 23, 2, dtype=torch.int64)
+  t2 = ltorch.add(x, t0)
+  t3 = ltorch.mul(t2, t1)
+  return {"output": (t3,)}
+)"},
+      // elementwise dtype rules, casts, numbers
+      {"mixed_dtypes", R"(def f(a, b, c, d):
+  # a: "cpu f16[5, 7]"
+  # b: "cpu bf16[7]"
+  # c: "cpu i32[5, 1]"
+  # d: "cpu bool[5, 7]"
+  t0 = ltorch.add(a, b)
+  t1 = ltorch.mul(t0, c)
+  t2 = ltorch.where(d, t1, a)
+  t3 = ltorch.gt(t2, 0.5)
+  t4 = ltorch.logical_and(t3, d)
+  t5 = ltorch.clamp(c, -3)
+  t6 = ltorch.bitwise_xor(t5, 5)
+  return {"output": (t2, t4, t6)}
+)"},
+      {"casts", R"(def f(a, b):
+  # a: "cpu f32[3, 5]"
+  # b: "cpu i64[3, 5]"
+  t0 = ltorch.mul(a, 1000)
+  t1 = ltorch.to(t0, torch.float16)
+  t2 = ltorch.to(t0, torch.int32)
+  t3 = ltorch.to(b, torch.bfloat16)
+  t4 = ltorch.to(t1, torch.bool)
+  t5 = ltorch.to(b, torch.float64)
+  t6 = ltorch.add(t3, t5)
+  return {"output": (t1, t2, t4, t6)}
+)"},
+      {"number_inputs", R"(def f(x, s, n):
+  # x: "cpu f32[7, 5]"
+  # s: "float"
+  # n: "int"
+  t0 = ltorch.add(x, s, alpha=n)
+  t1 = ltorch.lerp(x, t0, s)
+  t2 = ltorch.addcmul(t1, x, t0, value=s)
+  t3 = ltorch.full([7, 5], n, dtype=torch.float16)
+  t4 = ltorch.sub(t2, t3)
+  return {"output": (t4,)}
+)"},
+      {"integers", R"(def f(a, b):
+  # a: "cpu i64[6, 7]"
+  # b: "cpu i32[7]"
+  t0 = ltorch.mul(a, b)
+  t1 = ltorch.sub(t0, 9, alpha=2)
+  t2 = ltorch.abs(t1)
+  t3 = ltorch.maximum(t2, a)
+  t4 = ltorch.div(t3, 4)
+  t5 = ltorch.sign(t1)
+  return {"output": (t3, t4, t5)}
+)"},
+      {"float_math", R"(def f(a, b):
+  # a: "cpu f32[6, 5]"
+  # b: "cpu f64[5]"
+  t0 = ltorch.div(a, b, rounding_mode="floor")
+  t1 = ltorch.remainder(a, b)
+  t2 = ltorch.gelu(a, approximate="tanh")
+  t3 = ltorch.atan2(t0, t1)
+  t4 = ltorch.pow(t2, 2)
+  t5 = ltorch.log(a)
+  return {"output": (t3, t4, t5)}
+)"},
+      {"large_parallel", R"(def f(x, y):
+  # x: "cpu f32[301, 257]"
+  # y: "cpu bf16[257]"
+  t0 = ltorch.mul(x, y)
+  t1 = ltorch.tanh(t0)
+  return {"output": (t1,)}
+)"},
+  };
+}
+
+// Inputs for a trace: strided random tensors, and fixed numbers.
+std::vector<RtValue> inputs_for(const Trace& t, uint64_t seed) {
+  std::vector<RtValue> in;
+  for (size_t i = 0; i < t.inputs().size(); ++i) {
+    const Value* v = t.inputs()[i];
+    if (v->is_tensor()) {
+      in.emplace_back(strided_input(v->tensor_type().dtype, v->tensor_type().shape, seed + i));
+      continue;
+    }
+    switch (v->scalar_type().kind) {
+      case ScalarKind::kFloat:
+        in.emplace_back(RtScalar(-1.75));
+        break;
+      case ScalarKind::kInt:
+        in.emplace_back(RtScalar(int64_t{3}));
+        break;
+      case ScalarKind::kBool:
+        in.emplace_back(RtScalar(true));
+        break;
+    }
+  }
+  return in;
+}
+
+void PrintTo(const RegionCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class Regions : public ::testing::TestWithParam<RegionCase> {
+ public:
+  // Every case's kernels compiled at once: one compiler run instead of one per case.
+  static void SetUpTestSuite() {
+    std::vector<std::pair<Trace, ExecutionPlan>> kept;
+    for (const RegionCase& c : region_cases()) {
+      try {
+        Trace t = parse_trace(c.text, c.name);
+        ExecutionPlan p = fuse(t);
+        kept.emplace_back(std::move(t), std::move(p));
+      } catch (const std::exception&) {
+        // The case's test reports it.
+      }
+    }
+    std::vector<const ExecutionPlan*> plans;
+    for (const auto& [t, p] : kept)
+      plans.push_back(&p);
+    cpu::warm_cpu_kernels(plans);
+  }
+};
+
+// Every fusion region of the case (fuse may cut independent chains apart) lowers, and its kernel
+// computes what the interpreter computes for the region's values.
+TEST_P(Regions, KernelAgreesWithTheInterpreter) {
+  const RegionCase& c = GetParam();
+  Trace t = parse_trace(c.text, c.name);
+  ExecutionPlan plan = fuse(t);
+  cpu::PlanKernels kernels = cpu::prepare_cpu_kernels(plan);
+  for (uint64_t seed : {1, 2}) {
+    std::map<const Value*, RtValue> seen;
+    interpret_observed(t, inputs_for(t, seed * 100),
+                       [&](const Value* v, const RtValue& r) { seen[v] = r; });
+    for (size_t s = 0; s < plan.steps.size(); ++s) {
+      const Step& step = plan.steps[s];
+      ASSERT_EQ(step.kind, Step::Kind::kFusion);
+      ASSERT_TRUE(kernels.steps[s].has_value()) << kernels.why_not[s];
+      const cpu::StepKernel& k = *kernels.steps[s];
+      std::vector<RtValue> inputs;
+      for (const Value* v : step.inputs)
+        inputs.push_back(seen.at(v));
+      std::vector<TensorHandle> outputs;
+      for (const codegen::CpuKernelOutput& o : k.kernel.outputs)
+        outputs.push_back(empty_strided(o.dtype, o.shape, contiguous_strides(o.shape)));
+      ASSERT_TRUE(cpu::run_cpu_kernel(k, inputs, outputs));
+      for (size_t j = 0; j < outputs.size(); ++j) {
+        auto d = differs(*std::get<TensorHandle>(seen.at(step.outputs[j])), *outputs[j]);
+        EXPECT_FALSE(d.has_value())
+            << c.name << " " << step.outputs[j]->name() << ": " << *d << "\n"
+            << k.kernel.source;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(CpuBackend, Regions, ::testing::ValuesIn(region_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// ---- the seeds through compile + execute ---------------------------------------------------
+
+float f32(double v) {
+  return static_cast<float>(v);
+}
+
+TEST(CpuBackend, SeedS1IsOneKernelThatWritesBackItself) {
+  ScopedEnv on("KILN_CPU_KERNELS", "1");
+  TensorHandle a = ar({5, 5});
+  std::vector<float> a0;
+  for (double v : to_vector(*a))
+    a0.push_back(f32(v));
+  Trace t = trace(
+      [](Tensor x) {
+        x.tanh_();
+        return x * x * x * x;
+      },
+      {spec_of(a)});
+  CompiledProgram program = compile(t, alias_pattern_of({RtValue(a)}));
+  cpu::PlanKernels kernels = cpu::prepare_cpu_kernels(program.plan);
+  ASSERT_EQ(program.plan.steps.size(), 1u);
+  ASSERT_TRUE(kernels.steps[0].has_value()) << kernels.why_not[0];
+
+  const std::byte* storage = a->storage->bytes.data();
+  ExecutionStats stats;
+  std::vector<RtValue> out = execute(program, {RtValue(a)}, &stats);
+  EXPECT_EQ(stats.kernel_steps, 1);
+  EXPECT_EQ(stats.interpreted_steps, 0);
+  EXPECT_EQ(stats.writebacks_in_kernel, 1);
+  EXPECT_EQ(stats.writebacks_copied, 0);
+  EXPECT_EQ(a->storage->bytes.data(), storage);  // the caller's own memory
+  std::vector<double> got = to_vector(*std::get<TensorHandle>(out.at(0)));
+  std::vector<double> now = to_vector(*a);
+  for (size_t i = 0; i < a0.size(); ++i) {
+    float th = f32(std::tanh(static_cast<double>(a0[i])));
+    EXPECT_EQ(now[i], th) << i;
+    EXPECT_EQ(got[i], ((th * th) * th) * th) << i;
+  }
+}
+
+TEST(CpuBackend, SeedS2IsOneKernelThatWritesBackItself) {
+  ScopedEnv on("KILN_CPU_KERNELS", "1");
+  TensorHandle x = ar({5, 5});
+  std::vector<float> x0;
+  for (double v : to_vector(*x))
+    x0.push_back(f32(v));
+  Trace t = trace(
+      [](Tensor v) {
+        v.exp_();
+        v.sin_();
+        return v.cos();
+      },
+      {spec_of(x)});
+  CompiledProgram program = compile(t, alias_pattern_of({RtValue(x)}));
+  ASSERT_EQ(program.plan.steps.size(), 1u);
+  ExecutionStats stats;
+  std::vector<RtValue> out = execute(program, {RtValue(x)}, &stats);
+  EXPECT_EQ(stats.kernel_steps, 1);
+  EXPECT_EQ(stats.writebacks_in_kernel, 1);
+  EXPECT_EQ(stats.writebacks_copied, 0);
+  std::vector<double> got = to_vector(*std::get<TensorHandle>(out.at(0)));
+  std::vector<double> now = to_vector(*x);
+  for (size_t i = 0; i < x0.size(); ++i) {
+    float s = f32(std::sin(static_cast<double>(f32(std::exp(static_cast<double>(x0[i]))))));
+    EXPECT_EQ(now[i], s) << i;
+    EXPECT_EQ(got[i], f32(std::cos(static_cast<double>(s)))) << i;
+  }
+}
+
+TEST(CpuBackend, KilnCpuKernelsZeroInterpretsEveryStep) {
+  ScopedEnv off("KILN_CPU_KERNELS", "0");
+  TensorHandle a = ar({5, 5});
+  Trace t = trace(
+      [](Tensor x) {
+        x.tanh_();
+        return x * x * x * x;
+      },
+      {spec_of(a)});
+  ExecutionStats stats;
+  execute(compile(t, alias_pattern_of({RtValue(a)})), {RtValue(a)}, &stats);
+  EXPECT_EQ(stats.kernel_steps, 0);
+  EXPECT_EQ(stats.interpreted_steps, 1);
+  EXPECT_EQ(stats.writebacks_copied, 1);
+}
+
+// A writeback the same-index rule does not allow in the kernel is copied after it, and the
+// caller still sees eager's result.
+TEST(CpuBackend, ShiftedWriteIsCopiedAfterTheKernel) {
+  ScopedEnv on("KILN_CPU_KERNELS", "1");
+  TensorHandle x = ar({9});
+  TensorHandle y = clone(*x);
+  Trace t = trace(
+      [](Tensor v) {
+        v.slice(0, 1).add_(v.slice(0, 0, 8) * 2);
+        return v.exp();
+      },
+      {spec_of(x)});
+  std::vector<RtValue> expected = interpret(t, {RtValue(y)});
+  ExecutionStats stats;
+  std::vector<RtValue> out =
+      execute(compile(t, alias_pattern_of({RtValue(x)})), {RtValue(x)}, &stats);
+  EXPECT_GE(stats.kernel_steps, 1);
+  EXPECT_EQ(stats.writebacks_in_kernel + stats.writebacks_copied, 1);
+  EXPECT_FALSE(differs(*x, *y).has_value());
+  EXPECT_FALSE(differs(*std::get<TensorHandle>(out[0]), *std::get<TensorHandle>(expected[0])));
+}
+
+// ---- the prelude's conversions are the storages' ------------------------------------------
+
+TEST(CpuBackend, PreludeConversionsMatchTheInterpreterStorages) {
+  std::vector<double> values = {
+      0.0,    -0.0,    1.0,          -2.5,     0.1,       65504.0,      65520.0,
+      1e-8,   -1e-30,  3e38,         -3.5e38,  1e300,     2147483648.0, -2147483649.0,
+      9.3e18, -9.3e18, std::nan(""), INFINITY, -INFINITY, 1.0009765625, 1.00390625};
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<double> real(-1e6, 1e6);
+  for (int i = 0; i < 2000; ++i)
+    values.push_back(real(rng) * std::pow(10.0, static_cast<double>(i % 20) - 12));
+  for (DType d : {DType::kBool, DType::kInt32, DType::kInt64, DType::kFloat16, DType::kBFloat16,
+                  DType::kFloat32, DType::kFloat64}) {
+    Storage s;
+    s.dtype = d;
+    s.bytes.resize(static_cast<size_t>(dtype_size(d)));
+    for (double v : values) {
+      s.store_double(0, v);
+      double want = is_floating(d) ? s.load_double(0) : static_cast<double>(s.load_int(0));
+      double got = 0;
+      switch (d) {
+        case DType::kBool:
+          got = static_cast<double>(kernel::f_bool(v));
+          break;
+        case DType::kInt32:
+          got = static_cast<double>(kernel::f_i32(v));
+          break;
+        case DType::kInt64:
+          got = static_cast<double>(kernel::f_i64(v));
+          break;
+        case DType::kFloat16:
+          got = kernel::f_f16(v);
+          break;
+        case DType::kBFloat16:
+          got = kernel::f_bf16(v);
+          break;
+        case DType::kFloat32:
+          got = kernel::f_f32(v);
+          break;
+        case DType::kFloat64:
+          got = kernel::f_f64(v);
+          break;
+      }
+      EXPECT_TRUE((std::isnan(want) && std::isnan(got)) || want == got)
+          << dtype_name(d) << " " << v << ": " << want << " vs " << got;
+      if (is_floating(d)) {
+        EXPECT_TRUE(round_to_dtype(v, d) == got || std::isnan(got)) << dtype_name(d) << " " << v;
+      }
+      auto iv = float_to_int<int64_t>(v);
+      s.store_int(0, iv);
+      want = is_floating(d) ? s.load_double(0) : static_cast<double>(s.load_int(0));
+      switch (d) {
+        case DType::kBool:
+          got = static_cast<double>(kernel::i_bool(iv));
+          break;
+        case DType::kInt32:
+          got = static_cast<double>(kernel::i_i32(iv));
+          break;
+        case DType::kInt64:
+          got = static_cast<double>(kernel::i_i64(iv));
+          break;
+        case DType::kFloat16:
+          got = kernel::i_f16(iv);
+          break;
+        case DType::kBFloat16:
+          got = kernel::i_bf16(iv);
+          break;
+        case DType::kFloat32:
+          got = kernel::i_f32(iv);
+          break;
+        case DType::kFloat64:
+          got = kernel::i_f64(iv);
+          break;
+      }
+      EXPECT_EQ(want, got) << dtype_name(d) << " int " << iv;
+    }
+  }
+}
+
+// ---- the disk cache -------------------------------------------------------------------------
+
+// A compiler that counts its compile runs in a file, then runs the real one.
+struct CountingCompiler {
+  TempDir dir;
+  fs::path log;
+  cpu::KernelCacheOptions options;
+  CountingCompiler() {
+    log = dir.path / "invocations";
+    fs::path script = dir.path / "cxx";
+    std::ofstream(script) << "#!/bin/sh\ncase \"$*\" in *-shared*) echo run >> '" << log.string()
+                          << "';; esac\nexec " << cpu::default_compiler_config().compiler
+                          << " \"$@\"\n";
+    fs::permissions(script, fs::perms::owner_all);
+    options = cpu::default_kernel_cache_options();
+    options.compiler.compiler = script.string();
+    options.cache_dir = (dir.path / "cache").string();
+  }
+  int runs() const {
+    std::ifstream in(log);
+    int n = 0;
+    for (std::string line; std::getline(in, line);)
+      ++n;
+    return n;
+  }
+};
+
+// Kernel sources of a few regions.
+std::vector<std::string> some_kernel_sources() {
+  std::vector<std::string> sources;
+  for (const RegionCase& c : region_cases()) {
+    if (c.name != "slice" && c.name != "casts" && c.name != "diagonal_scatter") continue;
+    Trace t = parse_trace(c.text, c.name);
+    ExecutionPlan plan = fuse(t);
+    codegen::CpuLowering l = codegen::lower_cpu_kernel(plan.steps.at(0));
+    EXPECT_TRUE(l.kernel.has_value()) << l.why_not;
+    if (l.kernel) sources.push_back(l.kernel->source);
+  }
+  return sources;
+}
+
+std::vector<const std::string*> refs(const std::vector<std::string>& v) {
+  std::vector<const std::string*> r;
+  for (const std::string& s : v)
+    r.push_back(&s);
+  return r;
+}
+
+TEST(CpuKernelCache, ASecondProcessWithTheSameFolderCompilesNothing) {
+  CountingCompiler cc;
+  std::vector<std::string> sources = some_kernel_sources();
+  ASSERT_EQ(sources.size(), 3u);
+  {
+    cpu::KernelCache first(cc.options);
+    std::vector<codegen::CpuKernelFn> fns = first.get(refs(sources));
+    EXPECT_EQ(cc.runs(), 1);  // three kernels, one compiler run
+    EXPECT_EQ(first.stats().kernels_compiled, 3);
+    for (auto fn : fns)
+      EXPECT_NE(fn, nullptr);
+    first.get(refs(sources));  // now from memory
+    EXPECT_EQ(first.stats().memory_hits, 3);
+  }
+  cpu::KernelCache second(cc.options);  // a fresh in-memory cache over the same folder
+  std::vector<codegen::CpuKernelFn> fns = second.get(refs(sources));
+  EXPECT_EQ(cc.runs(), 1);
+  EXPECT_EQ(second.stats().compiler_runs, 0);
+  EXPECT_EQ(second.stats().disk_hits, 3);
+  for (auto fn : fns)
+    EXPECT_NE(fn, nullptr);
+}
+
+// Rewrites a file with one byte changed, through a new file (the old one may be loaded).
+void corrupt(const fs::path& path, size_t at) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  ASSERT_LT(at, bytes.size());
+  bytes[at] = static_cast<char>(bytes[at] ^ 0x5a);
+  fs::path tmp = path.string() + ".corrupt";
+  std::ofstream(tmp, std::ios::binary) << bytes;
+  fs::rename(tmp, path);
+}
+
+std::vector<fs::path> files_like(const fs::path& dir, const std::string& prefix) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().starts_with(prefix)) out.push_back(e.path());
+  return out;
+}
+
+TEST(CpuKernelCache, ACorruptModuleIsCompiledAgainNotLoaded) {
+  CountingCompiler cc;
+  std::vector<std::string> sources = some_kernel_sources();
+  { cpu::KernelCache(cc.options).get(refs(sources)); }
+  ASSERT_EQ(cc.runs(), 1);
+  std::vector<fs::path> modules = files_like(cc.options.cache_dir, "m-");
+  ASSERT_EQ(modules.size(), 1u);
+  corrupt(modules[0], fs::file_size(modules[0]) / 2);
+  cpu::KernelCache again(cc.options);
+  std::vector<codegen::CpuKernelFn> fns = again.get(refs(sources));
+  EXPECT_EQ(cc.runs(), 2);
+  EXPECT_GE(again.stats().corrupt_files, 1);
+  for (auto fn : fns)
+    EXPECT_NE(fn, nullptr);
+  // The replaced module is whole again: a third cache loads it.
+  cpu::KernelCache third(cc.options);
+  third.get(refs(sources));
+  EXPECT_EQ(cc.runs(), 2);
+  EXPECT_EQ(third.stats().corrupt_files, 0);
+}
+
+TEST(CpuKernelCache, ACorruptOrTruncatedIndexIsCompiledAgain) {
+  CountingCompiler cc;
+  std::vector<std::string> sources = some_kernel_sources();
+  { cpu::KernelCache(cc.options).get(refs(sources)); }
+  std::vector<fs::path> index = files_like(cc.options.cache_dir, "k-");
+  ASSERT_EQ(index.size(), 3u);
+  corrupt(index[0], 40);
+  fs::resize_file(index[1], fs::file_size(index[1]) - 7);
+  cpu::KernelCache again(cc.options);
+  again.get(refs(sources));
+  EXPECT_EQ(again.stats().corrupt_files, 2);
+  EXPECT_EQ(again.stats().disk_hits, 1);
+  EXPECT_EQ(cc.runs(), 2);
+}
+
+TEST(CpuKernelCache, ACompileFailureSaysWhereTheSourceIs) {
+  CountingCompiler cc;
+  cpu::KernelCache cache(cc.options);
+  std::string bad = "extern \"C\" void KILN_KERNEL_NAME() { this is not C++ }\n";
+  try {
+    cache.get(bad);
+    FAIL() << "a broken kernel compiled";
+  } catch (const InternalError& e) {
+    std::string what = e.what();
+    size_t at = what.find("saved at ");
+    ASSERT_NE(at, std::string::npos) << what;
+    std::string path = what.substr(at + 9, what.find('\n', at) - at - 9);
+    EXPECT_TRUE(fs::exists(path)) << path;
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("this is not C++"), std::string::npos);
+  }
+}
+
+// ---- what is not lowered ------------------------------------------------------------------
+
+std::string why_not(const std::string& text) {
+  Trace t = parse_trace(text);
+  ExecutionPlan plan = fuse(t);
+  std::string why;
+  for (const Step& step : plan.steps) {
+    codegen::CpuLowering l = codegen::lower_cpu_kernel(step);
+    if (!l.kernel) why += l.why_not + "; ";
+  }
+  return why;
+}
+
+TEST(CpuBackend, UnsupportedRegionsSayWhy) {
+  EXPECT_NE(why_not(R"(def f(x):
+  # x: "cpu f32[4, 5]"
+  t0 = ltorch.exp(x)
+  t1 = ltorch.sum(t0, [1])
+  return {"output": (t1,)}
+)")
+                .find("sum: reductions are not lowered"),
+            std::string::npos);
+  EXPECT_NE(why_not(R"(def f(x, y):
+  # x: "cpu f32[4, 5]"
+  # y: "cpu f32[2, 5]"
+  t0 = ltorch.cat([x, y])
+  t1 = ltorch.exp(t0)
+  return {"output": (t1,)}
+)")
+                .find("cat: cat and stack"),
+            std::string::npos);
+  EXPECT_NE(why_not(R"(def f(x, y):
+  # x: "cpu i64[4, 5]"
+  # y: "cpu i64[5]"
+  t0 = ltorch.remainder(x, y)
+  return {"output": (t0,)}
+)")
+                .find("integer remainder can raise"),
+            std::string::npos);
+  EXPECT_NE(why_not(R"(def f(x, y):
+  # x: "cpu f32[4, 5]"
+  # y: "cpu f32[5, 3]"
+  t0 = ltorch.matmul(x, y)
+  return {"output": (t0,)}
+)")
+                .find("not a fusion region"),
+            std::string::npos);
+  EXPECT_NE(why_not(R"(def f(x, y):
+  # x: "cpu f32[10]"
+  # y: "cpu f32[2, 2]"
+  t0 = ltorch.exp(x)
+  t1 = ltorch.as_strided_scatter(t0, y, [2, 2], [1, 1])
+  return {"output": (t1,)}
+)")
+                .find("as_strided_scatter: a window that repeats elements"),
+            std::string::npos);
+}
+
+// The executor interprets what is not lowered, and the program still agrees with eager.
+TEST(CpuBackend, TheExecutorInterpretsWhatIsNotLowered) {
+  ScopedEnv on("KILN_CPU_KERNELS", "1");
+  TensorHandle x = ar({4, 5});
+  TensorHandle y = clone(*x);
+  Trace t = trace(
+      [](Tensor v) {
+        v.exp_();
+        return v.softmax(1) * 2;
+      },
+      {spec_of(x)});
+  std::vector<RtValue> expected = interpret(t, {RtValue(y)});
+  ExecutionStats stats;
+  std::vector<RtValue> out =
+      execute(compile(t, alias_pattern_of({RtValue(x)})), {RtValue(x)}, &stats);
+  EXPECT_GE(stats.interpreted_steps, 1);
+  EXPECT_FALSE(differs(*x, *y).has_value());
+  EXPECT_FALSE(differs(*std::get<TensorHandle>(out[0]), *std::get<TensorHandle>(expected[0])));
+}
+
+}  // namespace
+}  // namespace kiln
