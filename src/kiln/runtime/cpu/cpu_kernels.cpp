@@ -52,7 +52,7 @@ void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans, KernelCach
   std::vector<const std::string*> refs;
   for (const std::string& s : sources)
     refs.push_back(&s);
-  if (!refs.empty()) cache.get(refs);
+  if (!refs.empty()) cache.warm(refs);
 }
 
 namespace {

@@ -34,8 +34,9 @@ struct PlanKernels {
 // Lowers every fusion step and gets its kernel from `cache`, compiling the missing ones together.
 PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache = kernel_cache());
 
-// The kernels of several plans compiled together, so that later runs of them only load (tests and
-// warm-ups that have many programs at hand). Steps that do not lower are skipped.
+// The kernels of several plans compiled together into the disk cache (KernelCache::warm), so that
+// later runs of them, in this process or others, only load them: tests and warm-ups that have
+// many programs at hand. Steps that do not lower are skipped.
 void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans,
                       KernelCache& cache = kernel_cache());
 

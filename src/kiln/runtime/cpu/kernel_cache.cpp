@@ -130,12 +130,16 @@ KernelCacheStats KernelCache::stats() const {
 }
 
 std::string KernelCache::identity() {
-  if (identity_.empty()) identity_ = toolchain_identity(options_.compiler);
+  if (identity_.empty()) {
+    identity_ = toolchain_identity(options_.compiler);
+    identity_hash_ = content_hash(identity_);
+  }
   return identity_;
 }
 
-std::string KernelCache::kernel_key(const std::string& source) {
-  return content_hash(identity() + "\n" + source);
+std::string KernelCache::kernel_key(const std::string& source_hash) {
+  identity();
+  return content_hash(identity_hash_ + ":" + source_hash);
 }
 
 std::string KernelCache::work_dir() {
@@ -149,21 +153,30 @@ std::string KernelCache::work_dir() {
   return temp_dir_;
 }
 
-KernelCache::Module* KernelCache::load_module(const std::string& module_name) {
-  auto it = modules_.find(module_name);
-  if (it != modules_.end()) return it->second.get();
+bool KernelCache::verify_module(const std::string& module_name) {
+  if (verified_.contains(module_name)) return true;
   fs::path path = fs::path(work_dir()) / module_name;
   std::optional<std::string> bytes = read_file(path);
-  if (!bytes) return nullptr;
+  if (!bytes) return false;
   if (!verified_payload(*bytes)) {
     ++stats_.corrupt_files;
     std::error_code ec;
     fs::remove(path, ec);
-    return nullptr;
+    return false;
   }
+  verified_.insert(module_name);
+  return true;
+}
+
+KernelCache::Module* KernelCache::load_module(const std::string& module_name) {
+  auto it = modules_.find(module_name);
+  if (it != modules_.end()) return it->second.get();
+  if (!verify_module(module_name)) return nullptr;
+  fs::path path = fs::path(work_dir()) / module_name;
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
     ++stats_.corrupt_files;
+    verified_.erase(module_name);
     return nullptr;
   }
   auto m = std::make_unique<Module>();
@@ -173,13 +186,14 @@ KernelCache::Module* KernelCache::load_module(const std::string& module_name) {
   return raw;
 }
 
-codegen::CpuKernelFn KernelCache::from_disk(const std::string& key, const std::string& source) {
+std::optional<KernelCache::IndexEntry> KernelCache::read_index(const std::string& key,
+                                                               const std::string& source) {
   fs::path path = fs::path(options_.cache_dir) / ("k-" + key + ".idx");
   std::optional<std::string> bytes = read_file(path);
-  if (!bytes) return nullptr;
+  if (!bytes) return std::nullopt;
   // "kiln-kernel 1\nmodule <file>\nsymbol <name>\n<source>", then the trailer.
   std::optional<std::string_view> payload = verified_payload(*bytes);
-  std::string module_name, symbol;
+  IndexEntry entry;
   bool ok = payload.has_value();
   if (ok) {
     std::string_view p = *payload;
@@ -192,18 +206,25 @@ codegen::CpuKernelFn KernelCache::from_disk(const std::string& key, const std::s
       return true;
     };
     std::string version;
-    ok = line("kiln-kernel ", &version) && version == "1" && line("module ", &module_name) &&
-         line("symbol ", &symbol) && p == source && module_name.find('/') == std::string::npos;
+    ok = line("kiln-kernel ", &version) && version == "1" && line("module ", &entry.module) &&
+         line("symbol ", &entry.symbol) && p == source &&
+         entry.module.find('/') == std::string::npos;
   }
   if (!ok) {
     ++stats_.corrupt_files;
     std::error_code ec;
     fs::remove(path, ec);
-    return nullptr;
+    return std::nullopt;
   }
-  Module* m = load_module(module_name);
+  return entry;
+}
+
+codegen::CpuKernelFn KernelCache::from_disk(const std::string& key, const std::string& source) {
+  std::optional<IndexEntry> entry = read_index(key, source);
+  if (!entry) return nullptr;
+  Module* m = load_module(entry->module);
   if (!m) return nullptr;
-  return reinterpret_cast<codegen::CpuKernelFn>(dlsym(m->handle, symbol.c_str()));
+  return reinterpret_cast<codegen::CpuKernelFn>(dlsym(m->handle, entry->symbol.c_str()));
 }
 
 void KernelCache::compile(const std::vector<std::pair<std::string, const std::string*>>& kernels,
@@ -231,9 +252,9 @@ void KernelCache::compile(const std::vector<std::pair<std::string, const std::st
     for (size_t i : job.members)
       named.emplace_back(symbol_for(kernels[i].first), kernels[i].second);
     job.source = codegen::cpu_module_source(named);
-    job.name = "m-" + content_hash(identity() + "\n" + job.source) + ".so";
+    job.name = "m-" + content_hash(identity_hash_ + ":" + job.source) + ".so";
     // Another process may have compiled this very module already.
-    job.cached = disk && load_module(job.name) != nullptr;
+    job.cached = disk && verify_module(job.name);
   }
   auto build = [&](Job& job) {
     fs::path src = temporary_path(dir, job.name + ".cpp");
@@ -284,8 +305,19 @@ void KernelCache::compile(const std::vector<std::pair<std::string, const std::st
     KILN_ASSERT(job->error.empty()) << job->error;
     ++stats_.compiler_runs;
     stats_.kernels_compiled += static_cast<int>(job->members.size());
+    verified_.insert(job->name);
   }
   for (Job& job : jobs) {
+    // The index entries, once their module is in place.
+    if (disk) {
+      for (size_t i : job.members) {
+        const auto& [key, source] = kernels[i];
+        std::string index =
+            "kiln-kernel 1\nmodule " + job.name + "\nsymbol " + symbol_for(key) + "\n" + *source;
+        write_atomically(fs::path(dir) / ("k-" + key + ".idx"), index + trailer_for(index));
+      }
+    }
+    if (!fns) continue;
     Module* m = load_module(job.name);
     KILN_ASSERT(m != nullptr) << "cannot load the compiled CPU kernels " << dir << "/" << job.name
                               << ": " << dlerror();
@@ -295,12 +327,7 @@ void KernelCache::compile(const std::vector<std::pair<std::string, const std::st
       auto fn = reinterpret_cast<codegen::CpuKernelFn>(dlsym(m->handle, symbol.c_str()));
       KILN_ASSERT(fn != nullptr) << "kernel " << symbol << " is missing from " << job.name;
       (*fns)[i] = fn;
-      memory_[*source] = fn;
-      if (disk) {
-        std::string index =
-            "kiln-kernel 1\nmodule " + job.name + "\nsymbol " + symbol + "\n" + *source;
-        write_atomically(fs::path(dir) / ("k-" + key + ".idx"), index + trailer_for(index));
-      }
+      memory_[content_hash(*source)] = fn;
     }
   }
 }
@@ -308,27 +335,29 @@ void KernelCache::compile(const std::vector<std::pair<std::string, const std::st
 std::vector<codegen::CpuKernelFn> KernelCache::get(const std::vector<const std::string*>& sources) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<codegen::CpuKernelFn> fns(sources.size(), nullptr);
+  std::vector<std::string> hashes;
   std::vector<std::pair<std::string, const std::string*>> missing;
-  std::unordered_map<std::string, size_t> missing_at;  // source -> position in `missing`
+  std::unordered_map<std::string, size_t> missing_at;  // source hash -> position in `missing`
   for (size_t i = 0; i < sources.size(); ++i) {
     const std::string& source = *sources[i];
-    auto it = memory_.find(source);
+    hashes.push_back(content_hash(source));
+    auto it = memory_.find(hashes[i]);
     if (it != memory_.end()) {
       fns[i] = it->second;
       ++stats_.memory_hits;
       continue;
     }
-    if (missing_at.contains(source)) continue;
-    std::string key = kernel_key(source);
+    if (missing_at.contains(hashes[i])) continue;
+    std::string key = kernel_key(hashes[i]);
     if (!options_.cache_dir.empty()) {
       if (codegen::CpuKernelFn fn = from_disk(key, source)) {
-        memory_[source] = fn;
+        memory_[hashes[i]] = fn;
         fns[i] = fn;
         ++stats_.disk_hits;
         continue;
       }
     }
-    missing_at[source] = missing.size();
+    missing_at[hashes[i]] = missing.size();
     missing.emplace_back(key, &source);
   }
   if (!missing.empty()) {
@@ -336,8 +365,27 @@ std::vector<codegen::CpuKernelFn> KernelCache::get(const std::vector<const std::
     compile(missing, &compiled);
   }
   for (size_t i = 0; i < sources.size(); ++i)
-    if (!fns[i]) fns[i] = memory_.at(*sources[i]);
+    if (!fns[i]) fns[i] = memory_.at(hashes[i]);
   return fns;
+}
+
+void KernelCache::warm(const std::vector<const std::string*>& sources) {
+  if (options_.cache_dir.empty()) {
+    get(sources);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<std::string, const std::string*>> missing;
+  std::set<std::string> seen;
+  for (const std::string* source : sources) {
+    std::string hash = content_hash(*source);
+    if (memory_.contains(hash) || !seen.insert(hash).second) continue;
+    std::string key = kernel_key(hash);
+    std::optional<IndexEntry> entry = read_index(key, *source);
+    if (entry && verify_module(entry->module)) continue;
+    missing.emplace_back(key, source);
+  }
+  if (!missing.empty()) compile(missing, nullptr);
 }
 
 KernelCache& kernel_cache() {

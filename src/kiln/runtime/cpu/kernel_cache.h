@@ -1,7 +1,7 @@
 // Compiled CPU kernels, cached in memory and on disk (DESIGN.md 3, "Caches").
 //
-// In memory: kernel source -> function. On disk, under the cache folder ($KILN_CACHE_DIR, else
-// $XDG_CACHE_HOME/kiln, else ~/.cache/kiln):
+// In memory: kernel source (by its content hash) -> function. On disk, under the cache folder
+// ($KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else ~/.cache/kiln):
 //   m-<module key>.so   a shared object with one or more kernels, followed by a checksum trailer
 //   k-<kernel key>.idx  for one kernel: its module, its symbol, its source, and a checksum
 // Keys hash the source with the toolchain identity (compiler path and --version, flags, CPU), so
@@ -21,6 +21,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -58,25 +60,43 @@ class KernelCache {
   std::vector<codegen::CpuKernelFn> get(const std::vector<const std::string*>& sources);
   codegen::CpuKernelFn get(const std::string& source) { return get({&source}).at(0); }
 
+  // Compiles the kernels missing from the disk cache, together, without loading any into this
+  // process: for a process that forks workers, which then load only what they run (loading
+  // thousands of objects here would make every fork slower). Without a disk cache, get().
+  void warm(const std::vector<const std::string*>& sources);
+
   KernelCacheStats stats() const;
   const std::string& cache_dir() const { return options_.cache_dir; }
 
  private:
   struct Module;
+  struct IndexEntry {
+    std::string module;  // file name
+    std::string symbol;
+  };
   std::string identity();
-  std::string kernel_key(const std::string& source);
+  // The disk key of a kernel (its source with the toolchain).
+  std::string kernel_key(const std::string& source_hash);
+  // The kernel's index entry when it is whole and records `source` (a bad one is removed).
+  std::optional<IndexEntry> read_index(const std::string& key, const std::string& source);
   codegen::CpuKernelFn from_disk(const std::string& key, const std::string& source);
+  // Whether a module file is whole (checked once per file and cache).
+  bool verify_module(const std::string& module_name);
   Module* load_module(const std::string& module_name);
+  // Compiles (key, source) pairs into modules and writes their index entries; with `fns`, also
+  // loads them into `fns` and the memory cache.
   void compile(const std::vector<std::pair<std::string, const std::string*>>& kernels,
                std::vector<codegen::CpuKernelFn>* fns);
   std::string work_dir();
 
   KernelCacheOptions options_;
   mutable std::mutex mutex_;
-  std::string identity_;  // computed on first use (runs the compiler's --version)
-  std::string temp_dir_;  // where modules go without a disk cache
-  std::unordered_map<std::string, codegen::CpuKernelFn> memory_;
-  std::map<std::string, std::unique_ptr<Module>> modules_;  // loaded, by file name
+  std::string identity_;       // computed on first use (runs the compiler's --version)
+  std::string identity_hash_;  // its content hash, part of every key
+  std::string temp_dir_;       // where modules go without a disk cache
+  std::unordered_map<std::string, codegen::CpuKernelFn> memory_;  // by content_hash(source)
+  std::map<std::string, std::unique_ptr<Module>> modules_;        // loaded, by file name
+  std::set<std::string> verified_;                                // whole module files
   KernelCacheStats stats_;
 };
 
