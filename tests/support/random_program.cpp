@@ -27,6 +27,8 @@
 // metadata mutations of an input passed twice as the same object (for the same reason).
 #include "support/random_program.h"
 
+#include "kiln/analysis/geometry.h"
+
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -111,17 +113,6 @@ Geometry contiguous_geometry(const Shape& shape, int64_t offset = 0) {
 
 int64_t numel_of(const Geometry& g) {
   return shape_numel(g.sizes);
-}
-
-bool is_contiguous_geometry(const Geometry& g) {
-  if (numel_of(g) == 0) return true;
-  int64_t expected = 1;
-  for (size_t d = g.sizes.size(); d-- > 0;) {
-    if (g.sizes[d] == 1) continue;
-    if (g.strides[d] != expected) return false;
-    expected *= g.sizes[d];
-  }
-  return true;
 }
 
 std::set<int64_t> elements_of(const Geometry& g) {
@@ -1481,7 +1472,7 @@ std::string scenario_of(const Recipe& r) {
       tags.insert("number");
       continue;
     }
-    if (!is_contiguous_geometry(a.geometry)) tags.insert("strided");
+    if (!is_contiguous(a.geometry.sizes, a.geometry.strides)) tags.insert("strided");
     for (size_t j = 0; j < i; ++j) {
       const InputRecipe& b = r.inputs[j];
       if (b.is_number || b.buffer != a.buffer) continue;

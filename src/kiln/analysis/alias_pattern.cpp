@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "kiln/analysis/geometry.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -38,18 +39,6 @@ namespace {
 
 int64_t numel_of(const Geometry& g) {
   return shape_numel(g.sizes);
-}
-
-// c10's is_contiguous: size-1 dims are ignored, an empty view is contiguous.
-bool is_contiguous(const Geometry& g) {
-  if (numel_of(g) == 0) return true;
-  int64_t expected = 1;
-  for (size_t d = g.sizes.size(); d-- > 0;) {
-    if (g.sizes[d] == 1) continue;
-    if (g.strides[d] != expected) return false;
-    expected *= g.sizes[d];
-  }
-  return true;
 }
 
 // The smallest and largest storage element a non-empty view reaches.
@@ -211,7 +200,8 @@ AliasPattern compute_alias_pattern(std::span<const TensorDescription> args) {
   for (size_t gi = 0; gi < members_of_group.size(); ++gi) {
     const std::vector<size_t>& members = members_of_group[gi];
     AliasPattern::Group& group = p.groups[gi];
-    if (members.size() == 1 && is_contiguous(args[members[0]].geometry)) {
+    if (members.size() == 1 &&
+        is_contiguous(args[members[0]].geometry.sizes, args[members[0]].geometry.strides)) {
       // Its own base: the input keeps its name and is addressed contiguously from its start.
       const Geometry& g = args[members[0]].geometry;
       group.synthetic = false;
