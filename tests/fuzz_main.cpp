@@ -20,7 +20,7 @@
 #include <random>
 #include <string>
 
-#include "kiln/codegen/cpu_kernel.h"
+#include "kiln/codegen/kernel.h"
 #include "kiln/passes/pipeline.h"
 #include "support/random_program.h"
 
@@ -119,7 +119,7 @@ int main(int argc, char** argv) {
       for (const kiln::Step& step : c.plan.steps) {
         if (step.kind != kiln::Step::Kind::kFusion) continue;
         ++regions;
-        kiln::codegen::CpuLowering l = kiln::codegen::lower_cpu_kernel(step);
+        kiln::codegen::KernelLowering l = kiln::codegen::lower_kernel(step, kiln::codegen::Target::kCpu);
         if (l.kernel)
           ++lowered;
         else

@@ -1,4 +1,4 @@
-// The CPU backend (DESIGN.md 3): fusion regions lowered to C++ kernels (codegen/cpu_kernel.h),
+// The CPU backend (DESIGN.md 3): fusion regions lowered to C++ kernels (codegen/kernel.h),
 // compiled and cached (runtime/cpu/kernel_cache.h), and run by the executor.
 //  * the seeds compile to one kernel that stores the writeback itself, with hand-computed values;
 //  * one region per family of views, scatters, creation ops and elementwise dtype rules, run as
@@ -19,8 +19,8 @@
 #include <map>
 #include <random>
 
-#include "kiln/codegen/cpu_kernel.h"
-#include "kiln/codegen/kernel_prelude.h"
+#include "kiln/codegen/kernel.h"
+#include "kiln/codegen/cpu_prelude.h"
 #include "kiln/ir/parser.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/fuse.h"
@@ -423,7 +423,7 @@ TEST_P(Regions, KernelAgreesWithTheInterpreter) {
       for (const Value* v : step.inputs)
         inputs.push_back(seen.at(v));
       std::vector<TensorHandle> outputs;
-      for (const codegen::CpuKernelOutput& o : k.kernel.outputs)
+      for (const codegen::KernelOutput& o : k.kernel.outputs)
         outputs.push_back(empty_strided(o.dtype, o.shape, contiguous_strides(o.shape)));
       ASSERT_TRUE(cpu::run_cpu_kernel(k, inputs, outputs));
       for (size_t j = 0; j < outputs.size(); ++j) {
@@ -659,7 +659,7 @@ std::vector<std::string> some_kernel_sources() {
     if (c.name != "slice" && c.name != "casts" && c.name != "diagonal_scatter") continue;
     Trace t = parse_trace(c.text, c.name);
     ExecutionPlan plan = fuse(t);
-    codegen::CpuLowering l = codegen::lower_cpu_kernel(plan.steps.at(0));
+    codegen::KernelLowering l = codegen::lower_kernel(plan.steps.at(0), codegen::Target::kCpu);
     EXPECT_TRUE(l.kernel.has_value()) << l.why_not;
     if (l.kernel) sources.push_back(l.kernel->source);
   }
@@ -777,7 +777,7 @@ std::string why_not(const std::string& text) {
   ExecutionPlan plan = fuse(t);
   std::string why;
   for (const Step& step : plan.steps) {
-    codegen::CpuLowering l = codegen::lower_cpu_kernel(step);
+    codegen::KernelLowering l = codegen::lower_kernel(step, codegen::Target::kCpu);
     if (!l.kernel) why += l.why_not + "; ";
   }
   return why;

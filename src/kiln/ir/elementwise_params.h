@@ -6,10 +6,12 @@
 
 namespace kiln {
 
-struct ElementwiseParams {
-  double alpha = 1;  // add/sub: a + alpha * b
+// K: the floating type the math runs in (ops.def).
+template <class K>
+struct ElementwiseParamsOf {
+  K alpha = 1;  // add/sub: a + alpha * b
   int64_t alpha_i = 1;
-  double value = 1;  // addcmul/addcdiv: a + value * b * c
+  K value = 1;  // addcmul/addcdiv: a + value * b * c
   int64_t value_i = 1;
   int rounding = 0;               // div: 0 true division, 1 trunc, 2 floor
   bool approximate_tanh = false;  // gelu(approximate="tanh")
@@ -17,5 +19,6 @@ struct ElementwiseParams {
   bool has_c = true;
   bool bool_compute = false;  // the op computes in bool: `*` is `and`, `~` is `not`
 };
+using ElementwiseParams = ElementwiseParamsOf<double>;
 
 }  // namespace kiln

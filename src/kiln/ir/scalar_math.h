@@ -1,14 +1,15 @@
 // The scalar helpers ops.def's elementwise expressions call, written to match PyTorch's CPU
 // kernels element for element (NaN handling, signs of zero, integer rounding and errors). The
-// reference interpreter calls them, and codegen embeds this file in every generated CPU kernel.
+// reference interpreter calls them, and codegen embeds this file in every generated kernel.
 // Kernels are compiled with KILN_GENERATED_KERNEL defined and without kiln's include path: the
 // integer helpers that raise (division by zero) are left out there, and codegen never lowers a
-// region that would need them (it stays interpreted).
+// region that would need them (it stays interpreted). The floating helpers are templates over
+// the type the math runs in (K in ops.def: double, or float in CUDA kernels); CUDA kernels get
+// this file without its standard includes, and their prelude supplies the math functions.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 
 #ifndef KILN_GENERATED_KERNEL
 #include "kiln/support/error.h"
@@ -16,38 +17,42 @@
 
 namespace kiln::math {
 
-inline double gelu(double x, bool approximate_tanh) {
+template <class T>
+inline T gelu(T x, bool approximate_tanh) {
   if (approximate_tanh) {
-    constexpr double kBeta = 0.7978845608028654;  // sqrt(2 / pi)
-    constexpr double kKappa = 0.044715;
-    return 0.5 * x * (1.0 + std::tanh(kBeta * (x + kKappa * x * x * x)));
+    constexpr T kBeta = T(0.7978845608028654);  // sqrt(2 / pi)
+    constexpr T kKappa = T(0.044715);
+    return T(0.5) * x * (T(1) + std::tanh(kBeta * (x + kKappa * x * x * x)));
   }
-  return 0.5 * x * (1.0 + std::erf(x * 0.7071067811865476));  // x / sqrt(2)
+  return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));  // x / sqrt(2)
 }
 
 // (0 < a) - (a < 0): NaN gives 0 and -0.0 gives +0.0, as PyTorch's vectorized sign kernel.
-inline double sign(double a) {
-  return static_cast<double>((0 < a) - (a < 0));
+template <class T>
+inline T sign(T a) {
+  return static_cast<T>((0 < a) - (a < 0));
 }
 
 // True division, or rounded: 1 truncates, 2 floors (PyTorch's div_floor_floating, which is
 // Python's // on floats: exact for large quotients and signed zeros).
-inline double div(double a, double b, int rounding) {
+template <class T>
+inline T div(T a, T b, int rounding) {
   if (rounding == 0) return a / b;
   if (rounding == 1) return std::trunc(a / b);
   if (b == 0) return a / b;
-  double mod = std::fmod(a, b);
-  double q = (a - mod) / b;
+  T mod = std::fmod(a, b);
+  T q = (a - mod) / b;
   if (mod != 0 && (b < 0) != (mod < 0)) q -= 1;
-  if (q == 0) return std::copysign(0.0, a / b);
-  double floor_q = std::floor(q);
-  if (q - floor_q > 0.5) floor_q += 1;
+  if (q == 0) return std::copysign(T(0), a / b);
+  T floor_q = std::floor(q);
+  if (q - floor_q > T(0.5)) floor_q += 1;
   return floor_q;
 }
 
 // Python's %: the result has the divisor's sign.
-inline double remainder(double a, double b) {
-  double mod = std::fmod(a, b);
+template <class T>
+inline T remainder(T a, T b) {
+  T mod = std::fmod(a, b);
   if (mod != 0 && (b < 0) != (mod < 0)) mod += b;
   return mod;
 }
@@ -102,21 +107,26 @@ inline int64_t pow_int(int64_t a, int64_t b) {
   return static_cast<int64_t>(result);
 }
 
-// NaN-propagating maximum/minimum (torch.maximum, torch.minimum).
-inline double maximum(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+// NaN-propagating maximum/minimum (torch.maximum, torch.minimum): a NaN operand is the result.
+template <class T>
+inline T maximum(T a, T b) {
+  if (std::isnan(a)) return a;
+  if (std::isnan(b)) return b;
   return a > b ? a : b;
 }
-inline double minimum(double a, double b) {
-  if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+template <class T>
+inline T minimum(T a, T b) {
+  if (std::isnan(a)) return a;
+  if (std::isnan(b)) return b;
   return a < b ? a : b;
 }
 
 // clamp with optional bounds: a NaN bound gives NaN, a NaN input stays NaN, and min > max gives
 // max (min(max(a, lo), hi) applied in that order).
-inline double clamp(double a, double lo, double hi, bool has_lo, bool has_hi) {
-  if ((has_lo && std::isnan(lo)) || (has_hi && std::isnan(hi)))
-    return std::numeric_limits<double>::quiet_NaN();
+template <class T>
+inline T clamp(T a, T lo, T hi, bool has_lo, bool has_hi) {
+  if (has_lo && std::isnan(lo)) return lo;
+  if (has_hi && std::isnan(hi)) return hi;
   if (std::isnan(a)) return a;
   if (has_lo && a < lo) a = lo;
   if (has_hi && a > hi) a = hi;
@@ -129,8 +139,10 @@ inline int64_t clamp_int(int64_t a, int64_t lo, int64_t hi, bool has_lo, bool ha
 }
 
 // torch.lerp's two-sided formula, exact at weight 0 and 1.
-inline double lerp(double self, double end, double weight) {
-  return std::abs(weight) < 0.5 ? self + weight * (end - self) : end - (end - self) * (1 - weight);
+template <class T>
+inline T lerp(T self, T end, T weight) {
+  return std::fabs(weight) < T(0.5) ? self + weight * (end - self)
+                                    : end - (end - self) * (1 - weight);
 }
 
 }  // namespace kiln::math

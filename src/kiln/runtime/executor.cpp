@@ -5,6 +5,7 @@
 #include <set>
 
 #include "kiln/runtime/cpu/cpu_kernels.h"
+#include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/support/error.h"
 
@@ -80,30 +81,118 @@ bool injective(const RtTensor& t) {
 // other nest read the old contents), and every input that shares bytes with `dest` is read there
 // only at the very element the same iteration stores. Otherwise the executor copies the value
 // into `dest` after the kernel, as it does for an interpreted step.
-bool can_store_in_kernel(const codegen::CpuKernel& kernel, size_t j, const RtTensor& dest,
+bool can_store_in_kernel(const codegen::Kernel& kernel, size_t j, const RtTensor& dest,
                          const std::vector<RtValue>& inputs) {
-  const codegen::CpuKernelOutput& out = kernel.outputs[j];
+  const codegen::KernelOutput& out = kernel.outputs[j];
   if (!out.in_last_nest || dest.dtype() != out.dtype || dest.sizes != out.shape) return false;
   if (!injective(dest)) return false;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const codegen::CpuKernelInput& in = kernel.inputs[i];
+    const codegen::KernelInput& in = kernel.inputs[i];
     if (!in.is_tensor) continue;
     const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
     if (t.storage != dest.storage) continue;
     switch (in.last_nest_loads) {
-      case codegen::CpuKernelInput::Loads::kNone:
+      case codegen::KernelInput::Loads::kNone:
         continue;
-      case codegen::CpuKernelInput::Loads::kIdentity:
+      case codegen::KernelInput::Loads::kIdentity:
         if ((t.sizes == dest.sizes && t.strides == dest.strides && t.offset == dest.offset) ||
             disjoint(t, dest))
           continue;
         return false;
-      case codegen::CpuKernelInput::Loads::kOther:
+      case codegen::KernelInput::Loads::kOther:
         if (in.windows.empty() && disjoint(t, dest)) continue;
         return false;
     }
   }
   return true;
+}
+
+// The memory operations of one execute call on its device: the interpreter's for CPU tensors,
+// the CUDA runtime's for CUDA tensors. A step that has no CUDA kernel runs in the interpreter on
+// host copies of its inputs (each device storage copied down once per step), and its results
+// are copied up.
+class DeviceMemoryOps {
+ public:
+  explicit DeviceMemoryOps(Device device) : device_(device) {}
+  bool cuda() const { return device_.kind == Device::Kind::kCuda; }
+  Device device() const { return device_; }
+
+  TensorHandle clone_of(const RtTensor& t) const { return cuda() ? cuda::cuda_clone(t) : clone(t); }
+  void copy(RtTensor& dst, const RtTensor& src) const {
+    if (cuda())
+      cuda::cuda_copy_into(dst, src);
+    else
+      copy_into(dst, src);
+  }
+  TensorHandle empty(DType dtype, const Shape& shape) const {
+    if (cuda())
+      return cuda::cuda_strided(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape),
+                                device_, false);
+    return empty_strided(dtype, shape, contiguous_strides(shape));
+  }
+  // A fresh tensor of this layout holding `value`'s elements (a layout may repeat elements).
+  TensorHandle materialize(const RtTensor& value, const Geometry& g, int64_t storage_numel) const {
+    if (cuda()) {
+      bool covers = g.offset == 0 && shape_numel(g.sizes) == storage_numel &&
+                    contiguous_strides(g.sizes) == g.strides;
+      TensorHandle out = cuda::cuda_strided(value.dtype(), g.sizes, g.strides, g.offset,
+                                            storage_numel, device_, !covers);
+      cuda::cuda_copy_elements(*out, value);
+      return out;
+    }
+    TensorHandle out = make_strided(value.dtype(), g.sizes, g.strides, g.offset, storage_numel);
+    for (int64_t i = 0; i < out->numel(); ++i)
+      copy_element(*value.storage, value.storage_index_of_linear(i), *out->storage,
+                   out->storage_index_of_linear(i));
+    return out;
+  }
+
+  // Runs `body` in the interpreter; on CUDA, on host copies.
+  std::vector<RtValue> interpret_step(const Trace& body, const std::vector<RtValue>& inputs) const {
+    if (!cuda()) return interpret(body, inputs);
+    std::map<const Storage*, std::shared_ptr<Storage>> down;
+    std::vector<RtValue> host_inputs;
+    for (const RtValue& v : inputs)
+      host_inputs.push_back(to_host_value(v, down));
+    std::vector<RtValue> outs = interpret(body, host_inputs);
+    std::map<const Storage*, std::shared_ptr<Storage>> up;
+    for (RtValue& v : outs)
+      v = to_device_value(v, up);
+    return outs;
+  }
+
+  RtValue to_host_value(const RtValue& v,
+                        std::map<const Storage*, std::shared_ptr<Storage>>& down) const {
+    const auto* t = std::get_if<TensorHandle>(&v);
+    if (!t || !(*t)->storage->on_device()) return v;
+    auto it = down.find((*t)->storage.get());
+    if (it == down.end()) it = down.emplace((*t)->storage.get(), cuda::to_host(**t)->storage).first;
+    return RtValue(rebase(**t, it->second));
+  }
+  RtValue to_device_value(const RtValue& v,
+                          std::map<const Storage*, std::shared_ptr<Storage>>& up) const {
+    const auto* t = std::get_if<TensorHandle>(&v);
+    if (!t || (*t)->storage->on_device()) return v;
+    auto it = up.find((*t)->storage.get());
+    if (it == up.end())
+      it = up.emplace((*t)->storage.get(), cuda::to_device(**t, device_)->storage).first;
+    return RtValue(rebase(**t, it->second));
+  }
+
+ private:
+  static TensorHandle rebase(const RtTensor& t, std::shared_ptr<Storage> storage) {
+    auto out = std::make_shared<RtTensor>(t);
+    out->storage = std::move(storage);
+    return out;
+  }
+  Device device_;
+};
+
+// The device of a call: its tensors' (kiln never mixes devices in one program).
+Device device_of(const std::vector<RtValue>& args) {
+  for (const RtValue& a : args)
+    if (const auto* t = std::get_if<TensorHandle>(&a)) return (*t)->device();
+  return Device::cpu();
 }
 
 }  // namespace
@@ -122,6 +211,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
 
   // The trace's inputs: one per group (the caller's tensor itself, or a copy of the storage
   // extent for a synthetic base — the trace is functional, so it only reads it), then numbers.
+  const DeviceMemoryOps memory(device_of(args));
   std::vector<GroupBase> bases(pattern.groups.size());
   std::vector<RtValue> inputs;
   for (size_t g = 0; g < pattern.groups.size(); ++g) {
@@ -133,7 +223,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     bases[g].start = caller->offset - pattern.inputs[j].geometry.offset;
     if (pattern.groups[g].synthetic) {
       TensorHandle extent = make_view(caller, {pattern.groups[g].numel}, {1}, bases[g].start);
-      inputs.emplace_back(clone(*extent));
+      inputs.emplace_back(memory.clone_of(*extent));
     } else {
       inputs.emplace_back(caller);
     }
@@ -148,7 +238,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   // copied before any writeback can change that memory.
   auto detach = [&](RtValue v) {
     if (auto* t = std::get_if<TensorHandle>(&v))
-      if (caller_storages.contains((*t)->storage.get())) return RtValue(clone(**t));
+      if (caller_storages.contains((*t)->storage.get())) return RtValue(memory.clone_of(**t));
     return v;
   };
   // Where a writeback into `target` goes: the caller's tensor, or its group's storage extent.
@@ -162,7 +252,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
                : base.caller;
   };
   auto write_back = [&](const Value* target, const RtValue& value) {
-    copy_into(*destination(target), *std::get<TensorHandle>(value));
+    memory.copy(*destination(target), *std::get<TensorHandle>(value));
   };
 
   std::map<const Value*, RtValue> env;
@@ -181,9 +271,19 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     std::set<const Value*> wanted(trace.outputs().begin(), trace.outputs().end());
     for (const auto& wb : trace.writebacks)
       wanted.insert(wb.second);
-    interpret_observed(trace, inputs, [&](const Value* v, const RtValue& rv) {
-      if (wanted.contains(v)) env[v] = detach(rv);
-    });
+    if (memory.cuda()) {
+      std::map<const Storage*, std::shared_ptr<Storage>> down, up;
+      std::vector<RtValue> host_inputs;
+      for (const RtValue& v : inputs)
+        host_inputs.push_back(memory.to_host_value(v, down));
+      interpret_observed(trace, host_inputs, [&](const Value* v, const RtValue& rv) {
+        if (wanted.contains(v)) env[v] = detach(memory.to_device_value(rv, up));
+      });
+    } else {
+      interpret_observed(trace, inputs, [&](const Value* v, const RtValue& rv) {
+        if (wanted.contains(v)) env[v] = detach(rv);
+      });
+    }
     for (const auto& [target, value] : trace.writebacks) {
       write_back(target, env.at(value));
       ++stats->writebacks_copied;
@@ -194,7 +294,19 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     // exactly what place_writebacks must rule out. A fusion step runs as its compiled CPU kernel
     // when it has one (cpu_kernels.h), else in the interpreter.
     cpu::PlanKernels kernels;
-    if (cpu::cpu_kernels_enabled()) kernels = cpu::prepare_cpu_kernels(program.plan);
+    cuda::CudaPlanKernels cuda_kernels;
+    if (memory.cuda())
+      cuda_kernels = cuda::prepare_cuda_kernels(program.plan, memory.device().index);
+    else if (cpu::cpu_kernels_enabled())
+      kernels = cpu::prepare_cpu_kernels(program.plan);
+    // The kernel of step s, if it has one.
+    auto kernel_of = [&](size_t s) -> const codegen::Kernel* {
+      if (memory.cuda())
+        return s < cuda_kernels.steps.size() && cuda_kernels.steps[s]
+                   ? &cuda_kernels.steps[s]->kernel
+                   : nullptr;
+      return s < kernels.steps.size() && kernels.steps[s] ? &kernels.steps[s]->kernel : nullptr;
+    };
     // Values read after the step that makes them: a value a kernel stored only into the caller's
     // memory is copied out of it when (and only when) it is one of these.
     std::set<const Value*> read_later(trace.outputs().begin(), trace.outputs().end());
@@ -212,8 +324,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         for (const Value* v : step.inputs)
           step_inputs.push_back(env.at(v));
         bool ran = false;
-        if (s < kernels.steps.size() && kernels.steps[s]) {
-          const cpu::StepKernel& k = *kernels.steps[s];
+        if (const codegen::Kernel* kernel = kernel_of(s)) {
           std::vector<TensorHandle> buffers(step.outputs.size());
           std::vector<bool> in_caller(step.outputs.size(), false);
           for (const auto& [target, value] : step.writebacks) {
@@ -222,17 +333,18 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
               ++j;
             if (j == step.outputs.size()) continue;
             TensorHandle dest = destination(target);
-            if (!can_store_in_kernel(k.kernel, j, *dest, step_inputs)) continue;
+            if (!can_store_in_kernel(*kernel, j, *dest, step_inputs)) continue;
             buffers[j] = dest;
             in_caller[j] = true;
             stored.insert(target);
           }
           for (size_t j = 0; j < buffers.size(); ++j) {
             if (buffers[j]) continue;
-            const codegen::CpuKernelOutput& o = k.kernel.outputs[j];
-            buffers[j] = empty_strided(o.dtype, o.shape, contiguous_strides(o.shape));
+            const codegen::KernelOutput& o = kernel->outputs[j];
+            buffers[j] = memory.empty(o.dtype, o.shape);
           }
-          ran = cpu::run_cpu_kernel(k, step_inputs, buffers);
+          ran = memory.cuda() ? cuda::run_cuda_kernel(*cuda_kernels.steps[s], step_inputs, buffers)
+                              : cpu::run_cpu_kernel(*kernels.steps[s], step_inputs, buffers);
           if (ran) {
             std::set<const Value*> bind = read_later;
             for (const auto& [target, value] : step.writebacks)
@@ -252,7 +364,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           stats->writebacks_in_kernel += static_cast<int>(stored.size());
         } else {
           ++stats->interpreted_steps;
-          std::vector<RtValue> outs = interpret(step.body, step_inputs);
+          std::vector<RtValue> outs = memory.interpret_step(step.body, step_inputs);
           for (size_t k = 0; k < outs.size(); ++k)
             env[step.outputs[k]] = detach(outs[k]);
         }
@@ -270,7 +382,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   for (const Value* o : trace.outputs()) {
     RtValue v = detach(env.at(o));
     if (auto* t = std::get_if<TensorHandle>(&v))
-      if (!returned.insert(t->get()).second) v = clone(**t);
+      if (!returned.insert(t->get()).second) v = memory.clone_of(**t);
     values.push_back(v);
   }
   // Metadata mutations of the caller's tensor objects.
@@ -294,14 +406,9 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           break;
         }
         // A fresh tensor, laid out as eager lays it out (its strides are visible to the caller).
-        TensorHandle out = make_strided((*t)->dtype(), r.geometry.sizes, r.geometry.strides,
-                                        r.geometry.offset, r.storage_numel);
-        // Element by element: a layout with repeated elements (stride 0) is legal here, every
-        // copy gets the same value.
-        for (int64_t i = 0; i < out->numel(); ++i)
-          copy_element(*(*t)->storage, (*t)->storage_index_of_linear(i), *out->storage,
-                       out->storage_index_of_linear(i));
-        results.emplace_back(out);
+        // A layout with repeated elements (stride 0) is legal here: every copy gets the same
+        // value.
+        results.emplace_back(memory.materialize(**t, r.geometry, r.storage_numel));
         break;
       }
       case ReturnBinding::Kind::kInputObject:

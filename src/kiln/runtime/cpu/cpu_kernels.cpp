@@ -24,7 +24,7 @@ PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache) {
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     const Step& step = plan.steps[s];
     if (step.kind != Step::Kind::kFusion) continue;
-    codegen::CpuLowering lowered = codegen::lower_cpu_kernel(step);
+    codegen::KernelLowering lowered = codegen::lower_kernel(step, codegen::Target::kCpu);
     if (!lowered.kernel) {
       pk.why_not[s] = lowered.why_not;
       continue;
@@ -46,7 +46,7 @@ void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans, KernelCach
   for (const ExecutionPlan* plan : plans)
     for (const Step& step : plan->steps) {
       if (step.kind != Step::Kind::kFusion) continue;
-      codegen::CpuLowering lowered = codegen::lower_cpu_kernel(step);
+      codegen::KernelLowering lowered = codegen::lower_kernel(step, codegen::Target::kCpu);
       if (lowered.kernel) sources.push_back(std::move(lowered.kernel->source));
     }
   std::vector<const std::string*> refs;
@@ -70,7 +70,7 @@ void append_layout(const RtTensor& t, std::vector<int64_t>& meta) {
 
 bool run_cpu_kernel(const StepKernel& k, const std::vector<RtValue>& inputs,
                     const std::vector<TensorHandle>& outputs) {
-  const codegen::CpuKernel& kernel = k.kernel;
+  const codegen::Kernel& kernel = k.kernel;
   KILN_ASSERT(inputs.size() == kernel.inputs.size() && outputs.size() == kernel.outputs.size())
       << "a CPU kernel called with " << inputs.size() << " inputs and " << outputs.size()
       << " outputs";

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kiln/codegen/cpu_kernel.h"
+#include "kiln/codegen/kernel.h"
 #include "kiln/passes/plan.h"
 #include "kiln/runtime/cpu/kernel_cache.h"
 #include "kiln/runtime/interpreter/rt_tensor.h"
@@ -22,7 +22,7 @@ inline constexpr bool kCpuKernelsByDefault = true;
 bool cpu_kernels_enabled();
 
 struct StepKernel {
-  codegen::CpuKernel kernel;
+  codegen::Kernel kernel;
   codegen::CpuKernelFn fn = nullptr;
 };
 

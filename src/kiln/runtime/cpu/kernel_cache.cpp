@@ -13,7 +13,7 @@
 #include <optional>
 #include <thread>
 
-#include "kiln/runtime/cpu/hash.h"
+#include "kiln/runtime/cache_files.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cpu {
@@ -25,56 +25,6 @@ struct KernelCache::Module {
 };
 
 namespace {
-
-// Every cache file ends in "\nKILNSUM <32 hex digits>\n", the content hash of what precedes it.
-// (A shared object with bytes after its last section still loads: the loader maps segments.)
-constexpr size_t kTrailerSize = 9 + 32 + 1;
-
-std::string trailer_for(std::string_view payload) {
-  return "\nKILNSUM " + content_hash(payload) + "\n";
-}
-
-std::optional<std::string_view> verified_payload(std::string_view file) {
-  if (file.size() < kTrailerSize) return std::nullopt;
-  std::string_view trailer = file.substr(file.size() - kTrailerSize);
-  if (!trailer.starts_with("\nKILNSUM ") || trailer.back() != '\n') return std::nullopt;
-  std::string_view payload = file.substr(0, file.size() - kTrailerSize);
-  if (content_hash(payload) != trailer.substr(9, 32)) return std::nullopt;
-  return payload;
-}
-
-std::optional<std::string> read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-// A name no other writer (process or thread) uses at the same time.
-fs::path temporary_path(const fs::path& dir, const std::string& what) {
-  static std::atomic<uint64_t> counter{0};
-  return dir / (".tmp-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + what);
-}
-
-bool write_file(const fs::path& path, std::string_view content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(content.data(), static_cast<std::streamsize>(content.size()));
-  out.close();
-  return static_cast<bool>(out);
-}
-
-// Written whole under a temporary name, then renamed into place.
-bool write_atomically(const fs::path& path, std::string_view content) {
-  fs::path tmp = temporary_path(path.parent_path(), path.filename().string());
-  if (!write_file(tmp, content)) {
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    return false;
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
-  return !ec;
-}
 
 std::string symbol_for(const std::string& key) {
   return "kiln_kernel_" + key;
@@ -89,16 +39,7 @@ std::string env_or(const char* name, const std::string& fallback) {
 
 KernelCacheOptions default_kernel_cache_options() {
   KernelCacheOptions o;
-  std::string dir = env_or("KILN_CACHE_DIR", "");
-  if (dir.empty()) {
-    std::string xdg = env_or("XDG_CACHE_HOME", "");
-    std::string home = env_or("HOME", "");
-    if (!xdg.empty())
-      dir = xdg + "/kiln";
-    else if (!home.empty())
-      dir = home + "/.cache/kiln";
-  }
-  o.cache_dir = dir;
+  o.cache_dir = default_cache_dir();
   o.compiler = default_compiler_config();
   o.jobs = std::max(1, std::atoi(env_or("KILN_COMPILE_JOBS", "2").c_str()));
   return o;
@@ -251,7 +192,7 @@ void KernelCache::compile(const std::vector<std::pair<std::string, const std::st
     std::vector<std::pair<std::string, const std::string*>> named;
     for (size_t i : job.members)
       named.emplace_back(symbol_for(kernels[i].first), kernels[i].second);
-    job.source = codegen::cpu_module_source(named);
+    job.source = codegen::module_source(codegen::Target::kCpu, named);
     job.name = "m-" + content_hash(identity_hash_ + ":" + job.source) + ".so";
     // Another process may have compiled this very module already.
     job.cached = disk && verify_module(job.name);
@@ -278,7 +219,7 @@ void KernelCache::compile(const std::vector<std::pair<std::string, const std::st
     }
     fs::remove(src, ec);
     std::optional<std::string> bytes = read_file(obj);
-    bool ok = bytes && write_file(obj, *bytes + trailer_for(*bytes));
+    bool ok = bytes && write_file(obj, *bytes + checksum_trailer(*bytes));
     if (ok) {
       fs::rename(obj, fs::path(dir) / job.name, ec);
       ok = !ec;
@@ -314,7 +255,7 @@ void KernelCache::compile(const std::vector<std::pair<std::string, const std::st
         const auto& [key, source] = kernels[i];
         std::string index =
             "kiln-kernel 1\nmodule " + job.name + "\nsymbol " + symbol_for(key) + "\n" + *source;
-        write_atomically(fs::path(dir) / ("k-" + key + ".idx"), index + trailer_for(index));
+        write_atomically(fs::path(dir) / ("k-" + key + ".idx"), index + checksum_trailer(index));
       }
     }
     if (!fns) continue;

@@ -27,7 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kiln/codegen/cpu_kernel.h"
+#include "kiln/codegen/kernel.h"
 #include "kiln/runtime/cpu/compiler.h"
 
 namespace kiln::cpu {
@@ -56,7 +56,7 @@ class KernelCache {
   KernelCache(const KernelCache&) = delete;
   KernelCache& operator=(const KernelCache&) = delete;
 
-  // The functions for kernel sources as codegen::lower_cpu_kernel emits them, in order.
+  // The functions for kernel sources as codegen::lower_kernel emits them, in order.
   std::vector<codegen::CpuKernelFn> get(const std::vector<const std::string*>& sources);
   codegen::CpuKernelFn get(const std::string& source) { return get({&source}).at(0); }
 

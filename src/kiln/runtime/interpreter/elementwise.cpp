@@ -40,6 +40,7 @@ int64_t no_float_path(const char* op) {
 #define KILN_EW_FUNCTIONS(Id, name, unpack, fexpr, iexpr)          \
   double float_##Id(const double* v, const ElementwiseParams& p) { \
     [[maybe_unused]] const char* op_name = name;                   \
+    using K [[maybe_unused]] = double;                             \
     [[maybe_unused]] double unpack;                                \
     return static_cast<double>(fexpr);                             \
   }                                                                \

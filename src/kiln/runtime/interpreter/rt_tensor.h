@@ -16,8 +16,17 @@ namespace kiln {
 struct Storage {
   DType dtype = DType::kFloat32;
   Device device;
-  std::vector<std::byte> bytes;
-  int64_t numel() const { return static_cast<int64_t>(bytes.size()) / dtype_size(dtype); }
+  std::vector<std::byte> bytes;  // a CPU storage's elements
+  // A CUDA storage's memory (`bytes` stays empty): its device address, its size and its owner.
+  // Only the executor and the CUDA runtime touch it; the interpreter never sees a CUDA storage.
+  uint64_t device_data = 0;
+  int64_t device_numel = 0;
+  std::shared_ptr<void> device_owner;
+
+  bool on_device() const { return device.kind != Device::Kind::kCpu; }
+  int64_t numel() const {
+    return on_device() ? device_numel : static_cast<int64_t>(bytes.size()) / dtype_size(dtype);
+  }
 
   // Element i of the storage as a double / int64 (bool is 0 or 1; f16 and bf16 are widened).
   double load_double(int64_t i) const;

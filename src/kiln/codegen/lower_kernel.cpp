@@ -1,4 +1,4 @@
-#include "kiln/codegen/cpu_kernel.h"
+#include "kiln/codegen/kernel.h"
 
 #include <algorithm>
 #include <cinttypes>
@@ -78,30 +78,46 @@ struct Number {
   bool is_float = false;  // a Python float (store_scalar stores it as a double)
 };
 
-class CpuEmitter {
- public:
-  explicit CpuEmitter(const Step& step) : step_(step), body_(step.body) {}
+// A CUDA nest's vectorized variant being emitted: the lane `l` of the thread's elements, with the
+// inputs loaded in registers r<k> and the outputs stored in registers w<j>.
+struct Lanes {
+  std::set<size_t> inputs;  // step inputs read from registers
+};
 
-  CpuLowering run() {
+// A nest's body: the code that computes every output at the iteration's index, then the stores.
+struct NestBody {
+  std::string code;
+  std::string stores;
+};
+
+// CUDA threads per block.
+constexpr int kCudaBlock = 256;
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const Step& step, Target target) : step_(step), body_(step.body), target_(target) {}
+
+  KernelLowering run() {
     try {
-      return CpuLowering{lower(), ""};
+      return KernelLowering{lower(), ""};
     } catch (const NotLowered& e) {
-      return CpuLowering{std::nullopt, e.why};
+      return KernelLowering{std::nullopt, e.why};
     }
   }
 
  private:
-  CpuKernel lower() {
+  Kernel lower() {
     if (step_.kind != Step::Kind::kFusion) not_lowered("not a fusion region");
-    CpuKernel k;
+    Kernel k;
+    k.target = target_;
     // Inputs: where each tensor's layout sits in in_meta.
     for (size_t i = 0; i < body_.inputs().size(); ++i) {
       const Value* in = body_.inputs()[i];
       input_index_[in] = i;
-      CpuKernelInput ki;
+      KernelInput ki;
       ki.is_tensor = in->is_tensor();
       if (ki.is_tensor) {
-        check_cpu(in);
+        check_device(in);
         ki.meta = static_cast<int>(k.in_meta_size);
         k.in_meta_size += 1 + in->tensor_type().rank();
       }
@@ -113,8 +129,8 @@ class CpuEmitter {
     if (outs.empty()) not_lowered("the region has no outputs");
     for (const Value* o : outs) {
       if (!o->is_tensor()) not_lowered("an output of the region is a number");
-      check_cpu(o);
-      CpuKernelOutput ko;
+      check_device(o);
+      KernelOutput ko;
       ko.dtype = o->tensor_type().dtype;
       ko.shape = o->tensor_type().shape;
       ko.meta = static_cast<int>(k.out_meta_size);
@@ -128,7 +144,7 @@ class CpuEmitter {
 
     // One nest per output shape; the nest with the writebacks last.
     std::vector<Shape> shapes;
-    for (const CpuKernelOutput& o : k.outputs)
+    for (const KernelOutput& o : k.outputs)
       if (std::find(shapes.begin(), shapes.end(), o.shape) == shapes.end())
         shapes.push_back(o.shape);
     std::map<Shape, int> writebacks_per_shape;
@@ -143,16 +159,20 @@ class CpuEmitter {
     std::rotate(shapes.begin() + static_cast<int64_t>(last),
                 shapes.begin() + static_cast<int64_t>(last) + 1, shapes.end());
 
+    k.source = target_ == Target::kCpu ? cpu_source(shapes, k) : cuda_source(shapes, k);
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      k.inputs[i].windows = windows_[i];
+      k.inputs[i].whole_storage = whole_storage_[i];
+    }
+    return k;
+  }
+
+  std::string cpu_source(const std::vector<Shape>& shapes, Kernel& k) {
     std::string nests;
     for (size_t s = 0; s < shapes.size(); ++s) {
       bool is_last = s + 1 == shapes.size();
       nests += emit_nest(shapes[s], k, is_last);
     }
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      k.inputs[i].windows = windows_[i];
-      k.inputs[i].whole_storage = whole_storage_[i];
-    }
-
     std::string src =
         "extern \"C\" void KILN_KERNEL_NAME(void* const* ins, const int64_t* in_meta, "
         "const double* sd, const int64_t* si, void* const* outs, const int64_t* "
@@ -183,8 +203,7 @@ class CpuEmitter {
       src += ";\n";
     }
     src += nests + "}\n";
-    k.source = std::move(src);
-    return k;
+    return src;
   }
 
   // The region's ops (not its name or value names: equal regions of different programs should
@@ -196,20 +215,25 @@ class CpuEmitter {
     return s;
   }
 
-  static void check_cpu(const Value* v) {
-    if (v->tensor_type().device.kind != Device::Kind::kCpu)
+  void check_device(const Value* v) const {
+    Device::Kind want = target_ == Target::kCpu ? Device::Kind::kCpu : Device::Kind::kCuda;
+    if (v->tensor_type().device.kind != want)
       not_lowered("a tensor of the region is on " + v->tensor_type().device.str());
   }
 
   // ---- loop nests --------------------------------------------------------------------------
 
-  std::string emit_nest(const Shape& shape, CpuKernel& k, bool is_last) {
+  // The body of the nest over `shape`, at the index loop_index(shape). With `lanes`, the body of
+  // one lane of a vectorized CUDA nest: loads of lanes->inputs and every store use registers.
+  NestBody emit_body(const Shape& shape, Kernel& k, bool is_last, const std::string& indent,
+                     const Lanes* lanes = nullptr) {
     memo_.clear();
     loads_.assign(k.inputs.size(), {});
     raw_loads_.assign(k.inputs.size(), false);
     windows_.resize(k.inputs.size());
     code_.clear();
-    indent_ = "      ";
+    indent_ = indent;
+    lanes_ = lanes;
     Index at = loop_index(shape);
     std::vector<std::pair<size_t, Val>> values;
     for (size_t j = 0; j < k.outputs.size(); ++j) {
@@ -224,19 +248,17 @@ class CpuEmitter {
       IndexExpr address = IndexExpr::var("oo" + n);
       for (size_t d = 0; d < shape.size(); ++d)
         address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
-      stores += indent_ + "st_" + suffix(k.outputs[j].dtype) + "(out" + n + ", " + address.text +
-                ", " + v.expr + ");\n";
+      std::string where = lanes ? "w" + n + ", l" : "out" + n + ", " + address.text;
+      stores += indent_ + "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
     }
-    if (is_last) {
-      std::string identity = index_key(at);
-      for (size_t i = 0; i < k.inputs.size(); ++i) {
-        if (loads_[i].empty() && !raw_loads_[i]) continue;
-        bool same = !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == identity &&
-                    body_.inputs()[i]->tensor_type().shape == shape;
-        k.inputs[i].last_nest_loads =
-            same ? CpuKernelInput::Loads::kIdentity : CpuKernelInput::Loads::kOther;
-      }
-    }
+    lanes_ = nullptr;
+    return NestBody{code_, stores};
+  }
+
+  std::string emit_nest(const Shape& shape, Kernel& k, bool is_last) {
+    NestBody body = emit_body(shape, k, is_last, "      ");
+    Index at = loop_index(shape);
+    if (is_last) record_last_nest_loads(shape, k);
 
     std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
                       shape_str(shape) + "\n";
@@ -252,8 +274,224 @@ class CpuEmitter {
       out += "    for (int64_t " + i + " = 0; " + i + " < " + std::to_string(shape[d]) + "; ++" +
              i + ")\n";
     }
-    out += "    {\n" + code_ + stores + "    }\n  }\n";
+    out += "    {\n" + body.code + body.stores + "    }\n  }\n";
     return out;
+  }
+
+  // Which inputs the last nest reads at other elements than the one it stores (for in-kernel
+  // writebacks, DESIGN.md 4).
+  void record_last_nest_loads(const Shape& shape, Kernel& k) {
+    std::string identity = index_key(loop_index(shape));
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      if (loads_[i].empty() && !raw_loads_[i]) continue;
+      bool same = !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == identity &&
+                  body_.inputs()[i]->tensor_type().shape == shape;
+      k.inputs[i].last_nest_loads =
+          same ? KernelInput::Loads::kIdentity : KernelInput::Loads::kOther;
+    }
+  }
+
+  // ---- CUDA ----------------------------------------------------------------------------------
+
+  std::string cuda_source(const std::vector<Shape>& shapes, Kernel& k) {
+    auto words = [](int64_t n) { return std::to_string(std::max<int64_t>(n, 1)); };
+    std::string src = "namespace KILN_KERNEL_NAME {\n";
+    src += "using namespace kiln;\nusing namespace kiln::kernel;\n";
+    src += "// " + describe_step() + "\n";
+    src += "struct Args {\n  void* ins[" + words(static_cast<int64_t>(k.inputs.size())) +
+           "];\n  void* outs[" + words(static_cast<int64_t>(k.outputs.size())) +
+           "];\n  int64_t in_meta[" + words(k.in_meta_size) + "];\n  int64_t out_meta[" +
+           words(k.out_meta_size) + "];\n  double sd[" +
+           words(static_cast<int64_t>(k.inputs.size())) + "];\n  int64_t si[" +
+           words(static_cast<int64_t>(k.inputs.size())) + "];\n};\n";
+    std::string entries;
+    for (size_t s = 0; s < shapes.size(); ++s) {
+      bool is_last = s + 1 == shapes.size();
+      src += cuda_nest(s, shapes[s], k, is_last, &entries);
+    }
+    src += entries;
+    src += "}  // namespace KILN_KERNEL_NAME\n";
+    return src;
+  }
+
+  // The argument declarations of a nest function, in the index type I.
+  std::string cuda_decls(const Kernel& k) const {
+    std::string src;
+    src += "  [[maybe_unused]] const double* const sd = a.sd;\n";
+    src += "  [[maybe_unused]] const int64_t* const si = a.si;\n";
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      if (!k.inputs[i].is_tensor) continue;
+      std::string n = std::to_string(i);
+      int64_t rank = body_.inputs()[i]->tensor_type().rank();
+      src += "  [[maybe_unused]] const void* const in" + n + " = a.ins[" + n + "];\n";
+      src += "  [[maybe_unused]] const I o" + n + " = static_cast<I>(a.in_meta[" +
+             std::to_string(k.inputs[i].meta) + "])";
+      for (int64_t d = 0; d < rank; ++d)
+        src += ", s" + n + "_" + std::to_string(d) + " = static_cast<I>(a.in_meta[" +
+               std::to_string(k.inputs[i].meta + 1 + d) + "])";
+      src += ";\n";
+    }
+    for (size_t j = 0; j < k.outputs.size(); ++j) {
+      std::string n = std::to_string(j);
+      src += "  [[maybe_unused]] void* const out" + n + " = a.outs[" + n + "];\n";
+      src += "  [[maybe_unused]] const I oo" + n + " = static_cast<I>(a.out_meta[" +
+             std::to_string(k.outputs[j].meta) + "])";
+      for (size_t d = 0; d < k.outputs[j].shape.size(); ++d)
+        src += ", os" + n + "_" + std::to_string(d) + " = static_cast<I>(a.out_meta[" +
+               std::to_string(k.outputs[j].meta + 1 + static_cast<int>(d)) + "])";
+      src += ";\n";
+    }
+    return src;
+  }
+
+  // i0, i1, ... of the linear position `lin` (row-major over `shape`; dims of size 1 are 0, and a
+  // shape with a size-0 dim never runs its body).
+  static std::string decompose(const Shape& shape, const std::string& indent) {
+    std::string src = indent + "[[maybe_unused]] I rest = lin;\n";
+    if (shape_numel(shape) == 0) {  // the body never runs; its indices only need to exist
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (shape[d] != 1) src += indent + "const I i" + std::to_string(d) + " = 0;\n";
+      return src;
+    }
+    size_t first = shape.size();
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] != 1) {
+        first = d;
+        break;
+      }
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (shape[d] == 1) continue;  // loop_index has 0 there
+      std::string i = "i" + std::to_string(d);
+      if (d == first) {
+        src += indent + "const I " + i + " = rest;\n";
+      } else {
+        std::string size = std::to_string(shape[d]);
+        src += indent + "const I " + i + " = rest % " + size + ";\n";
+        src += indent + "rest /= " + size + ";\n";
+      }
+    }
+    return src;
+  }
+
+  static const char* storage_type(DType d) {
+    switch (d) {
+      case DType::kBool:
+        return "uint8_t";
+      case DType::kInt32:
+        return "int32_t";
+      case DType::kInt64:
+        return "int64_t";
+      case DType::kFloat16:
+      case DType::kBFloat16:
+        return "uint16_t";
+      case DType::kFloat32:
+        return "float";
+      case DType::kFloat64:
+        return "double";
+    }
+    return "uint8_t";
+  }
+
+  // The nest's device functions and their entries (appended to `entries`).
+  std::string cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                        std::string* entries) {
+    KernelNest nest;
+    nest.shape = shape;
+    nest.numel = shape_numel(shape);
+    std::string name = "nest" + std::to_string(index);
+    std::string decls = cuda_decls(k);
+    std::string numel = std::to_string(nest.numel);
+
+    NestBody scalar = emit_body(shape, k, is_last, "    ");
+    if (is_last) record_last_nest_loads(shape, k);
+    std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
+                      "_scalar(const Args& a) {\n" + decls;
+    src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+    src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);\n";
+    src +=
+        "  for (I lin = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
+        "static_cast<I>(threadIdx.x); lin < n; lin += step) {\n";
+    src += decompose(shape, "    ") + scalar.code + scalar.stores + "  }\n}\n";
+
+    // The vectorized variant: inputs read only at the iteration's own element load as vectors.
+    std::string identity = index_key(loop_index(shape));
+    Lanes lanes;
+    int64_t widest = 0;
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].empty()) continue;
+      if (loads_[i].size() != 1 || *loads_[i].begin() != identity) continue;
+      if (body_.inputs()[i]->tensor_type().shape != shape) continue;
+      lanes.inputs.insert(i);
+      widest = std::max<int64_t>(widest, dtype_size(body_.inputs()[i]->tensor_type().dtype));
+    }
+    std::vector<size_t> outs;
+    for (size_t j = 0; j < k.outputs.size(); ++j)
+      if (k.outputs[j].shape == shape) {
+        outs.push_back(j);
+        widest = std::max<int64_t>(widest, dtype_size(k.outputs[j].dtype));
+      }
+    int width = static_cast<int>(std::min<int64_t>(8, 16 / std::max<int64_t>(widest, 1)));
+    std::string variants = "s";
+    if (width > 1 && nest.numel >= width) {
+      std::vector<std::vector<StorageWindow>> windows = windows_;
+      std::vector<bool> whole = whole_storage_;
+      NestBody lane = emit_body(shape, k, is_last, "      ", &lanes);
+      windows_ = windows;
+      whole_storage_ = whole;
+      nest.vector_width = width;
+      for (size_t i : lanes.inputs)
+        nest.vector_inputs.push_back(static_cast<int>(i));
+      for (size_t j : outs)
+        nest.vector_outputs.push_back(static_cast<int>(j));
+      std::string v = std::to_string(width);
+      src += "template <class I>\n__device__ __forceinline__ void " + name +
+             "_vector(const Args& a) {\n" + decls;
+      src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+      src +=
+          "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x) * " + v + ";\n";
+      src +=
+          "  for (I base = (static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
+          "static_cast<I>(threadIdx.x)) * " +
+          v + "; base < n; base += step) {\n";
+      src += "    if (base + " + v + " <= n) {\n";
+      for (size_t i : lanes.inputs) {
+        DType d = body_.inputs()[i]->tensor_type().dtype;
+        std::string n = std::to_string(i), size = std::to_string(dtype_size(d));
+        src += "      alignas(16) " + std::string(storage_type(d)) + " r" + n + "[" + v + "];\n";
+        src += "      vector_load<" + std::to_string(dtype_size(d) * width) + ">(r" + n +
+               ", static_cast<const char*>(in" + n + ") + (o" + n + " + base) * " + size + ");\n";
+      }
+      for (size_t j : outs) {
+        std::string n = std::to_string(j);
+        src += "      alignas(16) " + std::string(storage_type(k.outputs[j].dtype)) + " w" + n +
+               "[" + v + "];\n";
+      }
+      src += "#pragma unroll\n      for (int l = 0; l < " + v + "; ++l) {\n";
+      src += "        const I lin = base + l;\n" + decompose(shape, "        ");
+      src += "        {\n" + lane.code + lane.stores + "        }\n      }\n";
+      for (size_t j : outs) {
+        DType d = k.outputs[j].dtype;
+        std::string n = std::to_string(j), size = std::to_string(dtype_size(d));
+        src += "      vector_store<" + std::to_string(dtype_size(d) * width) +
+               ">(static_cast<char*>(out" + n + ") + (oo" + n + " + base) * " + size + ", w" + n +
+               ");\n";
+      }
+      src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" +
+             decompose(shape, "        ") + "        {\n" + scalar.code + scalar.stores +
+             "        }\n      }\n    }\n  }\n}\n";
+      variants += "v";
+    }
+    for (char variant : variants) {
+      for (int bits : {32, 64}) {
+        std::string entry = "_n" + std::to_string(index) + "_" + variant + std::to_string(bits);
+        *entries += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCudaBlock) +
+                    ") KILN_CAT(KILN_KERNEL_NAME, " + entry + ")(const Args a) {\n  " + name +
+                    (variant == 's' ? "_scalar" : "_vector") + "<" +
+                    (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
+      }
+    }
+    k.nests.push_back(std::move(nest));
+    return src;
   }
 
   static IndexExpr mul(const IndexExpr& index, const std::string& stride) {
@@ -271,7 +509,11 @@ class CpuEmitter {
     code_ += indent_ + "const " + reg(dtype) + " " + v.expr + " = " + expr + ";\n";
     return v;
   }
-  static std::string reg(DType d) { return is_floating(d) ? "double" : "int64_t"; }
+  // The register type of a dtype's values (cpu_prelude.h, cuda_prelude.cuh).
+  std::string reg(DType d) const {
+    if (!is_floating(d)) return "int64_t";
+    return target_ == Target::kCuda && d != DType::kFloat64 ? "float" : "double";
+  }
 
   // ---- values ------------------------------------------------------------------------------
 
@@ -337,7 +579,13 @@ class CpuEmitter {
     IndexExpr address = IndexExpr::var("o" + n);
     for (size_t d = 0; d < at.size(); ++d)
       address = address + mul(at[d], "s" + n + "_" + std::to_string(d));
-    loads_[k].insert(index_key(at));
+    std::string key = index_key(at);
+    loads_[k].insert(key);
+    if (lanes_ && lanes_->inputs.contains(k)) {
+      KILN_ASSERT(key == index_key(loop_index(body_.inputs()[k]->tensor_type().shape)))
+          << "a vector input loaded away from its element";
+      return define(t.dtype, "ld_" + suffix(t.dtype) + "(r" + n + ", l)");
+    }
     return define(t.dtype, "ld_" + suffix(t.dtype) + "(in" + n + ", " + address.text + ")");
   }
 
@@ -508,9 +756,10 @@ class CpuEmitter {
       has_c = !node.arg(2).is_none();
     }
     auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-    std::string params = "const ElementwiseParams p{.alpha = " + alpha + ", .alpha_i = " + alpha_i +
-                         ", .value = " + value + ", .value_i = " + value_i +
-                         ", .rounding = " + std::to_string(rounding) +
+    const std::string K = reg(fl ? typing.compute : DType::kFloat64);
+    std::string params = "const ElementwiseParamsOf<K> p{.alpha = K(" + alpha +
+                         "), .alpha_i = " + alpha_i + ", .value = K(" + value +
+                         "), .value_i = " + value_i + ", .rounding = " + std::to_string(rounding) +
                          ", .approximate_tanh = " + flag(approximate_tanh) +
                          ", .has_b = " + flag(has_b) + ", .has_c = " + flag(has_c) +
                          ", .bool_compute = " + flag(typing.compute == DType::kBool) + "};";
@@ -534,16 +783,17 @@ class CpuEmitter {
       }
     }
     static const char* names[] = {"a", "b", "c"};
-    std::string decl = std::string("[[maybe_unused]] ") + (fl ? "double" : "int64_t") + " ";
+    std::string decl = std::string("[[maybe_unused]] ") + (fl ? "K" : "int64_t") + " ";
     for (size_t i = 0; i < operands.size(); ++i)
       decl += (i ? ", " : "") + std::string(names[i]) + " = " + operands[i];
     decl += ";";
 
     Val r{fresh("v"), typing.out};
-    std::string result = fl ? "f_" + suffix(typing.out) + "(static_cast<double>(" + expr + "))"
+    std::string result = fl ? "f_" + suffix(typing.out) + "(static_cast<K>(" + expr + "))"
                             : "i_" + suffix(typing.out) + "(static_cast<int64_t>(" + expr + "))";
     code_ += indent_ + reg(typing.out) + " " + r.expr + ";\n";
     code_ += indent_ + "{  // " + op.name + "\n";
+    code_ += indent_ + "  using K [[maybe_unused]] = " + K + ";\n";
     code_ += indent_ + "  [[maybe_unused]] " + params + "\n";
     code_ += indent_ + "  " + decl + "\n";
     code_ += indent_ + "  " + r.expr + " = " + result + ";\n";
@@ -651,7 +901,7 @@ class CpuEmitter {
         not_lowered(node.op->name + ": this scatter is not lowered (the interpreter runs it)");
     }
     std::string c = fresh("c");
-    code_ += indent_ + "const bool " + c + " = " + cond + ";\n";
+    code_ += indent_ + "[[maybe_unused]] const bool " + c + " = " + cond + ";\n";
     // Off the slot, read src at index 0: in bounds, and never used.
     Index guarded;
     for (const IndexExpr& e : slot) {
@@ -660,7 +910,8 @@ class CpuEmitter {
         continue;
       }
       std::string j = fresh("j");
-      code_ += indent_ + "const int64_t " + j + " = " + c + " ? (" + e.text + ") : 0;\n";
+      code_ += indent_ + "[[maybe_unused]] const int64_t " + j + " = " + c + " ? (" + e.text +
+               ") : 0;\n";
       guarded.push_back(IndexExpr::var(j));
     }
     Val s = eval(src, broadcast_index(guarded, src->tensor_type().shape));
@@ -697,17 +948,20 @@ class CpuEmitter {
       reach += (sizes[dims[k]] - 1) * strides[dims[k]];
     }
     std::string d = fresh("d");
-    code_ += indent_ + "const int64_t " + d + " = " + (at[0] - window.offset).text + ";\n";
+    code_ += indent_ + "[[maybe_unused]] const int64_t " + d + " = " +
+             (at[0] - window.offset).text + ";\n";
     std::string r = fresh("r");
-    code_ += indent_ + "const int64_t " + r + " = " + d + " < 0 ? 0 : " + d + ";\n";
+    code_ +=
+        indent_ + "[[maybe_unused]] const int64_t " + r + " = " + d + " < 0 ? 0 : " + d + ";\n";
     *cond = d + " >= 0";
     slot->assign(sizes.size(), IndexExpr::number(0));
     for (size_t dim : dims) {
       std::string q = fresh("q");
       std::string next = fresh("r");
       std::string t = std::to_string(strides[dim]);
-      code_ += indent_ + "const int64_t " + q + " = " + r + " / " + t + ";\n";
-      code_ += indent_ + "const int64_t " + next + " = " + r + " - " + q + " * " + t + ";\n";
+      code_ += indent_ + "[[maybe_unused]] const int64_t " + q + " = " + r + " / " + t + ";\n";
+      code_ += indent_ + "[[maybe_unused]] const int64_t " + next + " = " + r + " - " + q + " * " +
+               t + ";\n";
       *cond += " && " + q + " < " + std::to_string(sizes[dim]);
       (*slot)[dim] = IndexExpr::var(q);
       r = next;
@@ -718,6 +972,8 @@ class CpuEmitter {
 
   const Step& step_;
   const Trace& body_;
+  const Target target_;
+  const Lanes* lanes_ = nullptr;
   std::unordered_map<const Value*, size_t> input_index_;
   // The nest being emitted.
   std::string code_;
@@ -732,13 +988,28 @@ class CpuEmitter {
 
 }  // namespace
 
-CpuLowering lower_cpu_kernel(const Step& step) {
-  return CpuEmitter(step).run();
+KernelLowering lower_kernel(const Step& step, Target target) {
+  return KernelEmitter(step, target).run();
 }
 
-std::string cpu_module_source(
-    const std::vector<std::pair<std::string, const std::string*>>& kernels) {
-  std::string src = cpu_kernel_prelude();
+CudaArgsLayout cuda_args_layout(const Kernel& kernel) {
+  auto words = [](int64_t n) { return std::max<int64_t>(n, 1); };
+  auto ni = static_cast<int64_t>(kernel.inputs.size());
+  auto no = static_cast<int64_t>(kernel.outputs.size());
+  CudaArgsLayout l;
+  l.ins = 0;
+  l.outs = l.ins + words(ni);
+  l.in_meta = l.outs + words(no);
+  l.out_meta = l.in_meta + words(kernel.in_meta_size);
+  l.sd = l.out_meta + words(kernel.out_meta_size);
+  l.si = l.sd + words(ni);
+  l.words = l.si + words(ni);
+  return l;
+}
+
+std::string module_source(Target target,
+                          const std::vector<std::pair<std::string, const std::string*>>& kernels) {
+  std::string src = target == Target::kCpu ? cpu_kernel_prelude() : cuda_kernel_prelude();
   for (const auto& [symbol, source] : kernels) {
     src += "\n#define KILN_KERNEL_NAME " + symbol + "\n";
     src += *source;

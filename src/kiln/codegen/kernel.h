@@ -1,5 +1,5 @@
-// The CPU emitter (DESIGN.md 3): lowers one fusion step of an execution plan into the C++ source
-// of one kernel, and describes how to call it.
+// The kernel emitter (DESIGN.md 3): lowers one fusion step of an execution plan into the source
+// of one kernel, C++ for the CPU or CUDA C++ for NVRTC, and describes how to call it.
 //
 // A kernel is a few loop nests, one per distinct output shape. Each nest iterates over its
 // output's elements and evaluates every output of that shape at the iteration's index as one
@@ -12,18 +12,27 @@
 // every read of the old contents the kernel makes elsewhere and, under the same-index rule, after
 // its own iteration's reads.
 //
-// Values follow the reference interpreter exactly: floating math in double with each op's result
-// rounded to its dtype (f16/bf16 with round-to-nearest-even, through dtype_convert.h), integer
-// math in int64 with the interpreter's conversions, operands converted to the op's compute dtype.
+// CPU kernels follow the reference interpreter exactly: floating math in double with each op's
+// result rounded to its dtype (f16/bf16 with round-to-nearest-even, through dtype_convert.h),
+// integer math in int64 with the interpreter's conversions. A nest is a loop nest, parallel with
+// OpenMP when it is large.
+//
+// CUDA kernels compute as PyTorch's CUDA kernels do: float32, float16 and bfloat16 math in float
+// (each op's result still rounded to its dtype), float64 in double, integers in int64. Each nest
+// is its own __global__ entry (the nests run in order on one stream), a grid-stride loop over the
+// nest's elements in two index widths (32-bit when every address fits, else 64-bit). A nest whose
+// inputs are all read at the iteration's own element gets a vectorized variant too: each thread
+// does `vector_width` consecutive elements with one 16-byte (or narrower) load per input and one
+// store per output; the executor picks it when those tensors are contiguous and aligned.
 //
 // Not lowered (the executor interprets the step instead; `why_not` says why): reductions,
 // cat/stack, opaque ops, as_strided and as_strided_scatter except of an input or of a 1-D value
 // that is a whole storage (as functionalize makes them) with a window that does not repeat
 // elements, integer div/remainder/fmod/pow (they can raise), arguments the interpreter would
-// reject, non-CPU tensors.
+// reject, tensors on another device than the target's.
 //
 // Requires: a kFusion step whose body is a verified functional trace.
-// Tests: tests/unit/cpu_backend_test.cpp.
+// Tests: tests/unit/cpu_backend_test.cpp, tests/unit/cuda_codegen_test.cpp, tests/gpu/.
 #pragma once
 
 #include <optional>
@@ -36,7 +45,9 @@
 
 namespace kiln::codegen {
 
-// The kernel function is
+enum class Target { kCpu, kCuda };
+
+// The CPU kernel function is
 //   extern "C" void NAME(void* const* ins, const int64_t* in_meta, const double* sd,
 //                        const int64_t* si, void* const* outs, const int64_t* out_meta);
 // ins[k]: the start of step input k's storage (not of its first element); in_meta from
@@ -54,7 +65,7 @@ struct StorageWindow {
   std::optional<int64_t> offset;  // none: the input's own storage offset
 };
 
-struct CpuKernelInput {
+struct KernelInput {
   bool is_tensor = false;
   int meta = -1;  // where its offset and strides start in in_meta (tensors)
   // How the last loop nest reads it: not at all, only at exactly the element the iteration
@@ -68,35 +79,59 @@ struct CpuKernelInput {
   bool whole_storage = false;
 };
 
-struct CpuKernelOutput {
+struct KernelOutput {
   DType dtype = DType::kFloat32;
   Shape shape;
   int meta = -1;              // where its offset and strides start in out_meta
   bool in_last_nest = false;  // stored by the last nest (where an in-kernel writeback can be)
 };
 
-struct CpuKernel {
-  // The function, named by the macro KILN_KERNEL_NAME (cpu_module_source defines it).
-  std::string source;
-  std::vector<CpuKernelInput> inputs;    // one per step input
-  std::vector<CpuKernelOutput> outputs;  // one per step output
-  int64_t in_meta_size = 0;
-  int64_t out_meta_size = 0;
+// A CUDA kernel's loop nest: its entries are <symbol>_n<index>_s32 / _s64 (scalar) and, when
+// vector_width > 1, _v32 / _v64 (vectorized), each taking one parameter, the kernel's argument
+// block (cuda_args below).
+struct KernelNest {
+  Shape shape;
+  int64_t numel = 0;
+  int vector_width = 0;             // elements per thread of the vectorized variant; 0: none
+  std::vector<int> vector_inputs;   // inputs it loads as vectors: contiguous and aligned
+  std::vector<int> vector_outputs;  // outputs it stores as vectors (every output of the nest)
 };
 
-struct CpuLowering {
-  std::optional<CpuKernel> kernel;
+struct Kernel {
+  Target target = Target::kCpu;
+  // The function(s), named by the macro KILN_KERNEL_NAME (the module source defines it).
+  std::string source;
+  std::vector<KernelInput> inputs;    // one per step input
+  std::vector<KernelOutput> outputs;  // one per step output
+  int64_t in_meta_size = 0;
+  int64_t out_meta_size = 0;
+  std::vector<KernelNest> nests;  // CUDA: in launch order
+};
+
+// A CUDA kernel's argument block, in 8-byte words: ins[ni], outs[no], in_meta[mi], out_meta[mo],
+// sd[ni], si[ni] (each array at least one word long), passed by value as the entries' parameter.
+struct CudaArgsLayout {
+  int64_t ins = 0, outs = 0, in_meta = 0, out_meta = 0, sd = 0, si = 0;  // word offsets
+  int64_t words = 0;
+};
+CudaArgsLayout cuda_args_layout(const Kernel& kernel);
+
+struct KernelLowering {
+  std::optional<Kernel> kernel;
   std::string why_not;  // when there is no kernel: the op and the reason
 };
 
-CpuLowering lower_cpu_kernel(const Step& step);
+KernelLowering lower_kernel(const Step& step, Target target);
 
-// One translation unit with several kernels: the prelude (kernel_prelude.h and the headers it
-// names), then each kernel's source under its own symbol name.
-std::string cpu_module_source(
-    const std::vector<std::pair<std::string, const std::string*>>& kernels);
+// One translation unit with several kernels: the target's prelude, then each kernel's source
+// under its own symbol name.
+std::string module_source(Target target,
+                          const std::vector<std::pair<std::string, const std::string*>>& kernels);
 
-// The embedded prelude text (generated at build time from the headers by embed_prelude.cmake).
+// The embedded preludes (generated at build time from the headers by embed_prelude.cmake):
+// cpu_prelude.h and the kiln headers it names; cuda_prelude.h, then elementwise_params.h and
+// scalar_math.h without their standard includes.
 const char* cpu_kernel_prelude();
+const char* cuda_kernel_prelude();
 
 }  // namespace kiln::codegen

@@ -1,0 +1,517 @@
+#include "kiln/runtime/cuda/cuda_kernels.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "kiln/analysis/geometry.h"
+#include "kiln/runtime/cache_files.h"
+#include "kiln/runtime/cuda/nvrtc.h"
+#include "kiln/runtime/interpreter/env.h"
+#include "kiln/runtime/interpreter/layout.h"
+#include "kiln/support/error.h"
+
+namespace kiln::cuda {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr unsigned kBlock = 256;  // the emitter's __launch_bounds__
+
+// ---- the module cache ---------------------------------------------------------------------------
+
+struct ModuleCache {
+  std::mutex mutex;
+  std::map<std::string, Module> loaded;  // by "<device>:<key>"
+  CudaCacheStats stats;
+  std::string dir = default_cache_dir();
+  bool dir_ok = false;
+  ModuleCache() {
+    if (dir.empty()) return;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    dir_ok = !ec;
+  }
+};
+ModuleCache& module_cache() {
+  static ModuleCache c;
+  return c;
+}
+
+int compile_jobs() {
+  const char* v = std::getenv("KILN_COMPILE_JOBS");
+  int jobs = v && *v ? std::atoi(v) : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, jobs);
+}
+
+struct ModuleRequest {
+  std::string source;  // the whole module (prelude included)
+  std::string key;
+  Module module = nullptr;
+};
+
+// Loads or compiles the modules of `requests` for `device`, compiling the missing ones in
+// parallel.
+void get_modules(std::vector<ModuleRequest>& requests, int device) {
+  ModuleCache& cache = module_cache();
+  int arch = device_info(device).compute_capability;
+  std::string identity = "nvrtc " + nvrtc_version() + " sm_" + std::to_string(arch) + "\n";
+  std::vector<size_t> missing;
+  {
+    std::lock_guard<std::mutex> lock(cache.mutex);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ModuleRequest& r = requests[i];
+      r.key = content_hash(identity + r.source);
+      auto it = cache.loaded.find(std::to_string(device) + ":" + r.key);
+      if (it != cache.loaded.end()) {
+        r.module = it->second;
+        ++cache.stats.memory_hits;
+      } else {
+        missing.push_back(i);
+      }
+    }
+  }
+  // From disk, or compiled; a cubin is verified before it is loaded.
+  std::vector<std::string> cubins(requests.size());
+  std::vector<size_t> to_compile;
+  for (size_t i : missing) {
+    if (cache.dir_ok) {
+      fs::path path = fs::path(cache.dir) / ("cu-" + requests[i].key + ".cubin");
+      if (std::optional<std::string> file = read_file(path)) {
+        if (std::optional<std::string_view> payload = verified_payload(*file)) {
+          cubins[i] = std::string(*payload);
+          std::lock_guard<std::mutex> lock(cache.mutex);
+          ++cache.stats.disk_hits;
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(cache.mutex);
+        ++cache.stats.corrupt_files;
+      }
+    }
+    to_compile.push_back(i);
+  }
+  std::atomic<size_t> next{0};
+  std::exception_ptr failure;
+  std::mutex failure_mutex;
+  auto worker = [&] {
+    for (size_t k = next++; k < to_compile.size(); k = next++) {
+      size_t i = to_compile[k];
+      try {
+        NvrtcOutput out = nvrtc_compile(requests[i].source, arch, "kiln_" + requests[i].key);
+        cubins[i] = std::move(out.cubin);
+        if (cache.dir_ok)
+          write_atomically(fs::path(cache.dir) / ("cu-" + requests[i].key + ".cubin"),
+                           cubins[i] + checksum_trailer(cubins[i]));
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(failure_mutex);
+        if (!failure) failure = std::current_exception();
+      }
+    }
+  };
+  int jobs = std::min<int>(compile_jobs(), static_cast<int>(to_compile.size()));
+  std::vector<std::thread> threads;
+  for (int t = 1; t < jobs; ++t)
+    threads.emplace_back(worker);
+  worker();
+  for (std::thread& t : threads)
+    t.join();
+  if (failure) std::rethrow_exception(failure);
+  std::lock_guard<std::mutex> lock(cache.mutex);
+  cache.stats.compiled += static_cast<int>(to_compile.size());
+  for (size_t i : missing) {
+    std::string slot = std::to_string(device) + ":" + requests[i].key;
+    auto it = cache.loaded.find(slot);
+    if (it == cache.loaded.end())
+      it = cache.loaded.emplace(slot, load_module(cubins[i], device)).first;
+    requests[i].module = it->second;
+  }
+}
+
+std::string symbol_for(const codegen::Kernel& kernel) {
+  return "kiln_cuda_" + content_hash(kernel.source).substr(0, 20);
+}
+
+// ---- the strided copy kernel
+// ---------------------------------------------------------------------
+
+constexpr int kMaxCopyRank = 16;
+
+const char* copy_kernel_source() {
+  return R"KILN(
+namespace kiln_copy {
+using namespace kiln;
+using namespace kiln::kernel;
+// dtype codes: kiln's DType order (bool, i32, i64, f16, bf16, f32, f64).
+struct Args {
+  const void* src;
+  void* dst;
+  int64_t numel;
+  int64_t rank;
+  int64_t src_dtype;
+  int64_t dst_dtype;
+  int64_t src_offset;
+  int64_t dst_offset;
+  int64_t sizes[16];
+  int64_t src_strides[16];
+  int64_t dst_strides[16];
+};
+inline bool floating(int64_t d) { return d >= 3; }
+inline double load_f(const void* p, int64_t d, int64_t i) {
+  switch (d) {
+    case 3: return ld_f16(p, i);
+    case 4: return ld_bf16(p, i);
+    case 5: return ld_f32(p, i);
+    default: return ld_f64(p, i);
+  }
+}
+inline int64_t load_i(const void* p, int64_t d, int64_t i) {
+  switch (d) {
+    case 0: return ld_bool(p, i);
+    case 1: return ld_i32(p, i);
+    default: return ld_i64(p, i);
+  }
+}
+inline void store_f(void* p, int64_t d, int64_t i, double v) {
+  switch (d) {
+    case 0: st_bool(p, i, f_bool(v)); break;
+    case 1: st_i32(p, i, f_i32(v)); break;
+    case 2: st_i64(p, i, f_i64(v)); break;
+    case 3: st_f16(p, i, f_f16(v)); break;
+    case 4: st_bf16(p, i, f_bf16(v)); break;
+    case 5: st_f32(p, i, f_f32(v)); break;
+    default: st_f64(p, i, v); break;
+  }
+}
+inline void store_i(void* p, int64_t d, int64_t i, int64_t v) {
+  switch (d) {
+    case 0: st_bool(p, i, i_bool(v)); break;
+    case 1: st_i32(p, i, i_i32(v)); break;
+    case 2: st_i64(p, i, v); break;
+    case 3: st_f16(p, i, i_f16(v)); break;
+    case 4: st_bf16(p, i, i_bf16(v)); break;
+    case 5: st_f32(p, i, i_f32(v)); break;
+    default: st_f64(p, i, i_f64(v)); break;
+  }
+}
+extern "C" __global__ void kiln_strided_copy(const Args a) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t lin = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; lin < a.numel;
+       lin += step) {
+    int64_t rest = lin, si = a.src_offset, di = a.dst_offset;
+    for (int64_t d = a.rank - 1; d >= 0; --d) {
+      const int64_t i = rest % a.sizes[d];
+      rest /= a.sizes[d];
+      si += i * a.src_strides[d];
+      di += i * a.dst_strides[d];
+    }
+    if (a.src_dtype == a.dst_dtype) {  // the bytes, unchanged
+      switch (a.src_dtype) {
+        case 0: static_cast<uint8_t*>(a.dst)[di] = static_cast<const uint8_t*>(a.src)[si]; break;
+        case 1:
+        case 5: static_cast<uint32_t*>(a.dst)[di] = static_cast<const uint32_t*>(a.src)[si]; break;
+        case 3:
+        case 4: static_cast<uint16_t*>(a.dst)[di] = static_cast<const uint16_t*>(a.src)[si]; break;
+        default: static_cast<uint64_t*>(a.dst)[di] = static_cast<const uint64_t*>(a.src)[si]; break;
+      }
+    } else if (floating(a.src_dtype)) {
+      store_f(a.dst, a.dst_dtype, di, load_f(a.src, a.src_dtype, si));
+    } else {
+      store_i(a.dst, a.dst_dtype, di, load_i(a.src, a.src_dtype, si));
+    }
+  }
+}
+}  // namespace kiln_copy
+)KILN";
+}
+
+struct CopyArgs {
+  uint64_t src, dst;
+  int64_t numel, rank, src_dtype, dst_dtype, src_offset, dst_offset;
+  int64_t sizes[kMaxCopyRank], src_strides[kMaxCopyRank], dst_strides[kMaxCopyRank];
+};
+
+Function copy_function(int device) {
+  static std::mutex mutex;
+  static std::map<int, Function> by_device;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = by_device.find(device);
+  if (it != by_device.end()) return it->second;
+  std::vector<ModuleRequest> requests(1);
+  requests[0].source = std::string(codegen::cuda_kernel_prelude()) + copy_kernel_source();
+  get_modules(requests, device);
+  Function f = get_function(requests[0].module, "kiln_strided_copy");
+  by_device[device] = f;
+  return f;
+}
+
+unsigned grid_for(int64_t work, int device) {
+  int64_t blocks = (work + kBlock - 1) / kBlock;
+  int64_t cap = int64_t{device_info(device).multiprocessors} * 16;
+  return static_cast<unsigned>(std::clamp<int64_t>(blocks, 1, cap));
+}
+
+void* host_data(const RtTensor& t) {
+  return t.storage->bytes.empty() ? nullptr : const_cast<std::byte*>(t.storage->bytes.data());
+}
+
+// Launches the copy of src's elements (broadcast to dst's shape) into dst's.
+void launch_copy(const RtTensor& dst, const RtTensor& src, Stream stream) {
+  int64_t numel = dst.numel();
+  if (numel == 0) return;
+  KILN_ASSERT(dst.rank() <= kMaxCopyRank) << "a copy of a tensor of rank " << dst.rank();
+  CopyArgs a{};
+  a.src = src.storage->device_data;
+  a.dst = dst.storage->device_data;
+  a.numel = numel;
+  a.rank = dst.rank();
+  a.src_dtype = static_cast<int64_t>(src.dtype());
+  a.dst_dtype = static_cast<int64_t>(dst.dtype());
+  a.src_offset = src.offset;
+  a.dst_offset = dst.offset;
+  Strides from = broadcast_strides(src, dst.sizes);
+  for (size_t d = 0; d < dst.sizes.size(); ++d) {
+    a.sizes[d] = dst.sizes[d];
+    a.src_strides[d] = from[d];
+    a.dst_strides[d] = dst.strides[d];
+  }
+  int device = dst.device().index;
+  launch(copy_function(device), grid_for(numel, device), kBlock, &a, sizeof a, stream);
+}
+
+bool contiguous_over(const RtTensor& t, const Shape& shape) {
+  if (t.sizes != shape) return false;
+  int64_t expected = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    if (shape[d] != 1 && t.strides[d] != expected) return false;
+    expected *= shape[d];
+  }
+  return true;
+}
+
+bool aligned(const RtTensor& t, int width) {
+  int64_t bytes = dtype_size(t.dtype()) * width;
+  uint64_t address =
+      t.storage->device_data + static_cast<uint64_t>(t.offset * dtype_size(t.dtype()));
+  return address % static_cast<uint64_t>(bytes) == 0;
+}
+
+}  // namespace
+
+CudaCacheStats cuda_cache_stats() {
+  ModuleCache& c = module_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.stats;
+}
+
+CompiledModule compile_cuda_kernel(const codegen::Kernel& kernel, int arch) {
+  std::string symbol = symbol_for(kernel);
+  std::string source = codegen::module_source(codegen::Target::kCuda, {{symbol, &kernel.source}});
+  NvrtcOutput out = nvrtc_compile(source, arch, symbol);
+  return CompiledModule{std::move(out.cubin), std::move(out.log)};
+}
+
+CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
+  CudaPlanKernels pk;
+  pk.steps.resize(plan.steps.size());
+  pk.why_not.resize(plan.steps.size());
+  std::vector<size_t> at;
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step& step = plan.steps[s];
+    if (step.kind != Step::Kind::kFusion) continue;
+    codegen::KernelLowering lowered = codegen::lower_kernel(step, codegen::Target::kCuda);
+    if (!lowered.kernel) {
+      pk.why_not[s] = lowered.why_not;
+      continue;
+    }
+    pk.steps[s] = CudaStepKernel{std::move(*lowered.kernel), {}, device};
+    at.push_back(s);
+  }
+  if (at.empty()) return pk;
+  std::vector<ModuleRequest> requests(at.size());
+  std::vector<std::string> symbols(at.size());
+  for (size_t i = 0; i < at.size(); ++i) {
+    const codegen::Kernel& k = pk.steps[at[i]]->kernel;
+    symbols[i] = symbol_for(k);
+    requests[i].source = codegen::module_source(codegen::Target::kCuda, {{symbols[i], &k.source}});
+  }
+  get_modules(requests, device);
+  for (size_t i = 0; i < at.size(); ++i) {
+    CudaStepKernel& k = *pk.steps[at[i]];
+    for (size_t n = 0; n < k.kernel.nests.size(); ++n) {
+      std::string base = symbols[i] + "_n" + std::to_string(n) + "_";
+      NestEntries e;
+      e.scalar32 = get_function(requests[i].module, base + "s32");
+      e.scalar64 = get_function(requests[i].module, base + "s64");
+      if (k.kernel.nests[n].vector_width > 1) {
+        e.vector32 = get_function(requests[i].module, base + "v32");
+        e.vector64 = get_function(requests[i].module, base + "v64");
+      }
+      k.nests.push_back(e);
+    }
+  }
+  return pk;
+}
+
+bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs,
+                     const std::vector<TensorHandle>& outputs, Stream stream) {
+  const codegen::Kernel& kernel = k.kernel;
+  KILN_ASSERT(inputs.size() == kernel.inputs.size() && outputs.size() == kernel.outputs.size())
+      << "a CUDA kernel called with " << inputs.size() << " inputs and " << outputs.size()
+      << " outputs";
+  codegen::CudaArgsLayout layout = codegen::cuda_args_layout(kernel);
+  std::vector<uint64_t> words(static_cast<size_t>(layout.words), 0);
+  auto word = [&](int64_t at) -> uint64_t& { return words[static_cast<size_t>(at)]; };
+  int64_t in_meta = 0, out_meta = 0;
+  bool fits_32 = true;
+  auto note_storage = [&](const RtTensor& t) {
+    if (t.storage->numel() >= (int64_t{1} << 31) - 1) fits_32 = false;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (kernel.inputs[i].is_tensor) {
+      const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
+      KILN_ASSERT(t.storage->on_device()) << "a CUDA kernel input is not on the device";
+      for (const codegen::StorageWindow& w : kernel.inputs[i].windows) {
+        Geometry g{w.sizes, w.strides, w.offset.value_or(t.offset)};
+        if (g.offset < 0 ||
+            std::any_of(g.strides.begin(), g.strides.end(), [](int64_t st) { return st < 0; }))
+          return false;
+        try {
+          check_in_bounds(g, t.storage->numel(), t.dtype());
+        } catch (const UserError&) {
+          return false;
+        }
+      }
+      if (kernel.inputs[i].whole_storage &&
+          !(t.rank() == 1 && t.offset == 0 && (t.sizes[0] <= 1 || t.strides[0] == 1) &&
+            t.storage->numel() == t.sizes[0]))
+        return false;
+      note_storage(t);
+      word(layout.ins + static_cast<int64_t>(i)) = t.storage->device_data;
+      word(layout.in_meta + in_meta++) = static_cast<uint64_t>(t.offset);
+      for (int64_t st : t.strides)
+        word(layout.in_meta + in_meta++) = static_cast<uint64_t>(st);
+    } else {
+      const RtScalar& s = std::get<RtScalar>(inputs[i]);
+      double d = scalar_to_double(s);
+      int64_t v = scalar_to_int(s);
+      std::memcpy(&word(layout.sd + static_cast<int64_t>(i)), &d, 8);
+      word(layout.si + static_cast<int64_t>(i)) = static_cast<uint64_t>(v);
+    }
+  }
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    const RtTensor& t = *outputs[j];
+    KILN_ASSERT(t.storage->on_device() && t.dtype() == kernel.outputs[j].dtype &&
+                t.sizes == kernel.outputs[j].shape)
+        << "a CUDA kernel output buffer of the wrong type";
+    note_storage(t);
+    word(layout.outs + static_cast<int64_t>(j)) = t.storage->device_data;
+    word(layout.out_meta + out_meta++) = static_cast<uint64_t>(t.offset);
+    for (int64_t st : t.strides)
+      word(layout.out_meta + out_meta++) = static_cast<uint64_t>(st);
+  }
+  use_device(k.device);
+  for (size_t n = 0; n < kernel.nests.size(); ++n) {
+    const codegen::KernelNest& nest = kernel.nests[n];
+    if (nest.numel == 0) continue;
+    bool vector = k.nests[n].vector32 != nullptr;
+    for (int i : nest.vector_inputs) {
+      const RtTensor& t = *std::get<TensorHandle>(inputs[static_cast<size_t>(i)]);
+      vector = vector && contiguous_over(t, nest.shape) && aligned(t, nest.vector_width);
+    }
+    for (int j : nest.vector_outputs) {
+      const RtTensor& t = *outputs[static_cast<size_t>(j)];
+      vector = vector && contiguous_over(t, nest.shape) && aligned(t, nest.vector_width);
+    }
+    int64_t per_thread = vector ? nest.vector_width : 1;
+    unsigned grid = grid_for((nest.numel + per_thread - 1) / per_thread, k.device);
+    int64_t threads = int64_t{grid} * kBlock * per_thread;
+    bool narrow = fits_32 && nest.numel + threads < (int64_t{1} << 31) - 1;
+    const NestEntries& e = k.nests[n];
+    Function f = vector ? (narrow ? e.vector32 : e.vector64) : (narrow ? e.scalar32 : e.scalar64);
+    launch(f, grid, kBlock, words.data(), words.size() * 8, stream);
+  }
+  return true;
+}
+
+// ---- device tensors
+// ------------------------------------------------------------------------------
+
+TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
+                          int64_t offset, int64_t storage_numel, Device device, bool zero) {
+  KILN_ASSERT(device.kind == Device::Kind::kCuda) << "cuda_strided for " << device.str();
+  auto storage = std::make_shared<Storage>();
+  storage->dtype = dtype;
+  storage->device = device;
+  size_t bytes = static_cast<size_t>(storage_numel * dtype_size(dtype));
+  std::shared_ptr<DeviceMemory> memory = allocate(device.index, bytes);
+  if (zero) fill_zero(memory->ptr, bytes, device.index, nullptr);
+  storage->device_data = memory->ptr;
+  storage->device_numel = storage_numel;
+  storage->device_owner = memory;
+  auto t = std::make_shared<RtTensor>();
+  t->storage = std::move(storage);
+  t->sizes = shape;
+  t->strides = strides;
+  t->offset = offset;
+  return t;
+}
+
+TensorHandle to_device(const RtTensor& host, Device device) {
+  KILN_ASSERT(!host.storage->on_device()) << "to_device of a device tensor";
+  int64_t numel = host.storage->numel();
+  TensorHandle t =
+      cuda_strided(host.dtype(), host.sizes, host.strides, host.offset, numel, device, false);
+  copy_to_device(t->storage->device_data, host_data(host),
+                 static_cast<size_t>(numel * dtype_size(host.dtype())), device.index);
+  return t;
+}
+
+TensorHandle to_host(const RtTensor& d) {
+  KILN_ASSERT(d.storage->on_device()) << "to_host of a host tensor";
+  int64_t numel = d.storage->numel();
+  TensorHandle t = make_strided(d.dtype(), {numel}, {1}, 0, numel);
+  synchronize(d.device().index);
+  copy_to_host(host_data(*t), d.storage->device_data,
+               static_cast<size_t>(numel * dtype_size(d.dtype())), d.device().index);
+  t->sizes = d.sizes;
+  t->strides = d.strides;
+  t->offset = d.offset;
+  return t;
+}
+
+void cuda_copy_into(RtTensor& dst, const RtTensor& src, Stream stream) {
+  if (&dst == &src) return;
+  if (dst.storage == src.storage && dst.offset == src.offset && dst.strides == src.strides &&
+      dst.sizes == src.sizes)
+    return;  // copy_impl's "views of the same data" exit
+  KILN_ASSERT(dst.storage->on_device() && src.storage->on_device() && dst.device() == src.device())
+      << "cuda_copy_into between devices";
+  check_no_internal_overlap(dst);
+  check_no_partial_overlap(dst, src);
+  if (dst.storage == src.storage) {
+    // The source is read whole before anything is written.
+    TensorHandle staged = cuda_clone(src, stream);
+    launch_copy(dst, *staged, stream);
+    return;
+  }
+  launch_copy(dst, src, stream);
+}
+
+void cuda_copy_elements(RtTensor& dst, const RtTensor& src, Stream stream) {
+  launch_copy(dst, src, stream);
+}
+
+TensorHandle cuda_clone(const RtTensor& t, Stream stream) {
+  TensorHandle out = cuda_strided(t.dtype(), t.sizes, contiguous_strides(t.sizes), 0, t.numel(),
+                                  t.device(), false);
+  launch_copy(*out, t, stream);
+  return out;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,308 @@
+#include "kiln/runtime/cuda/driver.h"
+
+#include <dlfcn.h>
+
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "kiln/support/error.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+// The slice of cuda.h kiln uses; the _v2 names are the ones cuda.h maps the plain names to.
+using CUresult = int;
+using CUdevice = int;
+using CUcontext = void*;
+using CUevent = void*;
+constexpr int kAttributeMultiprocessors = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+constexpr int kAttributeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+constexpr int kAttributeCapabilityMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
+constexpr CUresult kErrorNoDevice = 100;       // CUDA_ERROR_NO_DEVICE
+
+struct Driver {
+  void* handle = nullptr;
+  std::string why_not;
+  CUresult (*Init)(unsigned) = nullptr;
+  CUresult (*GetErrorName)(CUresult, const char**) = nullptr;
+  CUresult (*GetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*DeviceGetCount)(int*) = nullptr;
+  CUresult (*DeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*DeviceGetAttribute)(int*, int, CUdevice) = nullptr;
+  CUresult (*DeviceGetName)(char*, int, CUdevice) = nullptr;
+  CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*CtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*CtxSynchronize)() = nullptr;
+  CUresult (*MemAlloc)(DevicePtr*, size_t) = nullptr;
+  CUresult (*MemFree)(DevicePtr) = nullptr;
+  CUresult (*MemcpyHtoD)(DevicePtr, const void*, size_t) = nullptr;
+  CUresult (*MemcpyDtoH)(void*, DevicePtr, size_t) = nullptr;
+  CUresult (*MemcpyDtoDAsync)(DevicePtr, DevicePtr, size_t, Stream) = nullptr;
+  CUresult (*MemsetD8Async)(DevicePtr, unsigned char, size_t, Stream) = nullptr;
+  CUresult (*ModuleLoadData)(Module*, const void*) = nullptr;
+  CUresult (*ModuleGetFunction)(Function*, Module, const char*) = nullptr;
+  CUresult (*LaunchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, Stream, void**, void**) = nullptr;
+  CUresult (*EventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*EventRecord)(CUevent, Stream) = nullptr;
+  CUresult (*EventSynchronize)(CUevent) = nullptr;
+  CUresult (*EventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*EventDestroy)(CUevent) = nullptr;
+};
+
+template <class F>
+bool bind(void* handle, const char* name, F** fn) {
+  *fn = reinterpret_cast<F*>(dlsym(handle, name));
+  return *fn != nullptr;
+}
+
+std::string error_text(const Driver& d, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.GetErrorName) d.GetErrorName(r, &name);
+  if (d.GetErrorString) d.GetErrorString(r, &text);
+  return std::string(name ? name : "CUDA error " + std::to_string(r)) + (text ? ": " : "") +
+         (text ? text : "");
+}
+
+const Driver& driver() {
+  static const Driver lib = [] {
+    Driver d;
+    d.handle = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d.handle) {
+      d.why_not = "the CUDA driver (libcuda.so.1) is not installed on this machine";
+      return d;
+    }
+    bool ok = bind(d.handle, "cuInit", &d.Init) &&
+              bind(d.handle, "cuGetErrorName", &d.GetErrorName) &&
+              bind(d.handle, "cuGetErrorString", &d.GetErrorString) &&
+              bind(d.handle, "cuDeviceGetCount", &d.DeviceGetCount) &&
+              bind(d.handle, "cuDeviceGet", &d.DeviceGet) &&
+              bind(d.handle, "cuDeviceGetAttribute", &d.DeviceGetAttribute) &&
+              bind(d.handle, "cuDeviceGetName", &d.DeviceGetName) &&
+              bind(d.handle, "cuDevicePrimaryCtxRetain", &d.DevicePrimaryCtxRetain) &&
+              bind(d.handle, "cuCtxSetCurrent", &d.CtxSetCurrent) &&
+              bind(d.handle, "cuCtxSynchronize", &d.CtxSynchronize) &&
+              bind(d.handle, "cuMemAlloc_v2", &d.MemAlloc) &&
+              bind(d.handle, "cuMemFree_v2", &d.MemFree) &&
+              bind(d.handle, "cuMemcpyHtoD_v2", &d.MemcpyHtoD) &&
+              bind(d.handle, "cuMemcpyDtoH_v2", &d.MemcpyDtoH) &&
+              bind(d.handle, "cuMemcpyDtoDAsync_v2", &d.MemcpyDtoDAsync) &&
+              bind(d.handle, "cuMemsetD8Async", &d.MemsetD8Async) &&
+              bind(d.handle, "cuModuleLoadData", &d.ModuleLoadData) &&
+              bind(d.handle, "cuModuleGetFunction", &d.ModuleGetFunction) &&
+              bind(d.handle, "cuLaunchKernel", &d.LaunchKernel) &&
+              bind(d.handle, "cuEventCreate", &d.EventCreate) &&
+              bind(d.handle, "cuEventRecord", &d.EventRecord) &&
+              bind(d.handle, "cuEventSynchronize", &d.EventSynchronize) &&
+              bind(d.handle, "cuEventElapsedTime", &d.EventElapsedTime) &&
+              bind(d.handle, "cuEventDestroy_v2", &d.EventDestroy);
+    if (!ok) {
+      d.why_not = "the CUDA driver on this machine lacks functions kiln needs (too old)";
+      d.handle = nullptr;
+      return d;
+    }
+    CUresult r = d.Init(0);
+    if (r != 0) {
+      d.why_not = r == kErrorNoDevice
+                      ? "there is no CUDA device on this machine"
+                      : "the CUDA driver did not start (cuInit: " + error_text(d, r) + ")";
+      d.handle = nullptr;
+      return d;
+    }
+    int count = 0;
+    if (d.DeviceGetCount(&count) != 0 || count == 0) {
+      d.why_not = "there is no CUDA device on this machine";
+      d.handle = nullptr;
+    }
+    return d;
+  }();
+  return lib;
+}
+
+const Driver& loaded() {
+  const Driver& d = driver();
+  KILN_CHECK(d.handle) << "CUDA tensors need a CUDA device, but " << d.why_not
+                       << "; run on the CPU (device=\"cpu\") instead.";
+  return d;
+}
+
+// Every driver call goes through here: a failure is an internal error naming the call.
+void check(CUresult r, const char* call) {
+  if (r == 0) return;
+  KILN_ASSERT(false) << call << " failed: " << error_text(driver(), r);
+}
+
+struct Contexts {
+  std::mutex mutex;
+  std::map<int, CUcontext> by_device;
+  std::map<int, DeviceInfo> info;
+};
+Contexts& contexts() {
+  static Contexts c;
+  return c;
+}
+
+}  // namespace
+
+bool cuda_available(std::string* why) {
+  const Driver& d = driver();
+  if (!d.handle && why) *why = d.why_not;
+  return d.handle != nullptr;
+}
+
+int device_count() {
+  const Driver& d = driver();
+  if (!d.handle) return 0;
+  int count = 0;
+  check(d.DeviceGetCount(&count), "cuDeviceGetCount");
+  return count;
+}
+
+void use_device(int index) {
+  const Driver& d = loaded();
+  Contexts& c = contexts();
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    auto it = c.by_device.find(index);
+    if (it == c.by_device.end()) {
+      KILN_CHECK(index >= 0 && index < device_count())
+          << "there is no CUDA device " << index << " (this machine has " << device_count() << ").";
+      CUdevice dev = 0;
+      check(d.DeviceGet(&dev, index), "cuDeviceGet");
+      check(d.DevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+      c.by_device[index] = ctx;
+    } else {
+      ctx = it->second;
+    }
+  }
+  check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
+}
+
+const DeviceInfo& device_info(int index) {
+  const Driver& d = loaded();
+  use_device(index);
+  Contexts& c = contexts();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto it = c.info.find(index);
+  if (it != c.info.end()) return it->second;
+  CUdevice dev = 0;
+  check(d.DeviceGet(&dev, index), "cuDeviceGet");
+  int major = 0, minor = 0, sms = 0;
+  check(d.DeviceGetAttribute(&major, kAttributeCapabilityMajor, dev), "cuDeviceGetAttribute");
+  check(d.DeviceGetAttribute(&minor, kAttributeCapabilityMinor, dev), "cuDeviceGetAttribute");
+  check(d.DeviceGetAttribute(&sms, kAttributeMultiprocessors, dev), "cuDeviceGetAttribute");
+  char name[256] = {};
+  check(d.DeviceGetName(name, sizeof name, dev), "cuDeviceGetName");
+  DeviceInfo info{major * 10 + minor, sms, name};
+  return c.info.emplace(index, info).first->second;
+}
+
+DeviceMemory::~DeviceMemory() {
+  if (!ptr) return;
+  const Driver& d = driver();
+  if (!d.handle) return;
+  use_device(device);
+  d.MemFree(ptr);  // a failure here cannot be reported from a destructor
+}
+
+std::shared_ptr<DeviceMemory> allocate(int device, size_t bytes) {
+  const Driver& d = loaded();
+  use_device(device);
+  auto m = std::make_shared<DeviceMemory>();
+  m->device = device;
+  m->bytes = bytes;
+  if (bytes > 0) check(d.MemAlloc(&m->ptr, bytes), "cuMemAlloc");
+  return m;
+}
+
+void copy_to_device(DevicePtr dst, const void* src, size_t bytes, int device) {
+  if (bytes == 0) return;
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
+}
+
+void copy_to_host(void* dst, DevicePtr src, size_t bytes, int device) {
+  if (bytes == 0) return;
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.MemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
+}
+
+void copy_on_device(DevicePtr dst, DevicePtr src, size_t bytes, int device, Stream stream) {
+  if (bytes == 0) return;
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.MemcpyDtoDAsync(dst, src, bytes, stream), "cuMemcpyDtoDAsync");
+}
+
+void fill_zero(DevicePtr dst, size_t bytes, int device, Stream stream) {
+  if (bytes == 0) return;
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.MemsetD8Async(dst, 0, bytes, stream), "cuMemsetD8Async");
+}
+
+void synchronize(int device) {
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.CtxSynchronize(), "cuCtxSynchronize");
+}
+
+Module load_module(const std::string& cubin, int device) {
+  const Driver& d = loaded();
+  use_device(device);
+  Module m = nullptr;
+  check(d.ModuleLoadData(&m, cubin.data()), "cuModuleLoadData");
+  return m;
+}
+
+Function get_function(Module module, const std::string& name) {
+  const Driver& d = loaded();
+  Function f = nullptr;
+  check(d.ModuleGetFunction(&f, module, name.c_str()), "cuModuleGetFunction");
+  return f;
+}
+
+void launch(Function f, unsigned grid, unsigned block, const void* param, size_t param_bytes,
+            Stream stream) {
+  const Driver& d = loaded();
+  (void)param_bytes;  // the kernel's parameter type fixes the size
+  void* params[] = {const_cast<void*>(param)};
+  check(d.LaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+}
+
+EventTimer::EventTimer(int device) : device_(device) {
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.EventCreate(&begin_, 0), "cuEventCreate");
+  check(d.EventCreate(&end_, 0), "cuEventCreate");
+}
+
+EventTimer::~EventTimer() {
+  const Driver& d = driver();
+  if (!d.handle) return;
+  d.EventDestroy(begin_);
+  d.EventDestroy(end_);
+}
+
+void EventTimer::start(Stream stream) {
+  use_device(device_);
+  check(loaded().EventRecord(begin_, stream), "cuEventRecord");
+}
+
+float EventTimer::stop_ms(Stream stream) {
+  const Driver& d = loaded();
+  use_device(device_);
+  check(d.EventRecord(end_, stream), "cuEventRecord");
+  check(d.EventSynchronize(end_), "cuEventSynchronize");
+  float ms = 0;
+  check(d.EventElapsedTime(&ms, begin_, end_), "cuEventElapsedTime");
+  return ms;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,178 @@
+// The differential suite on CUDA (CTest label `gpu`; every test skips itself where there is no
+// GPU): the CASES.md programs and random programs run through compile + execute on the device,
+// against the reference interpreter on the host (cuda_runner.h brings every effect back). Also:
+// float16/bfloat16, sizes that are not multiples of the vector width, non-contiguous inputs,
+// a tensor above 2^31 elements (64-bit indexing), and the kernel cache across processes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <random>
+
+#include "kiln/kiln.h"
+#include "kiln/passes/pipeline.h"
+#include "kiln/runtime/cuda/cuda_kernels.h"
+#include "kiln/runtime/cuda/driver.h"
+#include "kiln/runtime/executor.h"
+#include "support/case_inputs.h"
+#include "support/cases.h"
+#include "support/cuda_runner.h"
+#include "support/random_program.h"
+
+namespace kiln {
+namespace {
+
+#define KILN_REQUIRE_GPU()                                \
+  do {                                                    \
+    std::string why;                                      \
+    if (!cuda::cuda_available(&why)) GTEST_SKIP() << why; \
+  } while (0)
+
+fuzz::CheckOptions on_cuda() {
+  fuzz::CheckOptions o;
+  o.runner = test::cuda_runner(0);
+  return o;
+}
+
+int env_count(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+TEST(CudaDifferential, CasesProgramsAgreeWithTheInterpreter) {
+  KILN_REQUIRE_GPU();
+  int n = 0;
+  test::for_each_case([&](const Trace& t, const std::vector<RtValue>& inputs) {
+    if (auto failure = fuzz::check_trace(t, inputs, on_cuda()))
+      ADD_FAILURE() << "CASES program " << n << ": " << *failure;
+    ++n;
+  });
+}
+
+// KILN_GPU_PROGRAMS (default 1000) random programs from a fixed seed, then from a fresh one.
+TEST(CudaDifferential, RandomProgramsAgreeWithTheInterpreter) {
+  KILN_REQUIRE_GPU();
+  int count = env_count("KILN_GPU_PROGRAMS", 1000);
+  for (uint64_t seed : {uint64_t{20261129}, uint64_t{std::random_device{}()}}) {
+    fuzz::FuzzSummary s = fuzz::run_fuzz(seed, count, on_cuda());
+    EXPECT_EQ(s.failed, 0) << s.str() << " (seed " << seed << ")";
+    for (const std::string& r : s.reports)
+      ADD_FAILURE() << r;
+    std::cout << "seed " << seed << ": " << s.str() << "\n";
+  }
+}
+
+// Programs over half and bfloat16 tensors, in sizes around the vector width, contiguous and not.
+TEST(CudaDifferential, HalfAndBfloat16AtAwkwardSizesAndLayouts) {
+  KILN_REQUIRE_GPU();
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32, DType::kFloat64}) {
+    for (int64_t n : {1, 3, 7, 8, 9, 15, 17, 33, 1000, 4099}) {
+      for (bool transposed : {false, true}) {
+        std::vector<double> values(static_cast<size_t>(2 * n));
+        for (size_t i = 0; i < values.size(); ++i)
+          values[i] = static_cast<double>(i % 97) / 13.0 - 3.0;
+        TensorHandle x = make_tensor(dtype, {2, n}, values);
+        TensorHandle input = transposed ? make_view(x, {n, 2}, {1, n}, 0) : x;
+        std::vector<RtValue> in = {input};
+        Trace t = trace(
+            [](Tensor a) {
+              a.mul_(2).add_(1);
+              Tensor b = a.sigmoid() * a;
+              a.sub_(b);
+              return b;
+            },
+            {test::spec_of(input)});
+        if (auto failure = fuzz::check_trace(t, in, on_cuda()))
+          ADD_FAILURE() << dtype_name(dtype) << " n=" << n << " transposed=" << transposed << ": "
+                        << *failure;
+      }
+    }
+  }
+}
+
+// One tensor above 2^31 elements: x.mul_(2); return x + 1 over 2^31 + 7 float16 values, checked
+// element by element (every value is exact in float16).
+TEST(CudaDifferential, ATensorAboveTwoToTheThirtyOneElements) {
+  KILN_REQUIRE_GPU();
+  const int64_t n = (int64_t{1} << 31) + 7;
+  TensorHandle host = make_strided(DType::kFloat16, {n}, {1}, 0, n);
+  auto* h = reinterpret_cast<uint16_t*>(host->storage->bytes.data());
+  for (int64_t i = 0; i < n; ++i)
+    h[i] = float_to_half(static_cast<float>(i % 1000));
+  TensorHandle x = cuda::to_device(*host, Device::cuda(0));
+  Trace t = trace(
+      [](Tensor a) {
+        a.mul_(2);
+        return a + 1;
+      },
+      {TensorSpec(DType::kFloat16, {n}, Device::cuda(0))});
+  CompiledProgram p = compile(t, alias_pattern_of({x}));
+  ExecutionStats stats;
+  std::vector<RtValue> out = execute(p, {x}, &stats);
+  EXPECT_EQ(stats.kernel_steps, 1);
+  EXPECT_EQ(stats.writebacks_in_kernel, 1);
+  TensorHandle x_after = cuda::to_host(*x);
+  TensorHandle y = cuda::to_host(*std::get<TensorHandle>(out.at(0)));
+  const auto* xa = reinterpret_cast<const uint16_t*>(x_after->storage->bytes.data());
+  const auto* ya = reinterpret_cast<const uint16_t*>(y->storage->bytes.data());
+  int64_t wrong = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    float v = static_cast<float>(i % 1000) * 2;
+    wrong += half_to_float(xa[i]) != v || half_to_float(ya[i]) != v + 1;
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// One program on the device, for the cache test's child processes: prints what the CUDA kernel
+// cache did. Skips unless KILN_GPU_CACHE_CHILD is set.
+TEST(CudaKernelCacheChild, RunsOneProgramAndReportsTheCache) {
+  if (!std::getenv("KILN_GPU_CACHE_CHILD")) GTEST_SKIP() << "run by ASecondProcess...";
+  KILN_REQUIRE_GPU();
+  TensorHandle host = test::ar({64, 33});
+  TensorHandle x = cuda::to_device(*host, Device::cuda(0));
+  Trace t = trace(
+      [](Tensor a) {
+        a.tanh_();
+        return a * a * a * a;
+      },
+      {TensorSpec(DType::kFloat32, {64, 33}, Device::cuda(0))});
+  execute(compile(t, alias_pattern_of({x})), {x});
+  cuda::synchronize(0);
+  cuda::CudaCacheStats s = cuda::cuda_cache_stats();
+  std::cout << "KILN_CACHE compiled=" << s.compiled << " disk_hits=" << s.disk_hits << "\n";
+}
+
+// The second process over a warm cache folder compiles nothing: this binary runs the test above
+// in two child processes over one new cache folder and reads their counts.
+TEST(CudaKernelCache, ASecondProcessWithAWarmCacheCompilesNothing) {
+  KILN_REQUIRE_GPU();
+  char folder[] = "/tmp/kiln-cuda-cache-XXXXXX";
+  ASSERT_NE(mkdtemp(folder), nullptr);
+  auto child = [&] {
+    std::string command = "KILN_GPU_CACHE_CHILD=1 KILN_CACHE_DIR=" + std::string(folder) + " " +
+                          "/proc/" + std::to_string(getpid()) +
+                          "/exe --gtest_filter=CudaKernelCacheChild.* 2>&1";
+    FILE* pipe = popen(command.c_str(), "r");
+    std::string out;
+    char buf[512];
+    while (pipe && fgets(buf, sizeof buf, pipe))
+      out += buf;
+    if (pipe) pclose(pipe);
+    return out;
+  };
+  auto count = [](const std::string& out, const std::string& key) {
+    size_t at = out.find(key + "=");
+    return at == std::string::npos ? -1 : std::atoi(out.c_str() + at + key.size() + 1);
+  };
+  std::string first = child();
+  std::string second = child();
+  EXPECT_GT(count(first, "compiled"), 0) << first;
+  EXPECT_EQ(count(second, "compiled"), 0) << second;
+  EXPECT_GT(count(second, "disk_hits"), 0) << second;
+  std::filesystem::remove_all(folder);
+}
+
+}  // namespace
+}  // namespace kiln
