@@ -17,10 +17,35 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
 }
 }  // namespace
 
+// Gives every call of a creation op that takes a device argument (ltorch.zeros(...), ...) an
+// explicit device="cpu" where it relies on the default, so that the next step can retarget it.
+std::string explicit_devices(const std::string& text) {
+  std::string out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t call = text.find("ltorch.", at);
+    if (call == std::string::npos) break;
+    size_t open = text.find('(', call);
+    std::string name = text.substr(call + 7, open - call - 7);
+    out += text.substr(at, open + 1 - at);
+    at = open + 1;
+    if (name != "zeros" && name != "ones" && name != "full" && name != "arange") continue;
+    int depth = 1;
+    size_t close = at;
+    for (; close < text.size() && depth > 0; ++close)
+      depth += text[close] == '(' ? 1 : text[close] == ')' ? -1 : 0;
+    std::string args = text.substr(at, close - 1 - at);
+    if (args.find("device=") == std::string::npos) args += ", device=\"cpu\"";
+    out += args + ")";
+    at = close;
+  }
+  return out + text.substr(at);
+}
+
 Trace on_device(const Trace& trace, Device device) {
   // Through the printed form, which names every tensor's device: in type comments ("cpu f32[2]")
   // and in creation ops' device arguments.
-  std::string text = print_trace(trace);
+  std::string text = explicit_devices(print_trace(trace));
   replace_all(text, "\"cpu ", "\"" + device.str() + " ");
   replace_all(text, "\"cpu\"", "\"" + device.str() + "\"");
   return parse_trace(text, "<on " + device.str() + ">");

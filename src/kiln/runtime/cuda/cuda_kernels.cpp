@@ -476,6 +476,7 @@ TensorHandle to_host(const RtTensor& d) {
   KILN_ASSERT(d.storage->on_device()) << "to_host of a host tensor";
   int64_t numel = d.storage->numel();
   TensorHandle t = make_strided(d.dtype(), {numel}, {1}, 0, numel);
+  t->storage->device = d.device();  // a host copy, labelled with its device
   synchronize(d.device().index);
   copy_to_host(host_data(*t), d.storage->device_data,
                static_cast<size_t>(numel * dtype_size(d.dtype())), d.device().index);

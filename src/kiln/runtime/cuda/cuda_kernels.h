@@ -66,7 +66,8 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
 // `zero`).
 TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
                           int64_t offset, int64_t storage_numel, Device device, bool zero);
-// The same view over a copy of the tensor's whole storage on `device` / on the host.
+// The same view over a copy of the tensor's whole storage on `device` / on the host (the host
+// copy keeps the device label: Storage::on_device() tells them apart).
 TensorHandle to_device(const RtTensor& host, Device device);
 TensorHandle to_host(const RtTensor& device_tensor);
 // dst.copy_(src) on the device (both CUDA tensors of one device): broadcast, dtype conversion

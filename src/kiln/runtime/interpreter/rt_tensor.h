@@ -17,13 +17,15 @@ struct Storage {
   DType dtype = DType::kFloat32;
   Device device;
   std::vector<std::byte> bytes;  // a CPU storage's elements
-  // A CUDA storage's memory (`bytes` stays empty): its device address, its size and its owner.
-  // Only the executor and the CUDA runtime touch it; the interpreter never sees a CUDA storage.
+  // A storage in device memory (`bytes` stays empty): its device address, its size and its
+  // owner. Only the executor and the CUDA runtime touch it; the interpreter never sees one. (A
+  // host copy of a CUDA storage keeps its `device` label but holds its elements in `bytes`, so
+  // that the interpreter can run a CUDA program's step on it.)
   uint64_t device_data = 0;
   int64_t device_numel = 0;
   std::shared_ptr<void> device_owner;
 
-  bool on_device() const { return device.kind != Device::Kind::kCpu; }
+  bool on_device() const { return device_owner != nullptr; }
   int64_t numel() const {
     return on_device() ? device_numel : static_cast<int64_t>(bytes.size()) / dtype_size(dtype);
   }
