@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
       for (const kiln::Step& step : c.plan.steps) {
         if (step.kind != kiln::Step::Kind::kFusion) continue;
         ++regions;
-        kiln::codegen::KernelLowering l = kiln::codegen::lower_kernel(step, kiln::codegen::Target::kCpu);
+        kiln::codegen::KernelLowering l =
+            kiln::codegen::lower_kernel(step, kiln::codegen::Target::kCpu);
         if (l.kernel)
           ++lowered;
         else

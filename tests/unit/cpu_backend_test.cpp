@@ -19,8 +19,8 @@
 #include <map>
 #include <random>
 
-#include "kiln/codegen/kernel.h"
 #include "kiln/codegen/cpu_prelude.h"
+#include "kiln/codegen/kernel.h"
 #include "kiln/ir/parser.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/fuse.h"
