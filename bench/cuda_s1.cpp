@@ -113,5 +113,47 @@ int main(int argc, char** argv) {
       "%.2fx the floor)\n",
       km, 12.0 * static_cast<double>(n) / (km * 1e-3) / 1e9, 100.0 * floor_ms / km, km / floor_ms);
   std::printf("call: %.4f ms median (execute(), host work included)\n", median(call_ms));
+
+  // A row statistic: softmax over the rows of a [4096, 4096] float32 tensor, one kernel that
+  // reads each row for its max, again for its sum, again for the outputs (from cache when a row
+  // fits) and writes once. The floor is one read and one write of the tensor.
+  {
+    const int64_t rows = 4096, cols = 4096;
+    std::vector<double> v(static_cast<size_t>(rows * cols));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<double>(i % 977) / 100.0 - 4.0;
+    TensorHandle x =
+        cuda::to_device(*make_tensor(DType::kFloat32, {rows, cols}, v), Device::cuda(0));
+    Trace st = trace([](Tensor t) { return softmax(t, -1); },
+                     {TensorSpec(DType::kFloat32, {rows, cols}, Device::cuda(0))});
+    CompiledProgram sp = compile(st, alias_pattern_of({x}));
+    cuda::CudaPlanKernels sk = cuda::prepare_cuda_kernels(sp.plan, 0);
+    size_t s = 0;
+    while (s < sk.steps.size() && !sk.steps[s])
+      ++s;
+    if (s == sk.steps.size()) {
+      std::printf("softmax did not lower to a CUDA kernel\n");
+      return 1;
+    }
+    const cuda::CudaStepKernel& kk = *sk.steps[s];
+    std::vector<TensorHandle> so;
+    for (const codegen::KernelOutput& o : kk.kernel.outputs)
+      so.push_back(cuda::cuda_strided(o.dtype, o.shape, contiguous_strides(o.shape), 0,
+                                      shape_numel(o.shape), Device::cuda(0), false));
+    std::vector<double> ms;
+    for (int r = 0; r < reps + 5; ++r) {
+      timer.start();
+      cuda::run_cuda_kernel(kk, {x}, so);
+      double t = timer.stop_ms();
+      if (r >= 5) ms.push_back(t);
+    }
+    double floor = 2.0 * 4.0 * static_cast<double>(rows * cols) / bandwidth * 1e3;
+    double m = median(ms);
+    std::printf(
+        "softmax [%lld, %lld] f32: %zu plan step(s), row nest: %s; kernel %.4f ms median, "
+        "floor %.4f ms (%.2fx)\n",
+        static_cast<long long>(rows), static_cast<long long>(cols), sp.plan.steps.size(),
+        kk.kernel.nests[0].rows > 0 ? "yes" : "no", m, floor, m / floor);
+  }
   return 0;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <random>
 
@@ -86,6 +87,59 @@ TEST(CudaDifferential, HalfAndBfloat16AtAwkwardSizesAndLayouts) {
             {test::spec_of(input)});
         if (auto failure = fuzz::check_trace(t, in, on_cuda()))
           ADD_FAILURE() << dtype_name(dtype) << " n=" << n << " transposed=" << transposed << ": "
+                        << *failure;
+      }
+    }
+  }
+}
+
+// Reductions at sizes where the block and warp paths matter: row statistics (softmax, a layer
+// norm, var, argmax) as row nests, an outer-dimension sum, and a full sum.
+TEST(CudaDifferential, ReductionsAtRealSizes) {
+  KILN_REQUIRE_GPU();
+  auto values = [](int64_t n) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<double>((i * 7919) % 1009) / 97.0 - 5.0;
+    return v;
+  };
+  struct Program {
+    std::string name;
+    std::function<std::vector<Tensor>(Tensor, Tensor)> fn;
+  };
+  std::vector<Program> programs = {
+      {"softmax", [](Tensor x, Tensor) { return std::vector<Tensor>{softmax(x, -1)}; }},
+      {"layer norm in place",
+       [](Tensor x, Tensor w) {
+         Tensor mean = x.mean({{-1}}, true);
+         Tensor centered = x - mean;
+         x.copy_(centered / (centered.var({{-1}}, 0, true) + 1e-5).sqrt() * w);
+         return std::vector<Tensor>{x.amax({-1})};
+       }},
+      {"argmax and std",
+       [](Tensor x, Tensor) {
+         return std::vector<Tensor>{x.argmax(1), x.std({{1}})};
+       }},
+      {"outer sum", [](Tensor x, Tensor) { return std::vector<Tensor>{x.sum({{0}})}; }},
+      {"full sum",
+       [](Tensor x, Tensor) {
+         return std::vector<Tensor>{x.sum(), x.exp().mean()};
+       }},
+  };
+  for (DType dtype : {DType::kFloat32, DType::kFloat16}) {
+    for (Shape shape : {Shape{37, 1000}, Shape{3, 4099}, Shape{513, 31}}) {
+      for (const Program& p : programs) {
+        TensorHandle x = make_tensor(dtype, shape, values(shape_numel(shape)));
+        TensorHandle w = make_tensor(dtype, {shape[1]}, values(shape[1]));
+        std::vector<RtValue> in = {x, w};
+        Trace t = trace(
+            [&](Tensor a, Tensor b) {
+              std::vector<Tensor> outs = p.fn(a, b);
+              return outs;
+            },
+            {test::spec_of(x), test::spec_of(w)});
+        if (auto failure = fuzz::check_trace(t, in, on_cuda()))
+          ADD_FAILURE() << p.name << " " << dtype_name(dtype) << shape_str(shape) << ": "
                         << *failure;
       }
     }

@@ -66,7 +66,7 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << why;
   Corpus c = corpus(150);
-  int kernels = 0, regions = 0, vectorized = 0;
+  int kernels = 0, regions = 0, vectorized = 0, row_nests = 0;
   for (const auto& [from, program] : c.programs) {
     for (const Step& step : program.plan.steps) {
       if (step.kind != Step::Kind::kFusion) continue;
@@ -78,8 +78,10 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
         continue;
       }
       ++kernels;
-      for (const codegen::KernelNest& nest : cuda.kernel->nests)
+      for (const codegen::KernelNest& nest : cuda.kernel->nests) {
         vectorized += nest.vector_width > 1;
+        row_nests += nest.rows > 0;
+      }
       cuda::CompiledModule m = cuda::compile_cuda_kernel(*cuda.kernel, kH200);
       EXPECT_FALSE(m.cubin.empty()) << from;
       EXPECT_EQ(m.log, "") << from << ": NVRTC warned\n" << cuda.kernel->source;
@@ -88,6 +90,7 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
   RecordProperty("kernels", kernels);
   EXPECT_GT(kernels, 100) << "of " << regions << " regions";
   EXPECT_GT(vectorized, 20);
+  EXPECT_GT(row_nests, 5);  // normalizations and other row statistics
 }
 
 // A kernel the emitter could not have written: NVRTC's error is an internal error that says

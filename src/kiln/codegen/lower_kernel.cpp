@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -79,16 +80,30 @@ struct Number {
 };
 
 // A CUDA nest's vectorized variant being emitted: the lane `l` of the thread's elements, with the
-// inputs loaded in registers r<k> and the outputs stored in registers w<j>.
+// inputs loaded in registers lane_in<k> and the outputs stored in lane_out<j>.
 struct Lanes {
   std::set<size_t> inputs;  // step inputs read from registers
 };
 
-// A nest's body: the code that computes every output at the iteration's index, then the stores.
+// A nest's body: the code that computes every output at the iteration's index, by loop level
+// (level 0 runs before the nest's loops, level d inside loop d - 1: a value is placed at the
+// outermost level whose loop variables it uses, so a row statistic is computed once per row),
+// then the stores (innermost).
 struct NestBody {
-  std::string code;
+  std::vector<std::string> levels;
   std::string stores;
+  std::string flat() const {  // every level in order: for a nest that runs as one flat loop
+    std::string all;
+    for (const std::string& l : levels)
+      all += l;
+    return all;
+  }
 };
+
+// How a nest runs: CPU loops (one per dim), one flat CUDA grid-stride loop over its elements, or
+// CUDA rows (a block per row of the dims before the last, its threads over the last dim; the
+// reductions at row level are computed by the whole block together).
+enum class NestMode { kCpuLoops, kFlat, kRows };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
@@ -225,14 +240,19 @@ class KernelEmitter {
 
   // The body of the nest over `shape`, at the index loop_index(shape). With `lanes`, the body of
   // one lane of a vectorized CUDA nest: loads of lanes->inputs and every store use registers.
-  NestBody emit_body(const Shape& shape, Kernel& k, bool is_last, const std::string& indent,
+  NestBody emit_body(const Shape& shape, Kernel& k, bool is_last, NestMode mode,
                      const Lanes* lanes = nullptr) {
     memo_.clear();
     loads_.assign(k.inputs.size(), {});
     raw_loads_.assign(k.inputs.size(), false);
     windows_.resize(k.inputs.size());
-    code_.clear();
-    indent_ = indent;
+    levels_.assign(shape.size() + 1, "");
+    level_of_.clear();
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] != 1) level_of_["i" + std::to_string(d)] = static_cast<int>(d) + 1;
+    nest_rank_ = static_cast<int>(shape.size());
+    mode_ = mode;
+    row_reductions_ = 0;
     lanes_ = lanes;
     Index at = loop_index(shape);
     std::vector<std::pair<size_t, Val>> values;
@@ -248,33 +268,53 @@ class KernelEmitter {
       IndexExpr address = IndexExpr::var("oo" + n);
       for (size_t d = 0; d < shape.size(); ++d)
         address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
-      std::string where = lanes ? "w" + n + ", l" : "out" + n + ", " + address.text;
-      stores += indent_ + "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
+      std::string where = lanes ? "lane_out" + n + ", l" : "out" + n + ", " + address.text;
+      stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
     }
     lanes_ = nullptr;
-    return NestBody{code_, stores};
+    return NestBody{levels_, stores};
   }
 
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last) {
-    NestBody body = emit_body(shape, k, is_last, "      ");
-    Index at = loop_index(shape);
+    NestBody body = emit_body(shape, k, is_last, NestMode::kCpuLoops);
     if (is_last) record_last_nest_loads(shape, k);
 
     std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
                       shape_str(shape) + "\n";
+    out += indented(body.levels[0], 2);
+    bool between_loops = false;  // code between the loops: they cannot collapse
+    for (size_t d = 1; d < shape.size(); ++d)
+      between_loops = between_loops || !body.levels[d].empty();
     int64_t numel = shape_numel(shape);
     if (numel >= kParallelIterations && !shape.empty()) {
-      int collapse = std::max<int>(1, static_cast<int>(shape.size()) - 1);
+      int collapse = between_loops ? 1 : std::max<int>(1, static_cast<int>(shape.size()) - 1);
       out += "#pragma omp parallel for";
       if (collapse > 1) out += " collapse(" + std::to_string(collapse) + ")";
       out += "\n";
     }
     for (size_t d = 0; d < shape.size(); ++d) {
       std::string i = "i" + std::to_string(d);
-      out += "    for (int64_t " + i + " = 0; " + i + " < " + std::to_string(shape[d]) + "; ++" +
-             i + ")\n";
+      out += std::string(2 + 2 * d, ' ') + "  for (int64_t " + i + " = 0; " + i + " < " +
+             std::to_string(shape[d]) + "; ++" + i + ") {\n";
+      out += indented(body.levels[d + 1], static_cast<int>(d) + 3);
     }
-    out += "    {\n" + body.code + body.stores + "    }\n  }\n";
+    out += indented(body.stores, static_cast<int>(shape.size()) + 2);
+    for (size_t d = shape.size(); d-- > 0;)
+      out += std::string(2 + 2 * d, ' ') + "  }\n";
+    out += "  }\n";
+    return out;
+  }
+
+  // `code` with every line indented by `depth` two-space steps.
+  static std::string indented(const std::string& code, int depth) {
+    std::string out, pad(static_cast<size_t>(2 * depth), ' ');
+    size_t at = 0;
+    while (at < code.size()) {
+      size_t end = code.find('\n', at);
+      if (end == std::string::npos) end = code.size();
+      out += pad + code.substr(at, end - at) + "\n";
+      at = end + 1;
+    }
     return out;
   }
 
@@ -392,6 +432,49 @@ class KernelEmitter {
     return "uint8_t";
   }
 
+  // A nest with a row statistic (a reduction that does not depend on the last dim): one block per
+  // row of the dims before the last, the statistic computed by the block together, then each
+  // thread computes and stores the row's elements at its own positions of the last dim.
+  std::string cuda_rows_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                             KernelNest& nest, std::string* entries) {
+    std::vector<std::vector<StorageWindow>> windows = windows_;
+    std::vector<bool> whole = whole_storage_;
+    NestBody rows = emit_body(shape, k, is_last, NestMode::kRows);
+    if (is_last) record_last_nest_loads(shape, k);
+    windows_ = windows;
+    whole_storage_ = whole;
+    Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
+    nest.rows = std::max<int64_t>(shape_numel(outer), 1);
+    std::string name = "nest" + std::to_string(index);
+    std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
+                      "_rows(const Args& a) {\n" + cuda_decls(k);
+    src += "  const I rows = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
+    src +=
+        "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
+        "static_cast<I>(gridDim.x)) {\n";
+    src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
+    for (size_t d = 0; d < shape.size(); ++d)
+      src += indented(rows.levels[d], 2);
+    if (shape.empty() || shape.back() == 1) {
+      src += indented(rows.levels[shape.size()], 2);
+      src += "    if (threadIdx.x == 0) {\n" + indented(rows.stores, 3) + "    }\n";
+    } else {
+      std::string last = "i" + std::to_string(shape.size() - 1);
+      src += "    for (I " + last + " = static_cast<I>(threadIdx.x); " + last + " < " +
+             std::to_string(shape.back()) + "; " + last + " += static_cast<I>(blockDim.x)) {\n";
+      src += indented(rows.levels[shape.size()], 3) + indented(rows.stores, 3) + "    }\n";
+    }
+    src += "  }\n}\n";
+    for (int bits : {32, 64}) {
+      std::string entry = "_n" + std::to_string(index) + "_s" + std::to_string(bits);
+      *entries += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCudaBlock) +
+                  ") KILN_CAT(KILN_KERNEL_NAME, " + entry + ")(const Args a) {\n  " + name +
+                  "_rows<" + (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
+    }
+    k.nests.push_back(std::move(nest));
+    return src;
+  }
+
   // The nest's device functions and their entries (appended to `entries`).
   std::string cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                         std::string* entries) {
@@ -402,7 +485,8 @@ class KernelEmitter {
     std::string decls = cuda_decls(k);
     std::string numel = std::to_string(nest.numel);
 
-    NestBody scalar = emit_body(shape, k, is_last, "    ");
+    NestBody scalar = emit_body(shape, k, is_last, NestMode::kFlat);
+    if (row_reductions_ > 0) return cuda_rows_nest(index, shape, k, is_last, nest, entries);
     if (is_last) record_last_nest_loads(shape, k);
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                       "_scalar(const Args& a) {\n" + decls;
@@ -411,7 +495,8 @@ class KernelEmitter {
     src +=
         "  for (I lin = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
         "static_cast<I>(threadIdx.x); lin < n; lin += step) {\n";
-    src += decompose(shape, "    ") + scalar.code + scalar.stores + "  }\n}\n";
+    src += decompose(shape, "    ") + indented(scalar.flat(), 2) + indented(scalar.stores, 2) +
+           "  }\n}\n";
 
     // The vectorized variant: inputs read only at the iteration's own element load as vectors.
     std::string identity = index_key(loop_index(shape));
@@ -435,7 +520,7 @@ class KernelEmitter {
     if (width > 1 && nest.numel >= width) {
       std::vector<std::vector<StorageWindow>> windows = windows_;
       std::vector<bool> whole = whole_storage_;
-      NestBody lane = emit_body(shape, k, is_last, "      ", &lanes);
+      NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
       windows_ = windows;
       whole_storage_ = whole;
       nest.vector_width = width;
@@ -457,28 +542,30 @@ class KernelEmitter {
       for (size_t i : lanes.inputs) {
         DType d = body_.inputs()[i]->tensor_type().dtype;
         std::string n = std::to_string(i), size = std::to_string(dtype_size(d));
-        src += "      alignas(16) " + std::string(storage_type(d)) + " r" + n + "[" + v + "];\n";
-        src += "      vector_load<" + std::to_string(dtype_size(d) * width) + ">(r" + n +
+        src +=
+            "      alignas(16) " + std::string(storage_type(d)) + " lane_in" + n + "[" + v + "];\n";
+        src += "      vector_load<" + std::to_string(dtype_size(d) * width) + ">(lane_in" + n +
                ", static_cast<const char*>(in" + n + ") + (o" + n + " + base) * " + size + ");\n";
       }
       for (size_t j : outs) {
         std::string n = std::to_string(j);
-        src += "      alignas(16) " + std::string(storage_type(k.outputs[j].dtype)) + " w" + n +
-               "[" + v + "];\n";
+        src += "      alignas(16) " + std::string(storage_type(k.outputs[j].dtype)) + " lane_out" +
+               n + "[" + v + "];\n";
       }
       src += "#pragma unroll\n      for (int l = 0; l < " + v + "; ++l) {\n";
       src += "        const I lin = base + l;\n" + decompose(shape, "        ");
-      src += "        {\n" + lane.code + lane.stores + "        }\n      }\n";
+      src += "        {\n" + indented(lane.flat(), 5) + indented(lane.stores, 5) +
+             "        }\n      }\n";
       for (size_t j : outs) {
         DType d = k.outputs[j].dtype;
         std::string n = std::to_string(j), size = std::to_string(dtype_size(d));
         src += "      vector_store<" + std::to_string(dtype_size(d) * width) +
-               ">(static_cast<char*>(out" + n + ") + (oo" + n + " + base) * " + size + ", w" + n +
-               ");\n";
+               ">(static_cast<char*>(out" + n + ") + (oo" + n + " + base) * " + size +
+               ", lane_out" + n + ");\n";
       }
       src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" +
-             decompose(shape, "        ") + "        {\n" + scalar.code + scalar.stores +
-             "        }\n      }\n    }\n  }\n}\n";
+             decompose(shape, "        ") + "        {\n" + indented(scalar.flat(), 5) +
+             indented(scalar.stores, 5) + "        }\n      }\n    }\n  }\n}\n";
       variants += "v";
     }
     for (char variant : variants) {
@@ -503,10 +590,52 @@ class KernelEmitter {
 
   std::string fresh(const char* prefix) { return prefix + std::to_string(next_++); }
 
+  // ---- code placement ----------------------------------------------------------------------
+
+  // The level a piece of code belongs at: the innermost level of the variables it uses.
+  int depth_of(std::string_view text) const {
+    int depth = 0;
+    size_t at = 0;
+    while (at < text.size()) {
+      char c = text[at];
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        size_t end = at;
+        while (end < text.size() &&
+               (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_'))
+          ++end;
+        auto it = level_of_.find(std::string(text.substr(at, end - at)));
+        if (it != level_of_.end()) depth = std::max(depth, it->second);
+        at = end;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        while (at < text.size() && (std::isalnum(static_cast<unsigned char>(text[at])) ||
+                                    text[at] == '.' || text[at] == '_'))
+          ++at;  // a number literal (0x1p+0, 1LL): no variable in it
+      } else {
+        ++at;
+      }
+    }
+    return depth;
+  }
+  int depth_of(const Index& index) const {
+    int depth = 0;
+    for (const IndexExpr& e : index)
+      depth = std::max(depth, depth_of(e.text));
+    return depth;
+  }
+  // Appends a line at `level`; `defines` (if any) is the variable it declares.
+  void emit(int level, const std::string& line, const std::string& defines = "") {
+    levels_.at(static_cast<size_t>(level)) += line + "\n";
+    if (!defines.empty()) level_of_[defines] = level;
+  }
+  // Declares `name` = `expr` at the level `expr` needs.
+  void declare(const std::string& type, const std::string& name, const std::string& expr) {
+    emit(depth_of(expr), "[[maybe_unused]] const " + type + " " + name + " = " + expr + ";", name);
+  }
+
   // Declares a new variable of v's register type.
   Val define(DType dtype, const std::string& expr) {
     Val v{fresh("v"), dtype};
-    code_ += indent_ + "const " + reg(dtype) + " " + v.expr + " = " + expr + ";\n";
+    declare(reg(dtype), v.expr, expr);
     return v;
   }
   // The register type of a dtype's values (cpu_prelude.h, cuda_prelude.cuh).
@@ -563,7 +692,7 @@ class KernelEmitter {
       case OpKind::kScatter:
         return scatter(*node, at);
       case OpKind::kReduction:
-        not_lowered(op.name + ": reductions are not lowered yet");
+        return reduction(*node, at);
       case OpKind::kJoin:
         not_lowered(op.name + ": cat and stack are not lowered yet");
       case OpKind::kOpaque:
@@ -584,7 +713,7 @@ class KernelEmitter {
     if (lanes_ && lanes_->inputs.contains(k)) {
       KILN_ASSERT(key == index_key(loop_index(body_.inputs()[k]->tensor_type().shape)))
           << "a vector input loaded away from its element";
-      return define(t.dtype, "ld_" + suffix(t.dtype) + "(r" + n + ", l)");
+      return define(t.dtype, "ld_" + suffix(t.dtype) + "(lane_in" + n + ", l)");
     }
     return define(t.dtype, "ld_" + suffix(t.dtype) + "(in" + n + ", " + address.text + ")");
   }
@@ -791,14 +920,192 @@ class KernelEmitter {
     Val r{fresh("v"), typing.out};
     std::string result = fl ? "f_" + suffix(typing.out) + "(static_cast<K>(" + expr + "))"
                             : "i_" + suffix(typing.out) + "(static_cast<int64_t>(" + expr + "))";
-    code_ += indent_ + reg(typing.out) + " " + r.expr + ";\n";
-    code_ += indent_ + "{  // " + op.name + "\n";
-    code_ += indent_ + "  using K [[maybe_unused]] = " + K + ";\n";
-    code_ += indent_ + "  [[maybe_unused]] " + params + "\n";
-    code_ += indent_ + "  " + decl + "\n";
-    code_ += indent_ + "  " + r.expr + " = " + result + ";\n";
-    code_ += indent_ + "}\n";
+    int level = std::max(depth_of(decl), depth_of(params));
+    emit(level, reg(typing.out) + " " + r.expr + ";", r.expr);
+    emit(level, "{  // " + op.name);
+    emit(level, "  using K [[maybe_unused]] = " + K + ";");
+    emit(level, "  [[maybe_unused]] " + params);
+    emit(level, "  " + decl);
+    emit(level, "  " + r.expr + " = " + result + ";");
+    emit(level, "}");
     return r;
+  }
+
+  // ---- reductions ----------------------------------------------------------------------------
+
+  // One output element of a reduction: a loop over the reduced elements (in row-major order of
+  // the reduced dims, as the interpreter groups them), floats accumulated in double and integers
+  // in wrapping int64, each element first converted to the output dtype. The loop sits at the
+  // level of the output index, so a row statistic is computed once per row; in a CUDA row nest a
+  // reduction at row level is split over the block's threads and combined with block_<op>.
+  Val reduction(const Node& node, const Index& at) {
+    const Value* self = node.input(0);
+    const TensorType& in = self->tensor_type();
+    DType out = node.outputs[0]->tensor_type().dtype;
+    const OpId id = node.id();
+    std::vector<int64_t> reduced = reduction_dims(node.arg(1).as_optional_ints(), in.rank());
+    bool keepdim = node.arg("keepdim").as_bool();
+    int64_t count = 1;
+    for (int64_t d : reduced)
+      count *= in.shape[static_cast<size_t>(d)];
+    if (count == 0) not_lowered(node.op->name + ": a reduction over no elements");
+    const bool arg = id == OpId::kArgmax || id == OpId::kArgmin;
+    const DType held = arg ? in.dtype : out;  // the dtype the elements are compared or summed in
+    const bool fl = is_floating(held);
+    if (id == OpId::kMean && !fl) not_lowered("mean: of an integral dtype (eager raises)");
+    if ((id == OpId::kVar || id == OpId::kStd) && !fl)
+      not_lowered(node.op->name + ": of an integral dtype");
+
+    const int depth = depth_of(at);
+    // In a CUDA nest, a reduction below the last dim makes the nest a row nest (cuda_rows_nest).
+    const bool row_level = depth < nest_rank_ || nest_rank_ == 0;
+    if (row_level) ++row_reductions_;
+    const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
+
+    // One pass over the reduced elements: `combine(x, rl)` is the line that takes in the element
+    // x (converted), the rl-th of the group.
+    using Combine = std::function<std::string(const std::string& x, const std::string& rl)>;
+    auto pass = [&](const Combine& combine) {
+      std::string rl = fresh("rl");
+      const int level = static_cast<int>(levels_.size());
+      levels_.emplace_back();
+      level_of_[rl] = level;
+      Index index(static_cast<size_t>(in.rank()));
+      std::string rest = rl;
+      size_t k = 0;
+      for (int64_t d = 0; d < in.rank(); ++d) {
+        if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) {
+          index[static_cast<size_t>(d)] = at.at(k++);
+        } else if (keepdim) {
+          ++k;
+        }
+      }
+      for (size_t r = reduced.size(); r-- > 0;) {
+        int64_t d = reduced[r], size = in.shape[static_cast<size_t>(d)];
+        if (size == 1) {
+          index[static_cast<size_t>(d)] = IndexExpr::number(0);
+          continue;
+        }
+        std::string var = fresh("rd");
+        bool last_needed = true;
+        for (size_t q = 0; q < r; ++q)
+          if (in.shape[static_cast<size_t>(reduced[q])] != 1) last_needed = false;
+        if (last_needed) {
+          declare("int64_t", var, rest);
+        } else {
+          declare("int64_t", var, rest + " % " + std::to_string(size));
+          std::string next = fresh("rq");
+          declare("int64_t", next, rest + " / " + std::to_string(size));
+          rest = next;
+        }
+        index[static_cast<size_t>(d)] = IndexExpr::var(var);
+      }
+      Val x = eval(self, index);
+      std::string converted = arg ? x.expr
+                                  : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
+                                        : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
+      emit(level, combine(converted, rl));
+      std::string body = levels_.back();
+      levels_.pop_back();
+      for (auto it = memo_.begin(); it != memo_.end();) {
+        auto l = level_of_.find(it->second.expr);
+        it = l != level_of_.end() && l->second >= level ? memo_.erase(it) : std::next(it);
+      }
+      for (auto it = level_of_.begin(); it != level_of_.end();)
+        it = it->second >= level ? level_of_.erase(it) : std::next(it);
+      std::string n = std::to_string(count);
+      std::string loop =
+          cooperative ? "for (int64_t " + rl + " = threadIdx.x; " + rl + " < " + n + "; " + rl +
+                            " += blockDim.x) {"
+                      : "for (int64_t " + rl + " = 0; " + rl + " < " + n + "; ++" + rl + ") {";
+      emit(depth, loop);
+      levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
+      emit(depth, "}");
+    };
+
+    const std::string acc_type = fl ? "double" : "int64_t";
+    std::string acc = fresh("acc");
+    auto finish = [&](const std::string& op) {
+      if (cooperative) emit(depth, acc + " = block_" + op + "(" + acc + ");");
+    };
+    std::string result;
+    switch (id) {
+      case OpId::kSum:
+      case OpId::kMean:
+      case OpId::kProd: {
+        bool prod = id == OpId::kProd;
+        const char* op = prod ? "prod" : "sum";
+        emit(depth, acc_type + " " + acc + " = " + (prod ? "1" : "0") + ";", acc);
+        pass([&](const std::string& x, const std::string&) {
+          return acc + " = red_" + op + "(" + acc + ", " + x + ");";
+        });
+        finish(op);
+        if (id == OpId::kMean)
+          result = "f_" + suffix(out) + "(" + acc + " / " + std::to_string(count) + ".0)";
+        else
+          result = (fl ? "f_" : "i_") + suffix(out) + "(" + acc + ")";
+        break;
+      }
+      case OpId::kAmax:
+      case OpId::kAmin: {
+        bool max = id == OpId::kAmax;
+        const char* op = max ? "max" : "min";
+        std::string init = fl ? (max ? "-kernel_infinity()" : "kernel_infinity()")
+                              : (max ? int_literal(INT64_MIN) : int_literal(INT64_MAX));
+        emit(depth, acc_type + " " + acc + " = " + init + ";", acc);
+        pass([&](const std::string& x, const std::string&) {
+          return acc + " = red_" + op + "(" + acc + ", " + x + ");";
+        });
+        finish(op);
+        result = (fl ? "f_" : "i_") + suffix(out) + "(" + acc + ")";
+        break;
+      }
+      case OpId::kVar:
+      case OpId::kStd: {
+        Number correction = number(node.arg("correction"));
+        emit(depth, "double " + acc + " = 0;", acc);
+        pass([&](const std::string& x, const std::string&) {
+          return acc + " = red_sum(" + acc + ", " + x + ");";
+        });
+        finish("sum");
+        std::string mean = fresh("mean");
+        declare("double", mean, acc + " / " + std::to_string(count) + ".0");
+        std::string m2 = fresh("acc");
+        emit(depth, "double " + m2 + " = 0;", m2);
+        pass([&](const std::string& x, const std::string&) {
+          std::string dev = "(" + x + " - " + mean + ")";
+          return m2 + " = red_sum(" + m2 + ", " + dev + " * " + dev + ");";
+        });
+        if (cooperative) emit(depth, m2 + " = block_sum(" + m2 + ");");
+        // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
+        std::string divisor = fresh("n");
+        std::string excess = "(" + std::to_string(count) + ".0 - " + correction.as_double + ")";
+        declare("double", divisor, excess + " > 0 ? " + excess + " : 0.0");
+        std::string variance = m2 + " / " + divisor;
+        result = "f_" + suffix(out) + "(" +
+                 (id == OpId::kStd ? "std::sqrt(" + variance + ")" : variance) + ")";
+        break;
+      }
+      case OpId::kArgmax:
+      case OpId::kArgmin: {
+        // The first index of the extreme; a NaN is more extreme than anything (the first NaN).
+        std::string best = fresh("best"), at_best = fresh("ib");
+        const char* better = id == OpId::kArgmax ? " > " : " < ";
+        emit(depth, acc_type + " " + best + " = 0;", best);
+        emit(depth, "int64_t " + at_best + " = -1;", at_best);
+        pass([&](const std::string& xv, const std::string& rl) {
+          std::string take = fl ? "(" + at_best + " < 0 || (!(" + best + " != " + best + ") && (" +
+                                      xv + " != " + xv + " || " + xv + better + best + ")))"
+                                : "(" + at_best + " < 0 || " + xv + better + best + ")";
+          return "if " + take + " { " + best + " = " + xv + "; " + at_best + " = " + rl + "; }";
+        });
+        result = at_best;
+        break;
+      }
+      default:
+        not_lowered(node.op->name + ": this reduction is not lowered");
+    }
+    return define(out, result);
   }
 
   Val creation(const Node& node, const Index& at) {
@@ -901,7 +1208,7 @@ class KernelEmitter {
         not_lowered(node.op->name + ": this scatter is not lowered (the interpreter runs it)");
     }
     std::string c = fresh("c");
-    code_ += indent_ + "[[maybe_unused]] const bool " + c + " = " + cond + ";\n";
+    declare("bool", c, cond);
     // Off the slot, read src at index 0: in bounds, and never used.
     Index guarded;
     for (const IndexExpr& e : slot) {
@@ -910,8 +1217,7 @@ class KernelEmitter {
         continue;
       }
       std::string j = fresh("j");
-      code_ += indent_ + "[[maybe_unused]] const int64_t " + j + " = " + c + " ? (" + e.text +
-               ") : 0;\n";
+      declare("int64_t", j, c + " ? (" + e.text + ") : 0");
       guarded.push_back(IndexExpr::var(j));
     }
     Val s = eval(src, broadcast_index(guarded, src->tensor_type().shape));
@@ -948,20 +1254,17 @@ class KernelEmitter {
       reach += (sizes[dims[k]] - 1) * strides[dims[k]];
     }
     std::string d = fresh("d");
-    code_ += indent_ + "[[maybe_unused]] const int64_t " + d + " = " +
-             (at[0] - window.offset).text + ";\n";
+    declare("int64_t", d, (at[0] - window.offset).text);
     std::string r = fresh("r");
-    code_ +=
-        indent_ + "[[maybe_unused]] const int64_t " + r + " = " + d + " < 0 ? 0 : " + d + ";\n";
+    declare("int64_t", r, d + " < 0 ? 0 : " + d);
     *cond = d + " >= 0";
     slot->assign(sizes.size(), IndexExpr::number(0));
     for (size_t dim : dims) {
       std::string q = fresh("q");
       std::string next = fresh("r");
       std::string t = std::to_string(strides[dim]);
-      code_ += indent_ + "[[maybe_unused]] const int64_t " + q + " = " + r + " / " + t + ";\n";
-      code_ += indent_ + "[[maybe_unused]] const int64_t " + next + " = " + r + " - " + q + " * " +
-               t + ";\n";
+      declare("int64_t", q, r + " / " + t);
+      declare("int64_t", next, r + " - " + q + " * " + t);
       *cond += " && " + q + " < " + std::to_string(sizes[dim]);
       (*slot)[dim] = IndexExpr::var(q);
       r = next;
@@ -976,8 +1279,11 @@ class KernelEmitter {
   const Lanes* lanes_ = nullptr;
   std::unordered_map<const Value*, size_t> input_index_;
   // The nest being emitted.
-  std::string code_;
-  std::string indent_;
+  std::vector<std::string> levels_;                // code by level (NestBody::levels)
+  std::unordered_map<std::string, int> level_of_;  // the level of every variable defined so far
+  int nest_rank_ = 0;
+  NestMode mode_ = NestMode::kCpuLoops;
+  int row_reductions_ = 0;  // reductions at row level (below the nest's last dim) so far
   std::unordered_map<std::string, Val> memo_;
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided

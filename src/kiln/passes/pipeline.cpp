@@ -1,6 +1,8 @@
 // The pipeline: the ordered list of passes, each line saying why it sits where it does.
 #include "kiln/passes/pipeline.h"
 
+#include "kiln/support/dump.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -37,6 +39,7 @@ class History {
     }
     p_.history.push_back(
         {name, ms, plan ? print_plan(p_.execution, p_.plan) : print_trace(p_.execution)});
+    dump("traces", name + ".trace", p_.history.back().printed);
   }
 
  private:

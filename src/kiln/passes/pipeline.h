@@ -2,6 +2,7 @@
 // execution trace, with the trace after each pass kept in the history.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct CompiledProgram {
   ProgramInterface interface;
   std::vector<PassRecord> history;
   CompileStats stats;
+  // The executor's prepared kernels for this program (runtime/executor.cpp's type, made on the
+  // first execute and reused by every later call: the hot path does no lowering or lookups).
+  mutable std::shared_ptr<const void> executor_cache;
 };
 
 // The passes in pipeline order (kiln-opt --passes names them).

@@ -1,7 +1,9 @@
 #include "kiln/runtime/executor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "kiln/runtime/cpu/cpu_kernels.h"
@@ -188,6 +190,33 @@ class DeviceMemoryOps {
   Device device_;
 };
 
+// A program's kernels for one device, prepared on its first execute (CompiledProgram::
+// executor_cache) and reused: a later call neither lowers nor looks anything up.
+struct PreparedKernels {
+  Device device;
+  bool cpu_kernels = false;  // KILN_CPU_KERNELS when they were prepared
+  cpu::PlanKernels cpu;
+  cuda::CudaPlanKernels cuda;
+};
+
+std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
+                                                        Device device) {
+  bool cpu_kernels = device.kind == Device::Kind::kCpu && cpu::cpu_kernels_enabled();
+  auto cached =
+      std::static_pointer_cast<const PreparedKernels>(std::atomic_load(&program.executor_cache));
+  if (cached && cached->device == device && cached->cpu_kernels == cpu_kernels) return cached;
+  auto p = std::make_shared<PreparedKernels>();
+  p->device = device;
+  p->cpu_kernels = cpu_kernels;
+  if (device.kind == Device::Kind::kCuda)
+    p->cuda = cuda::prepare_cuda_kernels(program.plan, device.index);
+  else if (cpu_kernels)
+    p->cpu = cpu::prepare_cpu_kernels(program.plan);
+  std::shared_ptr<const void> erased = p;
+  std::atomic_store(&program.executor_cache, erased);
+  return p;
+}
+
 // The device of a call: its tensors' (kiln never mixes devices in one program).
 Device device_of(const std::vector<RtValue>& args) {
   for (const RtValue& a : args)
@@ -293,12 +322,9 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     // an input does it as it runs, so a later step reading that input would see the new data —
     // exactly what place_writebacks must rule out. A fusion step runs as its compiled CPU kernel
     // when it has one (cpu_kernels.h), else in the interpreter.
-    cpu::PlanKernels kernels;
-    cuda::CudaPlanKernels cuda_kernels;
-    if (memory.cuda())
-      cuda_kernels = cuda::prepare_cuda_kernels(program.plan, memory.device().index);
-    else if (cpu::cpu_kernels_enabled())
-      kernels = cpu::prepare_cpu_kernels(program.plan);
+    std::shared_ptr<const PreparedKernels> prepared = prepared_kernels(program, memory.device());
+    const cpu::PlanKernels& kernels = prepared->cpu;
+    const cuda::CudaPlanKernels& cuda_kernels = prepared->cuda;
     // The kernel of step s, if it has one.
     auto kernel_of = [&](size_t s) -> const codegen::Kernel* {
       if (memory.cuda())

@@ -1,6 +1,7 @@
-// Runs a compiled program on the caller's tensors: builds the alias groups' bases from the
-// caller's storages, runs the execution trace (each fusion region as a compiled CPU kernel when
-// KILN_CPU_KERNELS allows and the region lowers, else in the reference interpreter),
+// Runs a compiled program on the caller's tensors, on their device: builds the alias groups'
+// bases from the caller's storages, runs the execution trace (each fusion region as a compiled
+// kernel — CUDA for CUDA tensors, CPU when KILN_CPU_KERNELS allows — when it lowers, else in the
+// reference interpreter, for CUDA tensors on host copies),
 // performs the writebacks into the caller's memory, applies metadata mutations to the caller's
 // tensor objects, and returns outputs that are fresh tensors, the caller's own objects, or real
 // views of the caller's tensors, exactly as eager would.
@@ -20,8 +21,8 @@ AliasPattern alias_pattern_of(const std::vector<RtValue>& args);
 
 // What one execute call did, for tests and tools.
 struct ExecutionStats {
-  int kernel_steps = 0;          // fusion steps run as compiled CPU kernels
-  int interpreted_steps = 0;     // fusion and opaque steps run in the reference interpreter
+  int kernel_steps = 0;          // fusion steps run as compiled kernels (CPU or CUDA)
+  int interpreted_steps = 0;     // steps run in the reference interpreter (for CUDA: on the host)
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step
 };

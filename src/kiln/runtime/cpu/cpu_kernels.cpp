@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kiln/runtime/interpreter/env.h"
+#include "kiln/support/dump.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cpu {
@@ -27,8 +28,10 @@ PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache) {
     codegen::KernelLowering lowered = codegen::lower_kernel(step, codegen::Target::kCpu);
     if (!lowered.kernel) {
       pk.why_not[s] = lowered.why_not;
+      dump("kernels", "step" + std::to_string(s) + "-not-lowered.txt", lowered.why_not + "\n");
       continue;
     }
+    dump("kernels", "step" + std::to_string(s) + ".cpp", lowered.kernel->source);
     pk.steps[s] = StepKernel{std::move(*lowered.kernel), nullptr};
     at.push_back(s);
   }

@@ -14,6 +14,7 @@
 #include "kiln/runtime/cuda/nvrtc.h"
 #include "kiln/runtime/interpreter/env.h"
 #include "kiln/runtime/interpreter/layout.h"
+#include "kiln/support/dump.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cuda {
@@ -327,8 +328,10 @@ CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
     codegen::KernelLowering lowered = codegen::lower_kernel(step, codegen::Target::kCuda);
     if (!lowered.kernel) {
       pk.why_not[s] = lowered.why_not;
+      dump("kernels", "step" + std::to_string(s) + "-not-lowered.txt", lowered.why_not + "\n");
       continue;
     }
+    dump("kernels", "step" + std::to_string(s) + ".cu", lowered.kernel->source);
     pk.steps[s] = CudaStepKernel{std::move(*lowered.kernel), {}, device};
     at.push_back(s);
   }
