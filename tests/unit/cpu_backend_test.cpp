@@ -445,6 +445,50 @@ float f32(double v) {
   return static_cast<float>(v);
 }
 
+// The caller's memory crosses in borrowed (as the Python front end passes PyTorch's), and the
+// outputs come from the caller's allocator: S1 runs on memory kiln does not own.
+TEST(CpuBackend, BorrowedInputsAndOutputsFromTheGivenAllocator) {
+  ScopedEnv on("KILN_CPU_KERNELS", "1");
+  struct Counting : Allocator {
+    int blocks = 0;
+    Block allocate(Device, size_t bytes) override {
+      ++blocks;
+      std::shared_ptr<std::byte[]> memory(new std::byte[bytes + 1]);
+      return Block{memory.get(), 0, memory};
+    }
+  } allocator;
+  std::vector<float> caller(25);
+  for (size_t i = 0; i < caller.size(); ++i)
+    caller[i] = static_cast<float>(i) / 10.0f - 1.0f;
+  auto storage = std::make_shared<Storage>();
+  storage->dtype = DType::kFloat32;
+  storage->borrowed = reinterpret_cast<std::byte*>(caller.data());
+  storage->borrowed_numel = 25;
+  auto a = std::make_shared<RtTensor>(RtTensor{storage, {5, 5}, {5, 1}, 0});
+  Trace t = trace(
+      [](Tensor x) {
+        x.tanh_();
+        return x * x * x * x;
+      },
+      {spec_of(a)});
+  std::vector<float> before = caller;
+  ExecutionStats stats;
+  ExecuteOptions options;
+  options.allocator = &allocator;
+  options.stats = &stats;
+  std::vector<RtValue> out = execute(compile(t, alias_pattern_of({RtValue(a)})), {a}, options);
+  EXPECT_EQ(stats.writebacks_in_kernel, 1);
+  EXPECT_GE(allocator.blocks, 1);
+  const RtTensor& result = *std::get<TensorHandle>(out.at(0));
+  EXPECT_NE(result.storage->borrowed, nullptr);  // the allocator's memory
+  std::vector<double> got = to_vector(result);
+  for (size_t i = 0; i < caller.size(); ++i) {
+    float th = f32(std::tanh(static_cast<double>(before[i])));
+    EXPECT_EQ(caller[i], th) << i;  // written into the caller's own memory
+    EXPECT_EQ(got[i], ((th * th) * th) * th) << i;
+  }
+}
+
 TEST(CpuBackend, SeedS1IsOneKernelThatWritesBackItself) {
   ScopedEnv on("KILN_CPU_KERNELS", "1");
   TensorHandle a = ar({5, 5});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <set>
@@ -115,22 +116,29 @@ bool can_store_in_kernel(const codegen::Kernel& kernel, size_t j, const RtTensor
 // are copied up.
 class DeviceMemoryOps {
  public:
-  explicit DeviceMemoryOps(Device device) : device_(device) {}
+  DeviceMemoryOps(Device device, const ExecuteOptions& options)
+      : device_(device), allocator_(options.allocator), stream_(options.stream) {}
   bool cuda() const { return device_.kind == Device::Kind::kCuda; }
   Device device() const { return device_; }
+  void* stream() const { return stream_; }
 
-  TensorHandle clone_of(const RtTensor& t) const { return cuda() ? cuda::cuda_clone(t) : clone(t); }
+  TensorHandle clone_of(const RtTensor& t) const {
+    if (cuda()) return cuda::cuda_clone(t, stream_, allocator_);
+    TensorHandle out = host_tensor(t.dtype(), t.sizes, contiguous_strides(t.sizes), 0, t.numel());
+    copy_into(*out, t);
+    return out;
+  }
   void copy(RtTensor& dst, const RtTensor& src) const {
     if (cuda())
-      cuda::cuda_copy_into(dst, src);
+      cuda::cuda_copy_into(dst, src, stream_);
     else
       copy_into(dst, src);
   }
   TensorHandle empty(DType dtype, const Shape& shape) const {
     if (cuda())
       return cuda::cuda_strided(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape),
-                                device_, false);
-    return empty_strided(dtype, shape, contiguous_strides(shape));
+                                device_, false, allocator_, stream_);
+    return host_tensor(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape));
   }
   // A fresh tensor of this layout holding `value`'s elements (a layout may repeat elements).
   TensorHandle materialize(const RtTensor& value, const Geometry& g, int64_t storage_numel) const {
@@ -138,11 +146,11 @@ class DeviceMemoryOps {
       bool covers = g.offset == 0 && shape_numel(g.sizes) == storage_numel &&
                     contiguous_strides(g.sizes) == g.strides;
       TensorHandle out = cuda::cuda_strided(value.dtype(), g.sizes, g.strides, g.offset,
-                                            storage_numel, device_, !covers);
-      cuda::cuda_copy_elements(*out, value);
+                                            storage_numel, device_, !covers, allocator_, stream_);
+      cuda::cuda_copy_elements(*out, value, stream_);
       return out;
     }
-    TensorHandle out = make_strided(value.dtype(), g.sizes, g.strides, g.offset, storage_numel);
+    TensorHandle out = host_tensor(value.dtype(), g.sizes, g.strides, g.offset, storage_numel);
     for (int64_t i = 0; i < out->numel(); ++i)
       copy_element(*value.storage, value.storage_index_of_linear(i), *out->storage,
                    out->storage_index_of_linear(i));
@@ -182,12 +190,37 @@ class DeviceMemoryOps {
   }
 
  private:
+  // A zero-filled host tensor of this layout, from the allocator when there is one.
+  TensorHandle host_tensor(DType dtype, const Shape& shape, const Strides& strides, int64_t offset,
+                           int64_t storage_numel) const {
+    if (!allocator_) return make_strided(dtype, shape, strides, offset, storage_numel);
+    auto bytes = static_cast<size_t>(storage_numel * dtype_size(dtype));
+    Allocator::Block block = allocator_->allocate(device_, bytes);
+    KILN_ASSERT(block.owner && (block.host || bytes == 0))
+        << "an allocator returned no host memory for a CPU tensor";
+    if (bytes > 0) std::memset(block.host, 0, bytes);
+    auto storage = std::make_shared<Storage>();
+    storage->dtype = dtype;
+    storage->device = device_;
+    storage->borrowed = block.host;
+    storage->borrowed_numel = storage_numel;
+    storage->borrowed_owner = block.owner;
+    auto t = std::make_shared<RtTensor>();
+    t->storage = std::move(storage);
+    t->sizes = shape;
+    t->strides = strides;
+    t->offset = offset;
+    return t;
+  }
+
   static TensorHandle rebase(const RtTensor& t, std::shared_ptr<Storage> storage) {
     auto out = std::make_shared<RtTensor>(t);
     out->storage = std::move(storage);
     return out;
   }
   Device device_;
+  Allocator* allocator_;
+  void* stream_;
 };
 
 // A program's kernels for one device, prepared on its first execute (CompiledProgram::
@@ -227,9 +260,9 @@ Device device_of(const std::vector<RtValue>& args) {
 }  // namespace
 
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,
-                             ExecutionStats* stats) {
+                             const ExecuteOptions& options) {
   ExecutionStats local;
-  if (!stats) stats = &local;
+  ExecutionStats* stats = options.stats ? options.stats : &local;
   const AliasPattern& pattern = program.pattern;
   const Trace& trace = program.execution;
   KILN_CHECK(args.size() == pattern.inputs.size()) << "the program takes " << pattern.inputs.size()
@@ -240,7 +273,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
 
   // The trace's inputs: one per group (the caller's tensor itself, or a copy of the storage
   // extent for a synthetic base — the trace is functional, so it only reads it), then numbers.
-  const DeviceMemoryOps memory(device_of(args));
+  const DeviceMemoryOps memory(device_of(args), options);
   std::vector<GroupBase> bases(pattern.groups.size());
   std::vector<RtValue> inputs;
   for (size_t g = 0; g < pattern.groups.size(); ++g) {
@@ -369,7 +402,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
             const codegen::KernelOutput& o = kernel->outputs[j];
             buffers[j] = memory.empty(o.dtype, o.shape);
           }
-          ran = memory.cuda() ? cuda::run_cuda_kernel(*cuda_kernels.steps[s], step_inputs, buffers)
+          ran = memory.cuda() ? cuda::run_cuda_kernel(*cuda_kernels.steps[s], step_inputs, buffers,
+                                                      memory.stream())
                               : cpu::run_cpu_kernel(*kernels.steps[s], step_inputs, buffers);
           if (ran) {
             std::set<const Value*> bind = read_later;

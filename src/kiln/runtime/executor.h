@@ -11,6 +11,7 @@
 
 #include "kiln/analysis/alias_pattern.h"
 #include "kiln/passes/pipeline.h"
+#include "kiln/runtime/allocator.h"
 #include "kiln/runtime/interpreter/rt_tensor.h"
 
 namespace kiln {
@@ -27,9 +28,20 @@ struct ExecutionStats {
   int writebacks_copied = 0;     // copied into the caller's memory after their step
 };
 
+struct ExecuteOptions {
+  Allocator* allocator = nullptr;  // null: kiln's own memory
+  void* stream = nullptr;          // the CUDA stream kernels run on (CUstream); null: the default
+  ExecutionStats* stats = nullptr;
+};
+
 // Requires: `args` has the dtypes, shapes and layouts the program was compiled for, and the alias
 // pattern `program.pattern` (alias_pattern_of(args) == program.pattern).
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,
-                             ExecutionStats* stats = nullptr);
+                             const ExecuteOptions& options);
+inline std::vector<RtValue> execute(const CompiledProgram& program,
+                                    const std::vector<RtValue>& args,
+                                    ExecutionStats* stats = nullptr) {
+  return execute(program, args, ExecuteOptions{nullptr, nullptr, stats});
+}
 
 }  // namespace kiln

@@ -61,7 +61,7 @@ void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans, KernelCach
 namespace {
 
 void* data_of(const RtTensor& t) {
-  return t.storage->bytes.empty() ? nullptr : t.storage->bytes.data();
+  return t.storage->numel() == 0 ? nullptr : t.storage->data();
 }
 
 void append_layout(const RtTensor& t, std::vector<int64_t>& meta) {

@@ -258,7 +258,7 @@ unsigned grid_for(int64_t work, int device) {
 }
 
 void* host_data(const RtTensor& t) {
-  return t.storage->bytes.empty() ? nullptr : const_cast<std::byte*>(t.storage->bytes.data());
+  return t.storage->numel() == 0 ? nullptr : t.storage->data();
 }
 
 // Launches the copy of src's elements (broadcast to dst's shape) into dst's.
@@ -446,17 +446,26 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
 // ------------------------------------------------------------------------------
 
 TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
-                          int64_t offset, int64_t storage_numel, Device device, bool zero) {
+                          int64_t offset, int64_t storage_numel, Device device, bool zero,
+                          Allocator* allocator, Stream stream) {
   KILN_ASSERT(device.kind == Device::Kind::kCuda) << "cuda_strided for " << device.str();
+  use_device(device.index);
   auto storage = std::make_shared<Storage>();
   storage->dtype = dtype;
   storage->device = device;
   size_t bytes = static_cast<size_t>(storage_numel * dtype_size(dtype));
-  std::shared_ptr<DeviceMemory> memory = allocate(device.index, bytes);
-  if (zero) fill_zero(memory->ptr, bytes, device.index, nullptr);
-  storage->device_data = memory->ptr;
+  if (allocator) {
+    Allocator::Block block = allocator->allocate(device, bytes);
+    KILN_ASSERT(block.owner) << "an allocator returned a block without an owner";
+    storage->device_data = block.device;
+    storage->device_owner = block.owner;
+  } else {
+    std::shared_ptr<DeviceMemory> memory = allocate(device.index, bytes);
+    storage->device_data = memory->ptr;
+    storage->device_owner = memory;
+  }
+  if (zero) fill_zero(storage->device_data, bytes, device.index, stream);
   storage->device_numel = storage_numel;
-  storage->device_owner = memory;
   auto t = std::make_shared<RtTensor>();
   t->storage = std::move(storage);
   t->sizes = shape;
@@ -511,9 +520,9 @@ void cuda_copy_elements(RtTensor& dst, const RtTensor& src, Stream stream) {
   launch_copy(dst, src, stream);
 }
 
-TensorHandle cuda_clone(const RtTensor& t, Stream stream) {
+TensorHandle cuda_clone(const RtTensor& t, Stream stream, Allocator* allocator) {
   TensorHandle out = cuda_strided(t.dtype(), t.sizes, contiguous_strides(t.sizes), 0, t.numel(),
-                                  t.device(), false);
+                                  t.device(), false, allocator, stream);
   launch_copy(*out, t, stream);
   return out;
 }

@@ -15,6 +15,7 @@
 
 #include "kiln/codegen/kernel.h"
 #include "kiln/passes/plan.h"
+#include "kiln/runtime/allocator.h"
 #include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/interpreter/rt_tensor.h"
 
@@ -64,8 +65,10 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
 
 // A new CUDA tensor with this layout over a storage of `storage_numel` elements (zero-filled when
 // `zero`).
+// From `allocator` when given, else cuMemAlloc.
 TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
-                          int64_t offset, int64_t storage_numel, Device device, bool zero);
+                          int64_t offset, int64_t storage_numel, Device device, bool zero,
+                          Allocator* allocator = nullptr, Stream stream = nullptr);
 // The same view over a copy of the tensor's whole storage on `device` / on the host (the host
 // copy keeps the device label: Storage::on_device() tells them apart).
 TensorHandle to_device(const RtTensor& host, Device device);
@@ -77,6 +80,6 @@ void cuda_copy_into(RtTensor& dst, const RtTensor& src, Stream stream = nullptr)
 // repeat elements (every copy gets the same value); src must not share memory with dst.
 void cuda_copy_elements(RtTensor& dst, const RtTensor& src, Stream stream = nullptr);
 // A contiguous copy on the device.
-TensorHandle cuda_clone(const RtTensor& t, Stream stream = nullptr);
+TensorHandle cuda_clone(const RtTensor& t, Stream stream = nullptr, Allocator* allocator = nullptr);
 
 }  // namespace kiln::cuda

@@ -14,13 +14,13 @@ namespace {
 template <class T>
 T read(const Storage& s, int64_t i) {
   T v;
-  std::memcpy(&v, s.bytes.data() + static_cast<size_t>(i) * sizeof(T), sizeof(T));
+  std::memcpy(&v, s.data() + static_cast<size_t>(i) * sizeof(T), sizeof(T));
   return v;
 }
 
 template <class T>
 void write(Storage& s, int64_t i, T v) {
-  std::memcpy(s.bytes.data() + static_cast<size_t>(i) * sizeof(T), &v, sizeof(T));
+  std::memcpy(s.data() + static_cast<size_t>(i) * sizeof(T), &v, sizeof(T));
 }
 
 void check_index(const Storage& s, int64_t i) {
@@ -129,8 +129,8 @@ void copy_element(const Storage& src, int64_t si, Storage& dst, int64_t di) {
     check_index(src, si);
     check_index(dst, di);
     auto size = static_cast<size_t>(dtype_size(src.dtype));
-    std::memcpy(dst.bytes.data() + static_cast<size_t>(di) * size,
-                src.bytes.data() + static_cast<size_t>(si) * size, size);
+    std::memcpy(dst.data() + static_cast<size_t>(di) * size,
+                src.data() + static_cast<size_t>(si) * size, size);
   } else if (is_floating(src.dtype)) {
     dst.store_double(di, src.load_double(si));
   } else {

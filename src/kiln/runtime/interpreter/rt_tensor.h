@@ -16,7 +16,12 @@ namespace kiln {
 struct Storage {
   DType dtype = DType::kFloat32;
   Device device;
-  std::vector<std::byte> bytes;  // a CPU storage's elements
+  std::vector<std::byte> bytes;  // a CPU storage's elements, when kiln owns them
+  // A CPU storage over memory kiln borrows (a caller's tensor: the Python front end passes
+  // PyTorch's memory without copies): its first byte, its size, and what keeps it alive.
+  std::byte* borrowed = nullptr;
+  int64_t borrowed_numel = 0;
+  std::shared_ptr<void> borrowed_owner;
   // A storage in device memory (`bytes` stays empty): its device address, its size and its
   // owner. Only the executor and the CUDA runtime touch it; the interpreter never sees one. (A
   // host copy of a CUDA storage keeps its `device` label but holds its elements in `bytes`, so
@@ -26,8 +31,13 @@ struct Storage {
   std::shared_ptr<void> device_owner;
 
   bool on_device() const { return device_owner != nullptr; }
+  // The host elements (owned or borrowed); null for a device storage.
+  std::byte* data() { return borrowed ? borrowed : bytes.data(); }
+  const std::byte* data() const { return borrowed ? borrowed : bytes.data(); }
   int64_t numel() const {
-    return on_device() ? device_numel : static_cast<int64_t>(bytes.size()) / dtype_size(dtype);
+    if (on_device()) return device_numel;
+    if (borrowed) return borrowed_numel;
+    return static_cast<int64_t>(bytes.size()) / dtype_size(dtype);
   }
 
   // Element i of the storage as a double / int64 (bool is 0 or 1; f16 and bf16 are widened).
