@@ -14,6 +14,7 @@
 
 #include "kiln/kiln.h"
 #include "kiln/passes/pipeline.h"
+#include "kiln/runtime/cuda/cublas.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/executor.h"
@@ -142,6 +143,61 @@ TEST(CudaDifferential, ReductionsAtRealSizes) {
           ADD_FAILURE() << p.name << " " << dtype_name(dtype) << shape_str(shape) << ": "
                         << *failure;
       }
+    }
+  }
+}
+
+// Matrix products run through cuBLAS (a library step), in every floating dtype, with transposed,
+// broadcast-batch and 1-D operands, and a fused epilogue after them.
+TEST(CudaDifferential, MatrixProductsRunThroughCublas) {
+  KILN_REQUIRE_GPU();
+  std::string why;
+  if (!cuda::cublas_available(&why)) GTEST_SKIP() << why;
+  auto values = [](int64_t n) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<double>((i * 37) % 17) / 8.0 - 1.0;
+    return v;
+  };
+  struct Case {
+    std::string name;
+    Shape a, b;
+    std::function<Tensor(Tensor, Tensor)> fn;
+  };
+  std::vector<Case> cases = {
+      {"matmul 2-D", {5, 7}, {7, 3}, [](Tensor a, Tensor b) { return matmul(a, b).relu(); }},
+      {"matmul of a transpose",
+       {7, 5},
+       {7, 3},
+       [](Tensor a, Tensor b) { return matmul(a.t(), b) * 2; }},
+      {"vector times matrix", {7}, {7, 3}, [](Tensor a, Tensor b) { return matmul(a, b); }},
+      {"matrix times vector", {3, 7}, {7}, [](Tensor a, Tensor b) { return matmul(a, b); }},
+      {"broadcast batches",
+       {2, 1, 4, 6},
+       {3, 6, 5},
+       [](Tensor a, Tensor b) { return matmul(a, b); }},
+      {"bmm", {3, 4, 6}, {3, 6, 2}, [](Tensor a, Tensor b) { return bmm(a, b); }},
+      {"linear with bias",
+       {4, 6},
+       {5, 6},
+       [](Tensor a, Tensor w) { return linear(a, w, w.select(1, 0)); }},
+  };
+  for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
+    for (const Case& c : cases) {
+      TensorHandle a = make_tensor(dtype, c.a, values(shape_numel(c.a)));
+      TensorHandle b = make_tensor(dtype, c.b, values(shape_numel(c.b)));
+      std::vector<RtValue> in = {a, b};
+      Trace t = trace([&](Tensor x, Tensor y) { return c.fn(x, y); },
+                      {test::spec_of(a), test::spec_of(b)});
+      if (auto failure = fuzz::check_trace(t, in, on_cuda()))
+        ADD_FAILURE() << c.name << " " << dtype_name(dtype) << ": " << *failure;
+      // It ran in cuBLAS, not in the interpreter.
+      std::vector<RtValue> dev = {cuda::to_device(*a, Device::cuda(0)),
+                                  cuda::to_device(*b, Device::cuda(0))};
+      ExecutionStats stats;
+      execute(compile(test::on_device(t, Device::cuda(0)), alias_pattern_of(dev)), dev, &stats);
+      EXPECT_EQ(stats.library_steps, 1) << c.name << " " << dtype_name(dtype);
+      EXPECT_EQ(stats.interpreted_steps, 0) << c.name << " " << dtype_name(dtype);
     }
   }
 }

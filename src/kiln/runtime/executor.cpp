@@ -8,6 +8,7 @@
 #include <set>
 
 #include "kiln/runtime/cpu/cpu_kernels.h"
+#include "kiln/runtime/cuda/cublas.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/support/error.h"
@@ -121,6 +122,7 @@ class DeviceMemoryOps {
   bool cuda() const { return device_.kind == Device::Kind::kCuda; }
   Device device() const { return device_; }
   void* stream() const { return stream_; }
+  Allocator* allocator() const { return allocator_; }
 
   TensorHandle clone_of(const RtTensor& t) const {
     if (cuda()) return cuda::cuda_clone(t, stream_, allocator_);
@@ -248,6 +250,32 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
   return p;
+}
+
+// An opaque step on CUDA through a library (cuBLAS for the matrix products): its one node's
+// output bound in `env`. False when the library cannot run it (the interpreter then does).
+bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
+                      const DeviceMemoryOps& memory, std::map<const Value*, RtValue>& env) {
+  if (step.body.nodes().size() != 1 || step.outputs.size() != 1) return false;
+  const Node& node = *step.body.nodes().front();
+  // The node's operands in order, from the step's inputs.
+  std::vector<RtValue> operands;
+  for (const Operand& o : node.operands) {
+    if (o.is_none()) {
+      operands.emplace_back(RtScalar(false));
+      continue;
+    }
+    if (!o.is_value()) return false;
+    size_t i = 0;
+    while (i < step.body.inputs().size() && step.body.inputs()[i] != o.value())
+      ++i;
+    if (i == step.body.inputs().size()) return false;
+    operands.push_back(inputs[i]);
+  }
+  TensorHandle out = cuda::run_matrix_product(node, operands, memory.allocator(), memory.stream());
+  if (!out) return false;
+  env[step.outputs[0]] = out;
+  return true;
 }
 
 // The device of a call: its tensors' (kiln never mixes devices in one program).
@@ -419,7 +447,11 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
             stored.clear();
           }
         }
-        if (ran) {
+        if (!ran && memory.cuda() && step.kind == Step::Kind::kOpaque)
+          ran = run_library_step(step, step_inputs, memory, env);
+        if (ran && step.kind == Step::Kind::kOpaque) {
+          ++stats->library_steps;
+        } else if (ran) {
           ++stats->kernel_steps;
           stats->writebacks_in_kernel += static_cast<int>(stored.size());
         } else {

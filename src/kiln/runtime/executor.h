@@ -23,6 +23,7 @@ AliasPattern alias_pattern_of(const std::vector<RtValue>& args);
 // What one execute call did, for tests and tools.
 struct ExecutionStats {
   int kernel_steps = 0;          // fusion steps run as compiled kernels (CPU or CUDA)
+  int library_steps = 0;         // opaque steps run by a library (cuBLAS)
   int interpreted_steps = 0;     // steps run in the reference interpreter (for CUDA: on the host)
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step

@@ -1,0 +1,27 @@
+// The matrix products of CUDA programs (matmul, bmm, linear: the plan's opaque steps) through
+// cuBLAS, loaded with dlopen (libcublas.so.13 or .12) like the driver and NVRTC. Floating dtypes
+// only, computed as PyTorch's CUDA matmul computes them by default: float32 in full float32 (no
+// TF32), float16 and bfloat16 with float32 accumulation, float64 in double. Any operand layout:
+// operands are first copied into contiguous batches (broadcast batch dims included).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/ir/trace.h"
+#include "kiln/runtime/allocator.h"
+#include "kiln/runtime/cuda/driver.h"
+#include "kiln/runtime/interpreter/rt_tensor.h"
+
+namespace kiln::cuda {
+
+// Whether cuBLAS could be loaded; `why` says why not.
+bool cublas_available(std::string* why = nullptr);
+
+// Runs the opaque node `node` (matmul, bmm or linear) on CUDA tensors `inputs` (the node's
+// operands in order) and returns its output; nullptr when cuBLAS cannot (no cuBLAS, an integral
+// dtype): the executor then runs the node in the interpreter on host copies.
+TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& inputs,
+                                Allocator* allocator, Stream stream);
+
+}  // namespace kiln::cuda
