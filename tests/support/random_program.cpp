@@ -1674,7 +1674,7 @@ std::string number_str(double v) {
 // Whether two elements of dtype `dtype` agree: exact for integers and bools, within the dtype's
 // tolerance for floats (NaN equals NaN, infinities must match).
 bool elements_agree(const Storage& a, int64_t ia, const Storage& b, int64_t ib, DType dtype,
-                    std::string* shown) {
+                    double scale, std::string* shown) {
   if (!is_floating(dtype)) {
     int64_t x = a.load_int(ia), y = b.load_int(ib);
     if (x == y) return true;
@@ -1688,10 +1688,10 @@ bool elements_agree(const Storage& a, int64_t ia, const Storage& b, int64_t ib, 
   } else if (std::isinf(x) || std::isinf(y)) {
     ok = x == y;
   } else {
-    double tol = dtype == DType::kFloat64   ? 1e-7
-                 : dtype == DType::kFloat32 ? 1e-5
-                 : dtype == DType::kFloat16 ? 2e-3
-                                            : 2e-2;  // bf16
+    double tol = scale * (dtype == DType::kFloat64   ? 1e-7
+                          : dtype == DType::kFloat32 ? 1e-5
+                          : dtype == DType::kFloat16 ? 2e-3
+                                                     : 2e-2);  // bf16
     ok = std::fabs(x - y) <= tol * (1.0 + std::max(std::fabs(x), std::fabs(y)));
   }
   if (!ok) *shown = number_str(x) + " vs " + number_str(y);
@@ -1704,8 +1704,13 @@ std::string ints_str(const std::vector<int64_t>& v) {
 
 class Comparison {
  public:
-  Comparison(const Trace& trace, const Run& a, const Run& b, bool exact_strides)
-      : trace_(trace), a_(a), b_(b), exact_strides_(exact_strides) {}
+  Comparison(const Trace& trace, const Run& a, const Run& b, bool exact_strides,
+             double tolerance_scale)
+      : trace_(trace),
+        a_(a),
+        b_(b),
+        exact_strides_(exact_strides),
+        tolerance_scale_(tolerance_scale) {}
 
   // Whether two tensors are laid out alike: the same sizes, and the same strides on the dims
   // that have two or more elements (on every dim with exact_strides), and the same offset when
@@ -1761,7 +1766,7 @@ class Comparison {
       const Storage& t = *y->storage;
       for (int64_t e = 0; e < s.numel(); ++e) {
         std::string shown;
-        if (!elements_agree(s, e, t, e, s.dtype, &shown)) {
+        if (!elements_agree(s, e, t, e, s.dtype, tolerance_scale_, &shown)) {
           add("input-contents", "the memory of " + input_name(j) + " differs at storage element " +
                                     std::to_string(e) + ": interpreter vs kiln " + shown);
           break;
@@ -1794,7 +1799,8 @@ class Comparison {
         std::vector<int64_t> ix = x->element_indices(), iy = y->element_indices();
         for (size_t e = 0; e < ix.size(); ++e) {
           std::string shown;
-          if (!elements_agree(*x->storage, ix[e], *y->storage, iy[e], x->dtype(), &shown)) {
+          if (!elements_agree(*x->storage, ix[e], *y->storage, iy[e], x->dtype(), tolerance_scale_,
+                              &shown)) {
             add("output-values", output_name(i) + " differs at element " + std::to_string(e) +
                                      " (row-major): interpreter vs kiln " + shown);
             break;
@@ -1850,6 +1856,7 @@ class Comparison {
   const Run& a_;
   const Run& b_;
   bool exact_strides_;
+  double tolerance_scale_;
   std::vector<std::pair<std::string, std::string>> problems_;
 };
 
@@ -1896,7 +1903,7 @@ CheckResult check_in_process(const Trace& trace, const std::vector<RtValue>& inp
   }
   // Side effects before an error are not compared.
   if (a.raised) return CheckResult{Outcome::kBothRaised, b.error};
-  Comparison c(trace, a, b, options.exact_strides);
+  Comparison c(trace, a, b, options.exact_strides, options.tolerance_scale);
   c.compare_outputs(options.outputs_among_themselves);
   c.compare_inputs();
   if (auto f = c.result()) return failed(*f);

@@ -104,6 +104,11 @@ struct CheckOptions {
   // Compare the strides of size-0 and size-1 dims (and the layout of empty tensors) too. They
   // address nothing, so by default only the strides of dims with two or more elements count.
   bool exact_strides = false;
+  // Multiplies the floating tolerances (1e-5 relative for float32, ...). The CUDA runs use more:
+  // their kernels compute float32 in float32, as PyTorch's do, while the oracle computes each op
+  // in double, and an ill-conditioned program (fmod, then rsqrt of a near-zero result) can
+  // magnify one op's last-bit difference.
+  double tolerance_scale = 1;
   // Run each check in a child process, so that a crash (or a hang past `timeout_seconds`) of
   // the system under test is reported as a failure instead of ending the test process.
   bool isolate = false;

@@ -10,7 +10,9 @@
 #include "kiln/runtime/cpu/cpu_kernels.h"
 #include "kiln/runtime/cuda/cublas.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
+#include "kiln/runtime/interpreter/env.h"
 #include "kiln/runtime/interpreter/interpreter.h"
+#include "kiln/runtime/interpreter/reference_ops.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -252,27 +254,40 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
   return p;
 }
 
-// An opaque step on CUDA through a library (cuBLAS for the matrix products): its one node's
-// output bound in `env`. False when the library cannot run it (the interpreter then does).
+// An opaque step on CUDA through a library (cuBLAS for the matrix products): the step's views of
+// its inputs are taken on the device tensors (views that only change metadata), then its one
+// product runs in the library; its output is bound in `env`. False when the library cannot run
+// the step (the interpreter then does).
 bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
                       const DeviceMemoryOps& memory, std::map<const Value*, RtValue>& env) {
-  if (step.body.nodes().size() != 1 || step.outputs.size() != 1) return false;
-  const Node& node = *step.body.nodes().front();
-  // The node's operands in order, from the step's inputs.
-  std::vector<RtValue> operands;
-  for (const Operand& o : node.operands) {
-    if (o.is_none()) {
-      operands.emplace_back(RtScalar(false));
+  static const std::set<OpId> metadata_views = {
+      OpId::kTranspose, OpId::kT,      OpId::kPermute, OpId::kSelect,
+      OpId::kSlice,     OpId::kNarrow, OpId::kExpand,  OpId::kUnsqueeze,
+      OpId::kSqueeze,   OpId::kAlias,  OpId::kDetach,  OpId::kDiagonal};
+  if (step.outputs.size() != 1) return false;
+  Env views;
+  for (size_t i = 0; i < step.body.inputs().size(); ++i)
+    views.bind(step.body.inputs()[i], inputs[i]);
+  TensorHandle out;
+  for (const auto& n : step.body.nodes()) {
+    if (metadata_views.contains(n->id()) && n->subsymbols.empty()) {
+      reference_fn(n->id())(views, *n);
       continue;
     }
-    if (!o.is_value()) return false;
-    size_t i = 0;
-    while (i < step.body.inputs().size() && step.body.inputs()[i] != o.value())
-      ++i;
-    if (i == step.body.inputs().size()) return false;
-    operands.push_back(inputs[i]);
+    if (out || n->op->kind != OpKind::kOpaque) return false;
+    std::vector<RtValue> operands;
+    for (const Operand& o : n->operands) {
+      if (o.is_none())
+        operands.emplace_back(RtScalar(false));
+      else if (o.is_value())
+        operands.push_back(views.at(o.value()));
+      else
+        return false;
+    }
+    out = cuda::run_matrix_product(*n, operands, memory.allocator(), memory.stream());
+    if (!out) return false;
+    if (n->outputs.size() != 1 || step.body.outputs().at(0) != n->outputs[0]) return false;
   }
-  TensorHandle out = cuda::run_matrix_product(node, operands, memory.allocator(), memory.stream());
   if (!out) return false;
   env[step.outputs[0]] = out;
   return true;
