@@ -126,34 +126,8 @@ inline int64_t as_i(double v) {
   return float_to_int<int64_t>(v);
 }
 
-// ---- reductions: how an accumulator takes in an element --------------------------------------
-// Floats accumulate in double, integers in int64 with wrap-around; max and min propagate NaN.
 inline double kernel_infinity() {
   return __builtin_inf();
-}
-inline double red_sum(double a, double b) {
-  return a + b;
-}
-inline int64_t red_sum(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-inline double red_prod(double a, double b) {
-  return a * b;
-}
-inline int64_t red_prod(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-}
-inline double red_max(double a, double b) {
-  return a != a ? a : (b != b || b > a) ? b : a;
-}
-inline int64_t red_max(int64_t a, int64_t b) {
-  return b > a ? b : a;
-}
-inline double red_min(double a, double b) {
-  return a != a ? a : (b != b || b < a) ? b : a;
-}
-inline int64_t red_min(int64_t a, int64_t b) {
-  return b < a ? b : a;
 }
 
 }  // namespace kiln::kernel

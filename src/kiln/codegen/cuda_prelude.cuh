@@ -258,60 +258,9 @@ inline void vector_store(void* memory, const void* registers) {
   *static_cast<W*>(memory) = *static_cast<const W*>(registers);
 }
 
-// ---- reductions: how an accumulator takes in an element (as cpu_prelude.h) ---------------------
 inline double kernel_infinity() {
   return __longlong_as_double(0x7ff0000000000000LL);
 }
-inline double red_sum(double a, double b) {
-  return a + b;
-}
-inline int64_t red_sum(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
-}
-inline double red_prod(double a, double b) {
-  return a * b;
-}
-inline int64_t red_prod(int64_t a, int64_t b) {
-  return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(b));
-}
-inline double red_max(double a, double b) {
-  return a != a ? a : (b != b || b > a) ? b : a;
-}
-inline int64_t red_max(int64_t a, int64_t b) {
-  return b > a ? b : a;
-}
-inline double red_min(double a, double b) {
-  return a != a ? a : (b != b || b < a) ? b : a;
-}
-inline int64_t red_min(int64_t a, int64_t b) {
-  return b < a ? b : a;
-}
-
-// A value combined over the thread block (every thread passes its partial result and gets the
-// block's): within each warp by shuffles, then across the warps through shared memory. Every
-// thread of the block must call it; calls may follow each other (the first barrier keeps a call
-// from overwriting what the previous one's threads still read).
-#define KILN_BLOCK_REDUCE(op)                                                   \
-  template <class T>                                                            \
-  inline T block_##op(T v) {                                                    \
-    __shared__ T partial[32];                                                   \
-    for (int offset = 16; offset > 0; offset >>= 1)                             \
-      v = red_##op(v, static_cast<T>(__shfl_xor_sync(0xffffffffu, v, offset))); \
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                 \
-    const int warps = (blockDim.x + 31) >> 5;                                   \
-    __syncthreads();                                                            \
-    if (lane == 0) partial[warp] = v;                                           \
-    __syncthreads();                                                            \
-    v = partial[0];                                                             \
-    for (int w = 1; w < warps; ++w)                                             \
-      v = red_##op(v, partial[w]);                                              \
-    return v;                                                                   \
-  }
-KILN_BLOCK_REDUCE(sum)
-KILN_BLOCK_REDUCE(prod)
-KILN_BLOCK_REDUCE(max)
-KILN_BLOCK_REDUCE(min)
-#undef KILN_BLOCK_REDUCE
 
 }  // namespace kernel
 }  // namespace kiln

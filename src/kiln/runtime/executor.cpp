@@ -209,12 +209,7 @@ class DeviceMemoryOps {
     storage->borrowed = block.host;
     storage->borrowed_numel = storage_numel;
     storage->borrowed_owner = block.owner;
-    auto t = std::make_shared<RtTensor>();
-    t->storage = std::move(storage);
-    t->sizes = shape;
-    t->strides = strides;
-    t->offset = offset;
-    return t;
+    return tensor_over(std::move(storage), shape, strides, offset);
   }
 
   static TensorHandle rebase(const RtTensor& t, std::shared_ptr<Storage> storage) {

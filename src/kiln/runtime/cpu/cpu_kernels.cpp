@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kiln/runtime/interpreter/env.h"
+#include "kiln/runtime/kernel_inputs.h"
 #include "kiln/support/dump.h"
 #include "kiln/support/error.h"
 
@@ -87,21 +88,7 @@ bool run_cpu_kernel(const StepKernel& k, const std::vector<RtValue>& inputs,
       const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
       KILN_ASSERT(static_cast<int64_t>(in_meta.size()) == kernel.inputs[i].meta)
           << "kernel input layout";
-      for (const codegen::StorageWindow& w : kernel.inputs[i].windows) {
-        Geometry g{w.sizes, w.strides, w.offset.value_or(t.offset)};
-        if (g.offset < 0 ||
-            std::any_of(g.strides.begin(), g.strides.end(), [](int64_t st) { return st < 0; }))
-          return false;
-        try {
-          check_in_bounds(g, t.storage->numel(), t.dtype());
-        } catch (const UserError&) {
-          return false;
-        }
-      }
-      if (kernel.inputs[i].whole_storage &&
-          !(t.rank() == 1 && t.offset == 0 && (t.sizes[0] <= 1 || t.strides[0] == 1) &&
-            t.storage->numel() == t.sizes[0]))
-        return false;
+      if (!kernel_can_read(kernel.inputs[i], t)) return false;
       ins[i] = data_of(t);
       append_layout(t, in_meta);
     } else {

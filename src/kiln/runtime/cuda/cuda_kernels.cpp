@@ -14,6 +14,7 @@
 #include "kiln/runtime/cuda/nvrtc.h"
 #include "kiln/runtime/interpreter/env.h"
 #include "kiln/runtime/interpreter/layout.h"
+#include "kiln/runtime/kernel_inputs.h"
 #include "kiln/support/dump.h"
 #include "kiln/support/error.h"
 
@@ -379,21 +380,7 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
     if (kernel.inputs[i].is_tensor) {
       const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
       KILN_ASSERT(t.storage->on_device()) << "a CUDA kernel input is not on the device";
-      for (const codegen::StorageWindow& w : kernel.inputs[i].windows) {
-        Geometry g{w.sizes, w.strides, w.offset.value_or(t.offset)};
-        if (g.offset < 0 ||
-            std::any_of(g.strides.begin(), g.strides.end(), [](int64_t st) { return st < 0; }))
-          return false;
-        try {
-          check_in_bounds(g, t.storage->numel(), t.dtype());
-        } catch (const UserError&) {
-          return false;
-        }
-      }
-      if (kernel.inputs[i].whole_storage &&
-          !(t.rank() == 1 && t.offset == 0 && (t.sizes[0] <= 1 || t.strides[0] == 1) &&
-            t.storage->numel() == t.sizes[0]))
-        return false;
+      if (!kernel_can_read(kernel.inputs[i], t)) return false;
       note_storage(t);
       word(layout.ins + static_cast<int64_t>(i)) = t.storage->device_data;
       word(layout.in_meta + in_meta++) = static_cast<uint64_t>(t.offset);
@@ -466,12 +453,7 @@ TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int
   }
   if (zero) fill_zero(storage->device_data, bytes, device.index, stream);
   storage->device_numel = storage_numel;
-  auto t = std::make_shared<RtTensor>();
-  t->storage = std::move(storage);
-  t->sizes = shape;
-  t->strides = strides;
-  t->offset = offset;
-  return t;
+  return tensor_over(std::move(storage), shape, strides, offset);
 }
 
 TensorHandle to_device(const RtTensor& host, Device device) {

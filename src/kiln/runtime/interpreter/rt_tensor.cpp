@@ -249,6 +249,16 @@ TensorHandle make_strided(DType dtype, const Shape& shape, const std::vector<int
   return t;
 }
 
+TensorHandle tensor_over(std::shared_ptr<Storage> storage, const Shape& shape,
+                         const std::vector<int64_t>& strides, int64_t offset) {
+  auto t = std::make_shared<RtTensor>();
+  t->storage = std::move(storage);
+  t->sizes = shape;
+  t->strides = strides;
+  t->offset = offset;
+  return t;
+}
+
 TensorHandle make_view(const TensorHandle& base, const Shape& shape,
                        const std::vector<int64_t>& strides, int64_t offset) {
   auto t = std::make_shared<RtTensor>();

@@ -90,6 +90,10 @@ TensorHandle make_strided(DType dtype, const Shape& shape, const std::vector<int
 // A new zero-filled tensor with the given strides over a storage just large enough for them.
 TensorHandle empty_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
                            Device device = Device::cpu());
+// A tensor object over `storage` with this layout (no bounds check: the caller made the storage
+// for it).
+TensorHandle tensor_over(std::shared_ptr<Storage> storage, const Shape& shape,
+                         const std::vector<int64_t>& strides, int64_t offset);
 // A view of an existing tensor's storage with another shape/strides/offset (as_strided).
 TensorHandle make_view(const TensorHandle& base, const Shape& shape,
                        const std::vector<int64_t>& strides, int64_t offset);

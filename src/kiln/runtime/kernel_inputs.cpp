@@ -1,0 +1,27 @@
+#include "kiln/runtime/kernel_inputs.h"
+
+#include <algorithm>
+
+#include "kiln/analysis/geometry.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+bool kernel_can_read(const codegen::KernelInput& input, const RtTensor& t) {
+  for (const codegen::StorageWindow& w : input.windows) {
+    Geometry g{w.sizes, w.strides, w.offset.value_or(t.offset)};
+    if (g.offset < 0 ||
+        std::any_of(g.strides.begin(), g.strides.end(), [](int64_t st) { return st < 0; }))
+      return false;
+    try {
+      check_in_bounds(g, t.storage->numel(), t.dtype());
+    } catch (const UserError&) {
+      return false;
+    }
+  }
+  return !input.whole_storage ||
+         (t.rank() == 1 && t.offset == 0 && (t.sizes[0] <= 1 || t.strides[0] == 1) &&
+          t.storage->numel() == t.sizes[0]);
+}
+
+}  // namespace kiln

@@ -1,0 +1,14 @@
+// What a generated kernel (CPU or CUDA) needs to know about a real input before it reads it: that
+// every as_strided window it reads through stays inside the input's storage, and that an input it
+// indexes as a whole storage is one (kernel.h, KernelInput). When not, the executor runs the step
+// in the interpreter instead, which raises eager's error or computes the case.
+#pragma once
+
+#include "kiln/codegen/kernel.h"
+#include "kiln/runtime/interpreter/rt_tensor.h"
+
+namespace kiln {
+
+bool kernel_can_read(const codegen::KernelInput& input, const RtTensor& t);
+
+}  // namespace kiln
