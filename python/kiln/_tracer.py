@@ -63,6 +63,11 @@ _DTYPE_NAMES = {
 }
 
 
+_META = torch.device("meta")
+# True while Call.run_meta runs a torch function on proxies (a list: a mutable module global).
+_running_meta = [False]
+
+
 class Proxy(torch.Tensor):
     """A tensor of the traced program (see the module docstring).
 
@@ -79,24 +84,28 @@ class Proxy(torch.Tensor):
     _kiln_tracer: "Tracer"
 
     # A proxy reports the device of the real tensor, not "meta", so that user code such as
-    # torch.ones(3, device=x.device) means what it means in eager.
+    # torch.ones(3, device=x.device) means what it means in eager. While an op runs on the
+    # meta tensors (Call.run_meta), it reports "meta": PyTorch's Python meta kernels
+    # (torch._refs, torch._prims) check devices through this property. FakeTensor does the same.
     @property
     def device(self) -> torch.device:  # type: ignore[override]
-        return self._kiln_device
+        return _META if _running_meta[0] else self._kiln_device
 
     @property
     def is_cuda(self) -> bool:  # type: ignore[override]
-        return self._kiln_device.type == "cuda"
+        return not _running_meta[0] and self._kiln_device.type == "cuda"
 
     @property
     def is_cpu(self) -> bool:  # type: ignore[override]
-        return self._kiln_device.type == "cpu"
+        return not _running_meta[0] and self._kiln_device.type == "cpu"
 
     @property
     def is_meta(self) -> bool:  # type: ignore[override]
-        return False
+        return _running_meta[0]
 
     def get_device(self) -> int:  # type: ignore[override]
+        if _running_meta[0]:
+            return -1
         return -1 if self._kiln_device.type == "cpu" else (self._kiln_device.index or 0)
 
     def __repr__(self) -> str:  # type: ignore[override]
@@ -337,9 +346,11 @@ class Call:
         func = self.func if func is None else func
         args = self.args if args is None else args
         kwargs = self.kwargs if kwargs is None else kwargs
+        previous = _running_meta[0]
+        _running_meta[0] = True
         try:
             return func(*args, **kwargs)
-        except (RuntimeError, TypeError, ValueError, IndexError) as e:
+        except (RuntimeError, TypeError, ValueError, IndexError, NotImplementedError) as e:
             # Eager's own error type and message, so `except RuntimeError` in user code and
             # tests written against eager keep working.
             try:
@@ -347,6 +358,8 @@ class Call:
             except Exception:
                 raise e from None
             raise err from e
+        finally:
+            _running_meta[0] = previous
 
     def proxies(self) -> list[Proxy]:
         return [a for a in pytree.tree_leaves((self.args, self.kwargs)) if isinstance(a, Proxy)]
