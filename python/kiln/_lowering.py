@@ -296,10 +296,16 @@ _register(_rdiv, getattr(torch.Tensor, "__rdiv__", None), torch.Tensor.__rtruedi
 
 
 def _emit_clone(call: Call, self: Proxy, memory_format: Any = None) -> Proxy:
-    """A copy of `self`: `empty_like` then `copy_` (kiln has no clone op). The meta empty_like
-    gets eager's clone layout (preserve_format keeps a dense input's strides)."""
-    kwargs = {} if memory_format is None else {"memory_format": memory_format}
-    empty = call.emit("empty_like", [self], {}, call.run_meta(torch.empty_like, (self,), kwargs))
+    """A copy of `self` (kiln has no clone op): a new tensor, then `copy_`. For eager's default
+    (preserve_format: a dense input keeps its strides) the new tensor is `empty_like`, which kiln
+    lays out the same way; for an explicit contiguous_format (reshape's and contiguous()'s copy)
+    it is `zeros` of the shape, which is contiguous."""
+    if memory_format is torch.contiguous_format and not self.is_contiguous():
+        meta = call.run_meta(torch.empty, (list(self.shape),), {"dtype": self.dtype, "device": "meta"})
+        empty = call.emit("zeros", [list(self.shape)], {"dtype": self.dtype, "device": self.device}, meta)
+    else:
+        kwargs = {} if memory_format is None else {"memory_format": memory_format}
+        empty = call.emit("empty_like", [self], {}, call.run_meta(torch.empty_like, (self,), kwargs))
     return call.emit("copy_", [empty, self], {}, empty)
 
 

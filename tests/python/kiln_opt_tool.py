@@ -13,8 +13,13 @@ import os
 import re
 import subprocess
 
+from typing import Callable
+
 import pytest
 import torch
+import torch.utils._pytree as pytree
+
+import kiln
 
 KILN_OPT = os.environ.get("KILN_OPT", "/work/main/build/release/tools/kiln-opt/kiln-opt")
 HAVE_KILN_OPT = os.path.isfile(KILN_OPT) and os.access(KILN_OPT, os.X_OK)
@@ -153,6 +158,74 @@ def alias_flag(names: list[str], tensors: list[torch.Tensor]) -> str | None:
             strides = ", ".join(str(s) for s in t.stride()) + ("," if t.dim() == 1 else "")
             entries[i] = f"{names[i]}: {label}[{sizes}] strides=({strides}) offset={t.storage_offset() - lo}"
     return "--alias=" + "; ".join([entries[i] for i in range(n)] + bases)
+
+
+# ---- comparing with eager ----------------------------------------------------------------------
+
+
+def _tensors(args: list) -> list[torch.Tensor]:
+    return [a for a in args if isinstance(a, torch.Tensor)]
+
+
+def _assert_values(value: RunValue, eager: torch.Tensor, what: str) -> None:
+    shape = tuple(int(n) for n in value.type.split("[", 1)[1].rstrip("]").replace(",", " ").split())
+    assert shape == tuple(eager.shape), f"{what}: shape {shape} != eager {tuple(eager.shape)}"
+    if eager.numel() == 0:
+        return
+    got = torch.tensor(value.values, dtype=torch.float64)
+    want = eager.detach().to(torch.float64)
+    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != eager {tuple(want.shape)}"
+    # kiln-opt prints 6 significant digits.
+    rtol = max(1e-5, torch.finfo(eager.dtype).eps if eager.dtype.is_floating_point else 0)
+    torch.testing.assert_close(got, want, rtol=rtol, atol=1e-6, equal_nan=True, msg=lambda m: f"{what}: {m}")
+
+
+def run_against_eager(fn: Callable, make_args: Callable[[], list], pipeline: bool) -> None:
+    """Traces fn, runs the trace with kiln-opt on the same input values (and the same aliasing
+    of the inputs), runs fn eagerly on fresh inputs, and compares everything the caller sees."""
+    args = make_args()
+    program = kiln.trace_program(fn, *args)
+    tensors = _tensors(args)
+    names = program.input_names
+    assert len(names) == len(tensors)
+    # Values for each distinct tensor (a tensor passed twice gets them once).
+    flags = [input_flag(n, t) for k, (n, t) in enumerate(zip(names, tensors)) if not any(t is u for u in tensors[:k])]
+    alias = alias_flag(names, tensors)
+    if alias:
+        flags.append(alias)
+    stdout = checked(program.text, *(["--pipeline"] if pipeline else []), "--run", *flags)
+    outputs, after = parse_run(stdout)
+
+    eager_args = make_args()
+    eager_inputs = _tensors(eager_args)
+    result = fn(*eager_args)
+    eager_outputs = [leaf for leaf in pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
+    assert len(outputs) == len(eager_outputs), stdout
+    for i, (got, want) in enumerate(zip(outputs, eager_outputs)):
+        want_type = f"{want.device.type} {_dtype(want)}[{', '.join(str(n) for n in want.shape)}]"
+        assert got.type == want_type, f"output {i}: kiln gives {got.type}, eager {want_type}"
+        _assert_values(got, want, f"output {i}")
+        # Identity: an output that *is* an input in eager is that input in kiln, one that shares
+        # an input's memory is a view of it in kiln too.
+        expected = set()
+        for name, inp in zip(names, eager_inputs):
+            if want is inp:
+                expected.add(f"is input {name}")
+            elif want.untyped_storage().nbytes() and want.untyped_storage().data_ptr() == inp.untyped_storage().data_ptr():
+                expected.add(f"shares memory with input {name}")
+        notes = {n.strip() for n in got.note.split("  # ")} - {""}
+        assert notes == expected, f"output {i}: kiln says {notes}, eager {expected}\n{stdout}"
+    for name, inp in zip(names, eager_inputs):
+        got = after[name]
+        _assert_values(got, inp, f"input {name} after the call")
+        assert got.strides == tuple(inp.stride()), f"input {name}: strides {got.strides} != eager {inp.stride()}"
+
+
+def _dtype(t: torch.Tensor) -> str:
+    from kiln._tracer import dtype_name
+
+    return dtype_name(t.dtype)
+
 
 
 _DTYPES = {

@@ -14,15 +14,7 @@ import pytest
 import torch
 
 import kiln
-from kiln_opt_tool import (
-    alias_flag,
-    checked,
-    fusion_regions,
-    input_flag,
-    needs_kiln_opt,
-    parse_run,
-    without_subsymbols,
-)
+from kiln_opt_tool import checked, fusion_regions, needs_kiln_opt, run_against_eager, without_subsymbols
 
 
 def ar(*s: int) -> torch.Tensor:
@@ -238,66 +230,6 @@ def test_seed_traces_record_mutation_in_place():
 def test_fuses_into_one_region(case: Case):
     printed = checked(kiln.trace(case.fn, *case.make_args()), "--pipeline")
     assert fusion_regions(printed) == 1, printed
-
-
-def _tensors(args: list) -> list[torch.Tensor]:
-    return [a for a in args if isinstance(a, torch.Tensor)]
-
-
-def _assert_values(kiln_values, eager: torch.Tensor, what: str) -> None:
-    got = torch.tensor(kiln_values, dtype=torch.float64)
-    want = eager.detach().to(torch.float64)
-    assert tuple(got.shape) == tuple(want.shape), f"{what}: shape {tuple(got.shape)} != eager {tuple(want.shape)}"
-    # kiln-opt prints 6 significant digits.
-    rtol = max(1e-5, torch.finfo(eager.dtype).eps if eager.dtype.is_floating_point else 0)
-    torch.testing.assert_close(got, want, rtol=rtol, atol=1e-6, equal_nan=True, msg=lambda m: f"{what}: {m}")
-
-
-def run_against_eager(fn: Callable, make_args: Callable[[], list], pipeline: bool) -> None:
-    """Traces fn, runs the trace with kiln-opt on the same input values (and the same aliasing
-    of the inputs), runs fn eagerly on fresh inputs, and compares everything the caller sees."""
-    args = make_args()
-    program = kiln.trace_program(fn, *args)
-    tensors = _tensors(args)
-    names = program.input_names
-    assert len(names) == len(tensors)
-    # Values for each distinct tensor (a tensor passed twice gets them once).
-    flags = [input_flag(n, t) for k, (n, t) in enumerate(zip(names, tensors)) if not any(t is u for u in tensors[:k])]
-    alias = alias_flag(names, tensors)
-    if alias:
-        flags.append(alias)
-    stdout = checked(program.text, *(["--pipeline"] if pipeline else []), "--run", *flags)
-    outputs, after = parse_run(stdout)
-
-    eager_args = make_args()
-    eager_inputs = _tensors(eager_args)
-    result = fn(*eager_args)
-    eager_outputs = [leaf for leaf in torch.utils._pytree.tree_leaves(result) if isinstance(leaf, torch.Tensor)]
-    assert len(outputs) == len(eager_outputs), stdout
-    for i, (got, want) in enumerate(zip(outputs, eager_outputs)):
-        want_type = f"{want.device.type} {_dtype(want)}[{', '.join(str(n) for n in want.shape)}]"
-        assert got.type == want_type, f"output {i}: kiln gives {got.type}, eager {want_type}"
-        _assert_values(got.values, want, f"output {i}")
-        # Identity: an output that *is* an input in eager is that input in kiln, one that shares
-        # an input's memory is a view of it in kiln too.
-        expected = set()
-        for name, inp in zip(names, eager_inputs):
-            if want is inp:
-                expected.add(f"is input {name}")
-            elif want.untyped_storage().data_ptr() == inp.untyped_storage().data_ptr():
-                expected.add(f"shares memory with input {name}")
-        notes = {n.strip() for n in got.note.split("  # ")} - {""}
-        assert notes == expected, f"output {i}: kiln says {notes}, eager {expected}\n{stdout}"
-    for name, inp in zip(names, eager_inputs):
-        got = after[name]
-        _assert_values(got.values, inp, f"input {name} after the call")
-        assert got.strides == tuple(inp.stride()), f"input {name}: strides {got.strides} != eager {inp.stride()}"
-
-
-def _dtype(t: torch.Tensor) -> str:
-    from kiln._tracer import dtype_name
-
-    return dtype_name(t.dtype)
 
 
 @needs_kiln_opt
