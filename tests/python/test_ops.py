@@ -102,6 +102,10 @@ PROGRAMS += [
     ("write-through-views", lambda x: (x[1:].mul_(2), x.t()[0].add_(1), x.view(-1)[2].fill_(0))[0], lambda: [u(3, 3)]),
     ("view-of-strided-input", lambda x: (x.add_(1), x.unsqueeze(0).mul_(2)), lambda: [u(4, 4)[:, 1::2]]),
     ("reshape-copy", lambda x: x.t().reshape(-1).add_(1), lambda: [u(2, 3)]),
+    # An elementwise result keeps its input's permuted layout in eager: reshaping it copies in
+    # the first program and views in the second, and the write must land (or not) accordingly.
+    ("reshape-intermediate-copies", lambda x: (lambda z: (z, z.reshape(-1).add_(1)))(x.t() + 1), lambda: [u(2, 3)]),
+    ("reshape-intermediate-views", lambda x: (lambda z: (z, z.t().reshape(-1).add_(1)))(x.t() + 1), lambda: [u(2, 3)]),
     # mutation
     ("fill-zero-copy", lambda x, y: (x[0].fill_(2), x[1].zero_(), x[2].copy_(y), torch.fill(y, 3)), lambda: [u(3, 2), sv(2)]),
     ("copy-cast-broadcast", lambda x, y: x.copy_(y), lambda: [u(2, 3), ints(3)]),
