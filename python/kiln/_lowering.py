@@ -108,7 +108,7 @@ _TERNARY = ["clamp", "lerp", "addcmul", "addcdiv"]
 # Other torch names of the same ops.
 _ALIASES = {
     "absolute": "abs", "negative": "neg", "arcsin": "asin", "arccos": "acos", "arctan": "atan",
-    "arcsinh": None, "fix": "trunc", "subtract": "sub", "multiply": "mul", "divide": "div",
+    "fix": "trunc", "subtract": "sub", "multiply": "mul", "divide": "div",
     "true_divide": "div", "greater": "gt", "greater_equal": "ge", "less": "lt",
     "less_equal": "le", "not_equal": "ne", "clip": "clamp", "arctan2": "atan2",
 }
@@ -140,9 +140,8 @@ for _name in _UNARY + _BINARY + _TERNARY:
     _register(_elementwise(_name), *_torch_fns(_name))
     _register(_elementwise(_name + "_"), *_torch_fns(_name + "_"))
 for _name, _op in _ALIASES.items():
-    if _op is not None:
-        _register(_elementwise(_op), *_torch_fns(_name))
-        _register(_elementwise(_op + "_"), getattr(torch.Tensor, _name + "_", None))
+    _register(_elementwise(_op), *_torch_fns(_name))
+    _register(_elementwise(_op + "_"), getattr(torch.Tensor, _name + "_", None))
 for _name, _op in _DUNDERS.items():
     _register(_elementwise(_op), getattr(torch.Tensor, _name, None))
 _register(_elementwise("isnan"), *_torch_fns("isnan"))

@@ -395,6 +395,11 @@ class Call:
                 raise AssertionError(f"kiln bug: {op} gave a non-tensor result {r!r}")
             dtype_name(r.dtype)  # an unsupported result dtype is reported here, at its op
             if isinstance(r, Proxy):
+                # Only an op that writes into its argument may hand that argument back: a
+                # functional op returning an input object is a no-op form the rule must catch
+                # before emitting (renaming the input here would change what later reads mean).
+                if schema.alias not in ("kMutates0", "kMetadata0"):
+                    raise AssertionError(f"kiln bug: {op} at {self.where()} returned an existing tensor")
                 self.tracer.rename(r)
                 proxies.append(r)
             else:
@@ -686,10 +691,14 @@ def trace_program(fn: Callable, *args: Any, **kwargs: Any) -> TracedProgram:
         for path, leaf in leaves_with_path:
             if isinstance(leaf, torch.Tensor):
                 named.append((_leaf_name(param, path), leaf))
-    names = [n for n, _ in named]
-    duplicates = {n for n in names if names.count(n) > 1}
-    if duplicates:
-        raise UnsupportedError(f"kiln: the inputs {sorted(duplicates)} would get the same name in the trace.")
+    # Two leaves can sanitize to one name (`a_0` and the first element of a list `a`).
+    seen: set[str] = set()
+    for k, (name, leaf) in enumerate(named):
+        unique, n = name, 1
+        while unique in seen:
+            unique, n = f"{name}_{n}", n + 1
+        seen.add(unique)
+        named[k] = (unique, leaf)
     proxies = iter(_make_inputs(tracer, named))
     for param, (spec, leaves) in specs.items():
         leaves = [next(proxies) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]

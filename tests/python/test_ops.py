@@ -57,6 +57,8 @@ PROGRAMS += [
     ("isnan-logical_not", lambda x: (x.isnan(), (x > 0).logical_not()), lambda: [sv(4)]),
     ("bitwise_not", lambda i, b: (~i, ~b), lambda: [ints(4), ints(4) > 0]),
     ("round-half", lambda x: torch.round(x), lambda: [sv(7)]),
+    ("torch-aliases", lambda x, y: (torch.subtract(x, y), torch.multiply(x, y), torch.divide(x, y), torch.true_divide(x, 2), torch.greater(x, y), torch.less_equal(x, y), torch.not_equal(x, y), torch.clip(x, 0, 1), torch.absolute(y), torch.negative(x), torch.arcsin(x), torch.fix(y), torch.special.expit(y), torch.arctan2(x, y)), lambda: [u(4), sv(4) + 2]),
+    ("inplace-aliases", lambda x: (x.subtract_(0.5), x.multiply_(3), x.clip_(-1, 1), x.absolute_(), x.negative_(), x.fix_())[-1], lambda: [u(5)]),
     # binary, tensor and number operands, promotion
     ("arith", lambda x, y: (x + y, x - y, x * y, x / y, x ** 2, x % 0.3, torch.fmod(x, 0.3)), lambda: [u(2, 3), sv(2, 3)]),
     ("alpha", lambda x, y: (torch.add(x, y, alpha=2), x.sub(y, alpha=0.5)), lambda: [u(3), sv(3)]),

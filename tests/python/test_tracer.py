@@ -222,6 +222,14 @@ def test_scalars_are_constants_and_structures_hold_tensors():
     assert result == {"y": "t2", "pair": ("xs_0", 3), "none": None}
 
 
+def test_input_names_are_identifiers_and_unique():
+    def f(a_0, a, **kw):
+        return a_0 + a[0] + kw["ü"]
+
+    program = kiln.trace_program(f, torch.ones(2), [torch.ones(2)], **{"ü": torch.ones(2)})
+    assert program.input_names == ["a_0", "a_0_1", "kw__"]
+
+
 def test_input_types_carry_strides_offset_dtype_and_device():
     base = torch.zeros(10)
 
