@@ -153,3 +153,17 @@ def test_op_runs_like_eager(name, fn, make_args, pipeline):
 def test_op_trace_prints_back(name, fn, make_args):
     text = kiln.trace(fn, *make_args())
     assert without_subsymbols(checked(text)) == text
+
+
+@needs_kiln_opt
+@pytest.mark.xfail(
+    strict=True,
+    reason="C++ side: kiln's setitem_ type rule rejects a value with leading size-1 dims beyond "
+    "the indexed region's rank; eager strips them (x[..., 1] = v with v of shape [1, 3])",
+)
+def test_setitem_value_with_leading_unit_dims():
+    def f(x, v):
+        x[..., 1] = v
+        return x
+
+    run_against_eager(f, lambda: [u(3, 4), sv(1, 3)], pipeline=False)
