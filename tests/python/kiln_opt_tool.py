@@ -1,7 +1,7 @@
 """Driving the C++ tool `kiln-opt` from the Python tests: check that a trace parses (and prints
 back unchanged), count fusion regions, and run a trace on given inputs to compare with eager.
 
-The tool's path is $KILN_OPT, by default the main checkout's release build. Tests that need it
+The tool's path is $KILN_OPT, by default this checkout's release build. Tests that need it
 are skipped, not failed, when it is missing (the Python front end can be tested alone).
 """
 
@@ -21,7 +21,8 @@ import torch.utils._pytree as pytree
 
 import kiln
 
-KILN_OPT = os.environ.get("KILN_OPT", "/work/main/build/release/tools/kiln-opt/kiln-opt")
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KILN_OPT = os.environ.get("KILN_OPT", os.path.join(_REPO, "build", "release", "tools", "kiln-opt", "kiln-opt"))
 HAVE_KILN_OPT = os.path.isfile(KILN_OPT) and os.access(KILN_OPT, os.X_OK)
 needs_kiln_opt = pytest.mark.skipif(not HAVE_KILN_OPT, reason=f"kiln-opt not found at {KILN_OPT} (set KILN_OPT)")
 
