@@ -156,14 +156,11 @@ def test_op_trace_prints_back(name, fn, make_args):
 
 
 @needs_kiln_opt
-@pytest.mark.xfail(
-    strict=True,
-    reason="C++ side: kiln's setitem_ type rule rejects a value with leading size-1 dims beyond "
-    "the indexed region's rank; eager strips them (x[..., 1] = v with v of shape [1, 3])",
-)
-def test_setitem_value_with_leading_unit_dims():
+@pytest.mark.parametrize("pipeline", [False, True], ids=["interpreter", "pipeline"])
+def test_setitem_value_with_leading_unit_dims(pipeline):
+    # Eager strips the value's leading size-1 dims: x[..., 1] = v with v of shape [1, 3].
     def f(x, v):
         x[..., 1] = v
         return x
 
-    run_against_eager(f, lambda: [u(3, 4), sv(1, 3)], pipeline=False)
+    run_against_eager(f, lambda: [u(3, 4), sv(1, 3)], pipeline=pipeline)

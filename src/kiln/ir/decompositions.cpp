@@ -110,9 +110,15 @@ std::vector<Value*> decompose_getitem(Builder& b, const Node& n) {
 std::vector<Value*> decompose_setitem(Builder& b, const Node& n) {
   Value* view = index_view(b, n.input(0), n.arg("index").as_index(), n.loc);
   const Operand& value = n.arg("value");
-  if (value.is_value() && value.value()->is_tensor())
-    b.call(OpId::kCopy_, {view, value}, {}, n.loc);
-  else
+  if (value.is_value() && value.value()->is_tensor()) {
+    // The value without its leading size-1 dims, as eager assigns it (infer_setitem_).
+    Value* v = value.value();
+    IntList leading;
+    for (int64_t d = 0; d < v->tensor_type().rank() && v->tensor_type().shape[d] == 1; ++d)
+      leading.push_back(d);
+    if (!leading.empty()) v = b.call1(OpId::kSqueeze, {v, Constant(leading)}, {}, n.loc);
+    b.call(OpId::kCopy_, {view, v}, {}, n.loc);
+  } else
     b.call(OpId::kFill_, {view, value}, {}, n.loc);
   return {};
 }

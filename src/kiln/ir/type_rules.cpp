@@ -846,8 +846,12 @@ std::vector<TensorType> infer_setitem_(const OpInfo&, Args args) {
   lower_index_key(self.shape, args[1].as_index(), &view);
   const Operand& value = args[2];
   if (value.is_value() && value.value()->is_tensor()) {
+    // Eager drops the value's leading size-1 dims first (x[..., 1] = v with v of shape [1, 3]).
     const TensorType& v = value.value()->tensor_type();
-    KILN_CHECK(broadcast_shapes(view, v.shape) == view)
+    Shape stripped = v.shape;
+    while (!stripped.empty() && stripped.front() == 1)
+      stripped.erase(stripped.begin());
+    KILN_CHECK(broadcast_shapes(view, stripped) == view)
         << "cannot assign a value of shape " << shape_str(v.shape)
         << " to the indexed region of shape " << shape_str(view)
         << "; make the value broadcastable to it.";
