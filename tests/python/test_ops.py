@@ -132,13 +132,10 @@ PROGRAMS += [
 
 @needs_kiln_opt
 @pytest.mark.parametrize("pipeline", [False, True], ids=["interpreter", "pipeline"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="C++ side: kiln computes a float32 div with rounding_mode in double; eager rounds the "
-    "float32 quotient, so trunc(-1.5f / 0.1f) is -15 in eager and -14 in kiln",
-)
-def test_float32_div_with_rounding_mode_rounds_the_float32_quotient(pipeline):
-    run_against_eager(lambda x, y: x.div(y, rounding_mode="trunc"), lambda: [sv(6), u(6)], pipeline)
+@pytest.mark.parametrize("mode", ["trunc", "floor"])
+def test_float32_div_with_rounding_mode_rounds_the_float32_quotient(pipeline, mode):
+    # trunc(-1.5f / 0.1f) is -15 in eager: the float32 quotient -15.0000005 rounds to -15.0f.
+    run_against_eager(lambda x, y: x.div(y, rounding_mode=mode), lambda: [sv(6), u(6)], pipeline)
 
 
 @needs_kiln_opt

@@ -886,12 +886,13 @@ class KernelEmitter {
     }
     auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
     const std::string K = reg(fl ? typing.compute : DType::kFloat64);
-    std::string params = "const ElementwiseParamsOf<K> p{.alpha = K(" + alpha +
-                         "), .alpha_i = " + alpha_i + ", .value = K(" + value +
-                         "), .value_i = " + value_i + ", .rounding = " + std::to_string(rounding) +
-                         ", .approximate_tanh = " + flag(approximate_tanh) +
-                         ", .has_b = " + flag(has_b) + ", .has_c = " + flag(has_c) +
-                         ", .bool_compute = " + flag(typing.compute == DType::kBool) + "};";
+    std::string params =
+        "const ElementwiseParamsOf<K> p{.alpha = K(" + alpha + "), .alpha_i = " + alpha_i +
+        ", .value = K(" + value + "), .value_i = " + value_i +
+        ", .rounding = " + std::to_string(rounding) +
+        ", .approximate_tanh = " + flag(approximate_tanh) + ", .has_b = " + flag(has_b) +
+        ", .has_c = " + flag(has_c) + ", .bool_compute = " + flag(typing.compute == DType::kBool) +
+        ", .single_precision = " + flag(fl && typing.compute != DType::kFloat64) + "};";
 
     // The operands, converted to the compute dtype (where's condition is not).
     const std::string c = suffix(typing.compute);

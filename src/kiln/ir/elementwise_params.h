@@ -18,6 +18,9 @@ struct ElementwiseParamsOf {
   bool has_b = true;              // clamp: whether min / max are given
   bool has_c = true;
   bool bool_compute = false;  // the op computes in bool: `*` is `and`, `~` is `not`
+  // The op computes in float32, float16 or bfloat16: where eager's result depends on the
+  // precision of an intermediate (div's rounded quotient), it is computed in float.
+  bool single_precision = false;
 };
 using ElementwiseParams = ElementwiseParamsOf<double>;
 

@@ -49,6 +49,15 @@ inline T div(T a, T b, int rounding) {
   return floor_q;
 }
 
+// div as eager computes it in the op's dtype: a rounded quotient (trunc, floor) of float32,
+// float16 or bfloat16 operands is computed in float, where its intermediates round (trunc(-1.5f /
+// 0.1f) is -15: the float quotient is -15.0000005f rounded to -15.0f), not in double.
+template <class T>
+inline T div_in(T a, T b, int rounding, bool single_precision) {
+  if (rounding == 0 || !single_precision) return div(a, b, rounding);
+  return static_cast<T>(div(static_cast<float>(a), static_cast<float>(b), rounding));
+}
+
 // Python's %: the result has the divisor's sign.
 template <class T>
 inline T remainder(T a, T b) {

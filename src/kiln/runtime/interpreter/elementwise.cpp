@@ -83,6 +83,7 @@ ElementwiseParams make_params(const Env& env, const Node& node, DType compute) {
   const OpInfo& op = *node.op;
   ElementwiseParams p;
   p.bool_compute = compute == DType::kBool;
+  p.single_precision = is_floating(compute) && compute != DType::kFloat64;
   if (int i = op.param_index("alpha"); i >= 0) {
     RtScalar alpha = env.number(node.arg(static_cast<size_t>(i)));
     // PyTorch's alpha_check.
