@@ -1,15 +1,31 @@
 """kiln: a tensor-program JIT compiler for PyTorch functions.
 
-This package holds the Python front end. So far it has the tracer: `kiln.trace(fn, *args)`
-runs `fn` on proxy tensors and returns the program as kiln trace text, which the C++ tools
-(`kiln-opt`) read. `kiln.jit`, which compiles and runs the trace, comes with the C++ extension.
+`kiln.trace(fn, *args)` runs `fn` on proxy tensors and returns the program as kiln trace text,
+which the C++ tools (`kiln-opt`) read. `kiln.jit(fn)` traces, compiles and runs `fn` through the
+C++ extension `kiln._C` (CPU so far); `kiln.HAVE_EXTENSION` says whether it is built. Where the
+package is imported from the source tree, $KILN_EXT_DIR names a directory holding the built
+`_C` module (a CMake build's `<build>/python/kiln`).
 """
+
+import os as _os
+
+if _os.environ.get("KILN_EXT_DIR"):
+    __path__.append(_os.environ["KILN_EXT_DIR"])  # noqa: F821 (the package's search path)
 
 from ._errors import KilnError, SourceLocation, TraceError, UnsupportedError
 from ._tracer import Proxy, TracedProgram, trace, trace_program
 from . import _lowering  # noqa: F401  (registers the op rules before the first trace)
+from ._jit import JitFunction, jit, last_stats, last_traces
+from ._jit import _C
+
+HAVE_EXTENSION = _C is not None
 
 __all__ = [
+    "HAVE_EXTENSION",
+    "JitFunction",
+    "jit",
+    "last_stats",
+    "last_traces",
     "KilnError",
     "Proxy",
     "SourceLocation",

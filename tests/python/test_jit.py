@@ -1,0 +1,223 @@
+"""kiln.jit against eager PyTorch on the CPU: the CASES.md programs (through kiln._C, the C++
+extension), comparing outputs, every input and every storage behind an input afterwards, the
+identity of outputs (the caller's own object, a view of the caller's tensor, or fresh), and the
+cache's hits and misses. Skipped when the extension is not built (see conftest.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import kiln
+from test_cases import CASES, CASE_IDS
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+
+def ar(*s: int) -> torch.Tensor:
+    return torch.arange(math.prod(s), dtype=torch.float32).reshape(s) / 10
+
+
+def _whole_storage(t: torch.Tensor) -> torch.Tensor:
+    """Every element of the storage behind t (1-D, t's dtype)."""
+    return torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().nbytes() > 0 and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def check_against_eager(fn, make_args) -> kiln.JitFunction:
+    """Runs fn through kiln.jit and eagerly on equal fresh arguments and compares everything the
+    caller can see. Returns the jitted function (for its stats)."""
+    jitted = kiln.jit(fn)
+    args, eager_args = make_args(), make_args()
+    got = jitted(*args)
+    want = fn(*eager_args)
+    inputs, eager_inputs = _tensors(args), _tensors(eager_args)
+
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    want_leaves, want_spec = pytree.tree_flatten(want)
+    assert got_spec == want_spec
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+        if not isinstance(w, torch.Tensor):
+            assert g == w, f"output {i}"
+            continue
+        assert isinstance(g, torch.Tensor), f"output {i}: {g!r}"
+        assert (g.dtype, g.shape, g.stride()) == (w.dtype, w.shape, w.stride()), f"output {i}"
+        torch.testing.assert_close(g, w, msg=lambda m: f"output {i}: {m}")
+        # Identity, as in eager: the caller's own object, a view of a caller's tensor, or fresh.
+        for k, (inp, einp) in enumerate(zip(inputs, eager_inputs)):
+            assert (g is inp) == (w is einp), f"output {i} vs input {k}: object identity"
+            assert _same_storage(g, inp) == _same_storage(w, einp), f"output {i} vs input {k}: storage sharing"
+            if _same_storage(g, inp):
+                assert g.storage_offset() == w.storage_offset() - einp.storage_offset() + inp.storage_offset()
+    for k, (inp, einp) in enumerate(zip(inputs, eager_inputs)):
+        assert (inp.shape, inp.stride(), inp.storage_offset()) == (einp.shape, einp.stride(), einp.storage_offset()), f"input {k} layout"
+        torch.testing.assert_close(inp, einp, msg=lambda m: f"input {k} afterwards: {m}")
+        torch.testing.assert_close(_whole_storage(inp), _whole_storage(einp), msg=lambda m: f"storage of input {k}: {m}")
+    return jitted
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_case_against_eager(case):
+    jitted = check_against_eager(case.fn, case.make_args)
+    stats = kiln.last_stats(jitted)
+    if case.one_region:
+        assert stats["fusion_regions"] == 1
+    assert stats["cache_misses"] == 1 and stats["cache_hits"] == 0
+
+
+def s1(a):
+    a.tanh_()
+    return a * a * a * a
+
+
+def s2(x):
+    x.exp_()
+    x.sin_()
+    return x.cos()
+
+
+def test_seeds_by_hand():
+    """S1 and S2 spelled out: the values eager gives, the mutated input, one region, traces."""
+    a = ar(5, 5)
+    a0 = a.clone()
+    f = kiln.jit(s1)
+    out = f(a)
+    torch.testing.assert_close(a, torch.tanh(a0))
+    torch.testing.assert_close(out, torch.tanh(a0) ** 4)
+    assert out is not a and not _same_storage(out, a)
+    assert kiln.last_stats(f)["fusion_regions"] == 1
+    traces = kiln.last_traces(f)
+    assert traces[0].startswith("# Constructed by trace") and len(traces) > 2
+    assert all(t.startswith("# Constructed by ") for t in traces)
+
+    x = ar(5, 5)
+    x0 = x.clone()
+    g = kiln.jit(s2)
+    out = g(x)
+    torch.testing.assert_close(x, torch.sin(torch.exp(x0)))
+    torch.testing.assert_close(out, torch.cos(torch.sin(torch.exp(x0))))
+    assert kiln.last_stats(g)["fusion_regions"] == 1
+
+
+def test_returned_input_is_the_callers_object():
+    def f(x):
+        x.add_(1).sin_().mul_(5)
+        return x
+
+    x = ar(3)
+    assert kiln.jit(f)(x) is x
+
+
+def test_view_output_is_a_view_of_the_callers_tensor():
+    def f(x):
+        y = x.view(8)
+        x.add_(1)
+        return y
+
+    x = ar(4, 2)
+    y = kiln.jit(f)(x)
+    assert y._base is x or y._base is x._base or _same_storage(y, x)
+    x.add_(1)  # a later write through x is seen through y
+    torch.testing.assert_close(y, x.view(8))
+
+
+def test_metadata_mutation_reaches_the_caller():
+    def f(x):
+        x.transpose_(1, 0)
+        x[0].add_(1)
+        return x
+
+    x = ar(4, 2)
+    x0 = x.clone()
+    assert kiln.jit(f)(x) is x
+    assert x.shape == (2, 4) and x.stride() == (1, 2)
+    torch.testing.assert_close(x[0], x0[:, 0] + 1)
+
+
+def test_same_tensor_twice_and_two_distinct_use_different_programs():
+    def f(a, b):
+        return a.exp_() + b.tanh_(), a
+
+    jitted = kiln.jit(f)
+    x = ar(4, 4)
+    x0 = x.clone()
+    out, same = jitted(x, x)
+    assert same is x
+    torch.testing.assert_close(x, torch.tanh(torch.exp(x0)))
+    torch.testing.assert_close(out, 2 * torch.tanh(torch.exp(x0)))
+    a, b = ar(4, 4), ar(4, 4)
+    out, same = jitted(a, b)
+    assert same is a
+    torch.testing.assert_close(a, torch.exp(x0))
+    torch.testing.assert_close(b, torch.tanh(x0))
+    torch.testing.assert_close(out, torch.exp(x0) + torch.tanh(x0))
+    stats = kiln.last_stats(jitted)
+    assert (stats["cache_hits"], stats["cache_misses"]) == (0, 2)
+
+
+def test_two_slices_of_one_buffer():
+    def f(a, b):
+        a.mul_(3)
+        b.mul_(2)
+        return a + b
+
+    buf = ar(4, 4)
+    buf0 = buf.clone()
+    out = kiln.jit(f)(buf[0:2], buf[2:4])
+    torch.testing.assert_close(buf[0:2], buf0[0:2] * 3)
+    torch.testing.assert_close(buf[2:4], buf0[2:4] * 2)
+    torch.testing.assert_close(out, buf0[0:2] * 3 + buf0[2:4] * 2)
+
+
+def test_cache_hits_and_misses():
+    def f(a, b):
+        a.add_(b)
+        return a * 2
+
+    jitted = kiln.jit(f)
+
+    def calls():
+        s = kiln.last_stats(jitted)
+        return s["cache_hits"], s["cache_misses"]
+
+    for _ in range(3):
+        a, b = ar(3, 4), ar(3, 4)
+        torch.testing.assert_close(jitted(a, b), (ar(3, 4) * 2) * 2)
+    assert calls() == (2, 1)
+    jitted(ar(4, 3), ar(4, 3))  # new shape
+    assert calls() == (2, 2)
+    jitted(ar(4, 3).t(), ar(3, 4))  # new strides
+    assert calls() == (2, 3)
+    x = ar(3, 4)
+    jitted(x, x)  # new alias pattern: the same tensor twice
+    assert calls() == (2, 4)
+    jitted(ar(3, 4).double(), ar(3, 4).double())  # new dtype
+    assert calls() == (2, 5)
+    big = ar(6, 4)
+    jitted(big[:3], big[3:])  # two views of one storage
+    assert calls() == (2, 6)
+    a, b = ar(3, 4), ar(3, 4)
+    out = jitted(a, b)
+    assert calls() == (3, 6)
+    torch.testing.assert_close(out, (ar(3, 4) * 2) * 2)
+
+
+def test_python_scalar_arguments_are_part_of_the_key():
+    def f(x, k):
+        return x * k
+
+    jitted = kiln.jit(f)
+    torch.testing.assert_close(jitted(ar(3), 2.0), ar(3) * 2.0)
+    torch.testing.assert_close(jitted(ar(3), 3.0), ar(3) * 3.0)
+    assert kiln.last_stats(jitted)["cache_misses"] == 2
