@@ -221,3 +221,37 @@ def test_python_scalar_arguments_are_part_of_the_key():
     torch.testing.assert_close(jitted(ar(3), 2.0), ar(3) * 2.0)
     torch.testing.assert_close(jitted(ar(3), 3.0), ar(3) * 3.0)
     assert kiln.last_stats(jitted)["cache_misses"] == 2
+
+
+def test_internal_overlap_write_raises_like_eager():
+    def f(x):
+        x.expand(2, 4).add_(1)
+
+    with pytest.raises(RuntimeError):
+        f(torch.zeros(4))
+    x = torch.zeros(4)
+    with pytest.raises(RuntimeError, match="more than one element"):
+        kiln.jit(f)(x)
+    assert torch.equal(x, torch.zeros(4))
+
+
+def _mul_add(a, b):
+    a.mul_(2)
+    return a + b, b.sum()
+
+
+@pytest.mark.parametrize(
+    "make_args",
+    [
+        pytest.param(lambda: [ar(3, 4).half(), ar(3, 4).half()], id="f16"),
+        pytest.param(lambda: [ar(3, 4).bfloat16(), ar(3, 4).bfloat16()], id="bf16"),
+        pytest.param(lambda: [ar(4, 6)[:, ::2], ar(4, 3)], id="non-contiguous"),
+        pytest.param(lambda: [ar(3, 4).t(), ar(4, 3)], id="transposed"),
+        pytest.param(lambda: [ar(4, 3), ar(3).expand(4, 3)], id="expanded"),
+        pytest.param(lambda: [ar(0, 3), ar(0, 3)], id="zero-size"),
+        pytest.param(lambda: [torch.tensor(1.5), torch.tensor(2.0)], id="0-d"),
+        pytest.param(lambda: [ar(6)[1:5], ar(4)], id="offset"),
+    ],
+)
+def test_layouts_and_dtypes(make_args):
+    check_against_eager(_mul_add, make_args)
