@@ -1,5 +1,4 @@
-# The package is not installed yet (the C++ extension and `pip install .` come later): the tests
-# import it from the source tree.
+# The tests import the package from the source tree (an installed kiln is shadowed).
 import os
 import sys
 
