@@ -60,6 +60,13 @@ def _key(leaves: list[Any], structure: Any) -> tuple:
                           leaf.device, leaf.requires_grad, leaf.is_leaf, s, o))
         else:
             # type() too: 1, 1.0 and True are equal in Python but trace differently.
+            try:
+                hash(leaf)
+            except TypeError:
+                raise UnsupportedError(
+                    f"kiln.jit: an argument of type {type(leaf).__name__} is not hashable, so it "
+                    "cannot be part of the specialization key."
+                ) from None
             parts.append((type(leaf), leaf))
     return tuple(parts)
 
@@ -106,18 +113,20 @@ class JitFunction:
             raise UnsupportedError("kiln.jit needs the C++ extension kiln._C, which is not built.")
         leaves, structure = _flat_arguments(self.fn, args, kwargs)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-        key = _key(leaves, structure)
+        # Grad mode is in the key: a program cached under no_grad must not run on tensors that
+        # require grad while grad is on (that call misses and raises below).
+        key = (torch.is_grad_enabled(), _key(leaves, structure))
         entry = self.cache.get(key)
         if entry is None:
             self.cache_misses += 1
             start = time.perf_counter()
             traced = trace_program(self.fn, *args, **kwargs)  # raises eager's errors
             trace_seconds = time.perf_counter() - start
+            if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+                raise UnsupportedError("kiln.jit does not support autograd: an argument requires grad.")
             for t in tensors:
                 if t.device.type != "cpu":
                     raise UnsupportedError(f"kiln.jit runs on the CPU only so far; an argument is on {t.device}.")
-                if t.requires_grad and torch.is_grad_enabled():
-                    raise UnsupportedError("kiln.jit does not support autograd: an argument requires grad.")
             program = _C.compile(traced.text, [_describe(t) for t in tensors])
             entry = _Entry(traced, program, trace_seconds)
             self.cache[key] = entry

@@ -255,3 +255,26 @@ def _mul_add(a, b):
 )
 def test_layouts_and_dtypes(make_args):
     check_against_eager(_mul_add, make_args)
+
+
+def test_in_place_on_a_leaf_that_requires_grad_raises_like_eager():
+    def f(x):
+        x.add_(1)
+        return x
+
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        f(torch.ones(3, requires_grad=True))
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        kiln.jit(f)(torch.ones(3, requires_grad=True))
+
+
+def test_autograd_is_refused_not_ignored():
+    def f(x):
+        return x * 2
+
+    jitted = kiln.jit(f)
+    x = torch.ones(3, requires_grad=True)
+    with torch.no_grad():
+        torch.testing.assert_close(jitted(x), torch.full((3,), 2.0))
+    with pytest.raises(kiln.UnsupportedError, match="autograd"):
+        jitted(x)  # grad on: a different key, and kiln cannot record the graph
