@@ -278,3 +278,15 @@ def test_autograd_is_refused_not_ignored():
         torch.testing.assert_close(jitted(x), torch.full((3,), 2.0))
     with pytest.raises(kiln.UnsupportedError, match="autograd"):
         jitted(x)  # grad on: a different key, and kiln cannot record the graph
+
+
+def test_structured_arguments_and_results():
+    def f(xs, d, k):
+        xs[0].add_(d["w"])
+        return {"sum": xs[0] + xs[1] * k, "first": xs[0], "k": k, "none": None}
+
+    check_against_eager(f, lambda: [[ar(2, 3), ar(2, 3) + 1], {"w": ar(3)}, 2.5])
+    jitted = kiln.jit(f)
+    jitted([ar(2, 3), ar(2, 3)], {"w": ar(3)}, 2.5)
+    jitted((ar(2, 3), ar(2, 3)), {"w": ar(3)}, 2.5)  # a tuple, not a list: another structure
+    assert kiln.last_stats(jitted)["cache_misses"] == 2
