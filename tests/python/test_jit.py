@@ -74,6 +74,7 @@ def test_case_against_eager(case):
     if case.one_region:
         assert stats["fusion_regions"] == 1
     assert stats["cache_misses"] == 1 and stats["cache_hits"] == 0
+    assert stats["compile_seconds"] > 0 and stats["first_run_seconds"] > 0
 
 
 def s1(a):

@@ -1,0 +1,59 @@
+"""The seeds S1 and S2 (CASES.md) through kiln.jit: prints the first and the last trace, checks
+the results and the mutated inputs against eager PyTorch, and prints per-call times of kiln and
+eager side by side. CPU only so far (kiln.jit does not run CUDA tensors yet).
+
+    KILN_EXT_DIR=build/py/python/kiln PYTHONPATH=python python examples/seed.py
+"""
+
+import time
+
+import torch
+
+import kiln
+
+
+def s1(a):
+    a.tanh_()
+    return a * a * a * a
+
+
+def s2(x):
+    x.exp_()
+    x.sin_()
+    return x.cos()
+
+
+def per_call_us(f, make, repeat=200):
+    inputs = [make() for _ in range(repeat)]
+    f(make())  # warm-up (kiln: trace and compile)
+    start = time.perf_counter()
+    for x in inputs:
+        f(x)
+    return (time.perf_counter() - start) / repeat * 1e6
+
+
+def main():
+    torch.manual_seed(0)
+    for name, fn in [("S1", s1), ("S2", s2)]:
+        jitted = kiln.jit(fn)
+        x = torch.randn(5, 5)
+        x_eager = x.clone()
+        out = jitted(x)
+        want = fn(x_eager)
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(x, x_eager)
+        traces = kiln.last_traces(jitted)
+        print(f"==== {name}: first and last trace")
+        print(traces[0])
+        print(traces[-1])
+        print(f"{name}: stats {kiln.last_stats(jitted)}")
+        for n in (25, 1 << 20):
+            make = lambda n=n: torch.randn(n)
+            k, e = per_call_us(jitted, make), per_call_us(fn, make)
+            print(f"{name}: {n} elements: kiln {k:.1f} us/call, eager {e:.1f} us/call")
+        print()
+    print("results and side effects match eager")
+
+
+if __name__ == "__main__":
+    main()
