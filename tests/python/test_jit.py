@@ -291,3 +291,21 @@ def test_structured_arguments_and_results():
     jitted([ar(2, 3), ar(2, 3)], {"w": ar(3)}, 2.5)
     jitted((ar(2, 3), ar(2, 3)), {"w": ar(3)}, 2.5)  # a tuple, not a list: another structure
     assert kiln.last_stats(jitted)["cache_misses"] == 2
+
+
+def test_random_programs_through_jit():
+    """The random programs of test_random_programs.py (in-place ops, views, setitem, aliased and
+    strided inputs) through kiln.jit against eager; KILN_RANDOM_PROGRAMS of them (default 100)."""
+    from test_random_programs import COUNT, _compile, random_program
+
+    failures = []
+    for seed in range(COUNT):
+        source, make_args = random_program(seed)
+        fn = _compile(source, seed)
+        try:
+            check_against_eager(fn, make_args)
+        except Exception as e:  # noqa: BLE001 (a crash or an error is a failure too)
+            args = ", ".join(f"{tuple(t.shape)} strides={t.stride()} offset={t.storage_offset()}" for t in make_args())
+            first = (str(e).splitlines() or [""])[0]
+            failures.append(f"--- seed {seed} (inputs {args}):\n{source}{type(e).__name__}: {first}")
+    assert not failures, f"{len(failures)} of {COUNT} programs differ from eager:\n" + "\n".join(failures[:5])
