@@ -114,7 +114,8 @@ Program compile_program(const std::string& text, const std::vector<TensorArg>& d
   Trace trace = parse_trace(text, "<kiln.jit>");
   CallArgs call = make_args(descs);
   Program p{compile(trace, alias_pattern_of(call.values)), 0};
-  p.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  p.compile_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return p;
 }
 
@@ -161,8 +162,8 @@ nb::tuple run_program(const Program& program, const std::vector<TensorArg>& desc
     }
     nb::object buffer = allocator.buffer_of(t->storage->borrowed);
     KILN_ASSERT(!buffer.is_none()) << "a fresh result is not in memory from the torch allocator";
-    out.append(nb::make_tuple("fresh", buffer, std::string(dtype_name(t->dtype())), l[0], l[1],
-                              l[2]));
+    out.append(
+        nb::make_tuple("fresh", buffer, std::string(dtype_name(t->dtype())), l[0], l[1], l[2]));
   }
   nb::list metadata;
   for (const MetadataUpdate& m : program.compiled.interface.metadata) {
@@ -193,7 +194,8 @@ NB_MODULE(_C, m) {
                        h.emplace_back(r.pass, r.printed);
                      return h;
                    })
-      .def_prop_ro("fusion_regions", [](const Program& p) { return p.compiled.stats.fusion_regions; })
+      .def_prop_ro("fusion_regions",
+                   [](const Program& p) { return p.compiled.stats.fusion_regions; })
       .def_prop_ro("writebacks_in_kernel",
                    [](const Program& p) { return p.compiled.stats.writebacks_in_kernel; })
       .def_prop_ro("writebacks_with_temporary",

@@ -498,6 +498,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   }
   // What the caller gets back.
   std::vector<RtValue> results;
+  std::set<const RtTensor*> handed_out;  // fresh tensors returned as they are
   for (const ReturnBinding& r : program.interface.returns) {
     switch (r.kind) {
       case ReturnBinding::Kind::kValue: {
@@ -508,9 +509,20 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           break;
         }
         // A fresh tensor, laid out as eager lays it out (its strides are visible to the caller).
-        // A layout with repeated elements (stride 0) is legal here: every copy gets the same
-        // value.
-        results.emplace_back(memory.materialize(**t, r.geometry, r.storage_numel));
+        // The value itself when it already is one (a kernel's output buffer, usually), else a
+        // copy. A layout with repeated elements (stride 0) is legal here: every copy gets the
+        // same value.
+        const RtTensor& value = **t;
+        bool from_allocator =
+            !options.allocator || (!memory.cuda() && value.storage->borrowed_owner != nullptr);
+        if (from_allocator && !caller_storages.contains(value.storage.get()) &&
+            value.sizes == r.geometry.sizes && value.strides == r.geometry.strides &&
+            value.offset == r.geometry.offset && value.storage->numel() == r.storage_numel &&
+            handed_out.insert(t->get()).second) {
+          results.push_back(v);
+          break;
+        }
+        results.emplace_back(memory.materialize(value, r.geometry, r.storage_numel));
         break;
       }
       case ReturnBinding::Kind::kInputObject:
