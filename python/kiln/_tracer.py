@@ -467,12 +467,8 @@ def _normalize(call: Call, schema: OpSchema, p, value: Any) -> Any:
     return value
 
 
-def _constant_str(call: Call, value: Any) -> str:
-    if isinstance(value, Proxy):
-        _check_own(call, value)
-        return value._kiln_name
-    if isinstance(value, IndexKey):
-        return value.text
+def _literal_str(value: Any) -> str | None:
+    """None, a bool, an int, a float or a string as the trace writes it; None for anything else."""
     if value is None:
         return "None"
     if isinstance(value, bool):
@@ -481,10 +477,22 @@ def _constant_str(call: Call, value: Any) -> str:
         return str(value)
     if isinstance(value, float):
         return float_str(value)
-    if isinstance(value, torch.dtype):
-        return _dtype_constant(value)
     if isinstance(value, str):
         return _string_constant(value)
+    return None
+
+
+def _constant_str(call: Call, value: Any) -> str:
+    if isinstance(value, Proxy):
+        _check_own(call, value)
+        return value._kiln_name
+    if isinstance(value, IndexKey):
+        return value.text
+    literal = _literal_str(value)
+    if literal is not None:
+        return literal
+    if isinstance(value, torch.dtype):
+        return _dtype_constant(value)
     if isinstance(value, torch.device):
         return _string_constant(device_str(value))
     if isinstance(value, (list, tuple)):
@@ -527,18 +535,11 @@ def _call_text(call: Call, schema: OpSchema, bound: list) -> str:
 
 
 def _default_str(value: Any) -> str:
-    if value is None:
-        return "None"
-    if isinstance(value, bool):
-        return "True" if value else "False"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return float_str(value)
-    if isinstance(value, str):
-        return _string_constant(value)
+    literal = _literal_str(value)
+    if literal is not None:
+        return literal
     if isinstance(value, list):
-        return "[" + ", ".join(str(v) for v in value) + "]"
+        return "[" + ", ".join(_default_str(v) for v in value) + "]"
     raise AssertionError(f"unexpected default {value!r}")
 
 

@@ -46,12 +46,11 @@ int env_count(const char* name, int fallback) {
 
 TEST(CudaDifferential, CasesProgramsAgreeWithTheInterpreter) {
   KILN_REQUIRE_GPU();
-  int n = 0;
-  test::for_each_case([&](const Trace& t, const std::vector<RtValue>& inputs) {
-    if (auto failure = fuzz::check_trace(t, inputs, on_cuda()))
-      ADD_FAILURE() << "CASES program " << n << ": " << *failure;
-    ++n;
-  });
+  test::for_each_case(
+      [&](const std::string& name, const Trace& t, const std::vector<RtValue>& inputs) {
+        if (auto failure = fuzz::check_trace(t, inputs, on_cuda()))
+          ADD_FAILURE() << "CASES " << name << ": " << *failure;
+      });
 }
 
 // KILN_GPU_PROGRAMS (default 1000) random programs from a fixed seed, then from a fresh one.

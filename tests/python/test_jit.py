@@ -6,20 +6,14 @@ cache's hits and misses. Skipped when the extension is not built (see conftest.p
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 import torch.utils._pytree as pytree
 
 import kiln
-from test_cases import CASES, CASE_IDS
+from test_cases import CASE_IDS, CASES, ar, s1, s2
 
 pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
-
-
-def ar(*s: int) -> torch.Tensor:
-    return torch.arange(math.prod(s), dtype=torch.float32).reshape(s) / 10
 
 
 def _whole_storage(t: torch.Tensor) -> torch.Tensor:
@@ -75,17 +69,6 @@ def test_case_against_eager(case):
         assert stats["fusion_regions"] == 1
     assert stats["cache_misses"] == 1 and stats["cache_hits"] == 0
     assert stats["compile_seconds"] > 0 and stats["first_run_seconds"] > 0
-
-
-def s1(a):
-    a.tanh_()
-    return a * a * a * a
-
-
-def s2(x):
-    x.exp_()
-    x.sin_()
-    return x.cos()
 
 
 def test_seeds_by_hand():

@@ -17,7 +17,8 @@ std::vector<TensorSpec> specs_of(const std::vector<RtValue>& inputs) {
 void for_each_case(const CaseFn& fn) {
   {  // S1
     std::vector<RtValue> in = {ar({5, 5})};
-    fn(trace(
+    fn("S1",
+       trace(
            [](Tensor a) {
              a.tanh_();
              return a * a * a * a;
@@ -27,7 +28,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // S2
     std::vector<RtValue> in = {ar({2, 3})};
-    fn(trace(
+    fn("S2",
+       trace(
            [](Tensor x) {
              x.exp_();
              x.sin_();
@@ -38,7 +40,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // I1
     std::vector<RtValue> in = {ar({4})};
-    fn(trace(
+    fn("I1",
+       trace(
            [](Tensor x) {
              x.add_(1).sin_().mul_(5);
              return x;
@@ -48,7 +51,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // I2
     std::vector<RtValue> in = {ar({4})};
-    fn(trace(
+    fn("I2",
+       trace(
            [](Tensor x) {
              x.add_(1).sin().mul_(5);
              return x;
@@ -58,7 +62,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // I3
     std::vector<RtValue> in = {make_tensor(f32, {3}, {1, 2, 3}), make_tensor(f32, {3}, {4, 5, 6})};
-    fn(trace(
+    fn("I3",
+       trace(
            [](Tensor a, Tensor b) {
              Tensor c = a + b;
              b.mul_(c);
@@ -69,17 +74,18 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // I4
     std::vector<RtValue> in = {make_tensor(f32, {3}, {1, 2, 3})};
-    fn(trace([](Tensor a) { a += 1; }, specs_of(in)), in);
+    fn("I4", trace([](Tensor a) { a += 1; }, specs_of(in)), in);
   }
   {  // I5
     std::vector<RtValue> in = {make_tensor(bf16, {3}, {1.0, 256.0, -2.0}),
                                make_tensor(f32, {3}, {0.005859375, 1.5, 0.0078125})};
-    fn(trace([](Tensor x, Tensor y) { x.add_(y); }, specs_of(in)), in);
+    fn("I5", trace([](Tensor x, Tensor y) { x.add_(y); }, specs_of(in)), in);
   }
   {  // I6
     std::vector<RtValue> in = {make_tensor(f32, {4}, {1, -2, 3, -4}),
                                make_tensor(f32, {4}, {0.5, 1, -4, 5})};
-    fn(trace(
+    fn("I6",
+       trace(
            [](Tensor h, Tensor r) {
              h.add_(r);
              h.relu_();
@@ -90,7 +96,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // M1
     std::vector<RtValue> in = {make_tensor(f32, {2}, {1, 2}), make_tensor(f32, {2}, {10, 20})};
-    fn(trace(
+    fn("M1",
+       trace(
            [](Tensor a, Tensor b) {
              Tensor c = a + b;
              c.add_(1);
@@ -101,7 +108,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // M2
     std::vector<RtValue> in = {make_tensor(f32, {2}, {1, 1}), make_tensor(f32, {2}, {1, 1})};
-    fn(trace(
+    fn("M2",
+       trace(
            [](Tensor a, Tensor b) {
              Tensor c = a + b;
              c.add_(1);
@@ -115,7 +123,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // V1
     std::vector<RtValue> in = {ar({8})};
-    fn(trace(
+    fn("V1",
+       trace(
            [](Tensor x) {
              Tensor y = x.view({4, 2});
              y.add_(ones({4, 2}));
@@ -127,7 +136,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // V2
     std::vector<RtValue> in = {ar({4, 2})};
-    fn(trace(
+    fn("V2",
+       trace(
            [](Tensor x) {
              Tensor y = x.view({8});
              x.add_(1);
@@ -139,11 +149,12 @@ void for_each_case(const CaseFn& fn) {
   {  // V3: a stride-2 view of ones(4)
     TensorHandle base = make_tensor(f32, {4}, {1, 1, 1, 1});
     std::vector<RtValue> in = {make_view(base, {2}, {2}, 0)};
-    fn(trace([](Tensor a) { a.add_(1); }, specs_of(in)), in);
+    fn("V3", trace([](Tensor a) { a.add_(1); }, specs_of(in)), in);
   }
   {  // V4
     std::vector<RtValue> in = {ar({4, 2})};
-    fn(trace(
+    fn("V4",
+       trace(
            [](Tensor x) {
              x.transpose_(1, 0);
              x[0].add_(1);
@@ -154,7 +165,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // V5
     std::vector<RtValue> in = {make_tensor(f32, {6}, {5, 6, 7, 8, 9, 10})};
-    fn(trace(
+    fn("V5",
+       trace(
            [](Tensor x) {
              Tensor y = x.view({3, 2});
              y[0].index_put_({0}, 0);
@@ -172,15 +184,16 @@ void for_each_case(const CaseFn& fn) {
   {
     TensorHandle x = make_tensor(f32, {3}, {-0.5, 0, 0.5});
     std::vector<RtValue> in = {x, x};
-    fn(trace(a1, specs_of(in)), in);
+    fn("A1", trace(a1, specs_of(in)), in);
     std::vector<RtValue> distinct = {make_tensor(f32, {3}, {-0.5, 0, 0.5}),
                                      make_tensor(f32, {3}, {-0.5, 0, 0.5})};
-    fn(trace(a1, specs_of(distinct)), distinct);
+    fn("A1 distinct", trace(a1, specs_of(distinct)), distinct);
   }
   {  // A2: x[0:2] and x[2:4] of ar(4, 4)
     TensorHandle x = ar({4, 4});
     std::vector<RtValue> in = {make_view(x, {2, 4}, {4, 1}, 0), make_view(x, {2, 4}, {4, 1}, 8)};
-    fn(trace(
+    fn("A2",
+       trace(
            [](Tensor a, Tensor b) {
              a.mul_(3);
              b.mul_(2);
@@ -193,7 +206,8 @@ void for_each_case(const CaseFn& fn) {
     TensorHandle base = make_tensor(f32, {64}, std::vector<double>(64, 1.0));
     std::vector<RtValue> in = {make_view(base, {4, 4}, {9, 1}, 0),
                                make_view(base, {4, 4}, {9, 1}, 24)};
-    fn(trace(
+    fn("A3",
+       trace(
            [](Tensor a, Tensor b) {
              a.mul_(3);
              b.mul_(2);
@@ -205,7 +219,8 @@ void for_each_case(const CaseFn& fn) {
   {  // A4: f(a, a.t())
     TensorHandle a = make_tensor(f32, {2, 2}, {1, 2, 3, 4});
     std::vector<RtValue> in = {a, make_view(a, {2, 2}, {1, 2}, 0)};
-    fn(trace(
+    fn("A4",
+       trace(
            [](Tensor x, Tensor y) {
              Tensor first = x + 1;
              return std::make_tuple(first, y.mul_(2));
@@ -215,7 +230,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // H1
     std::vector<RtValue> in = {ar({1, 16})};
-    fn(trace(
+    fn("H1",
+       trace(
            [](Tensor a) {
              a.index_put_({Slice(), Slice(2, 7)}, a.index({Slice(), Slice(1, 6)}) + 2);
            },
@@ -224,7 +240,8 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // H2
     std::vector<RtValue> in = {ar({2, 3}), ar({2, 1})};
-    fn(trace(
+    fn("H2",
+       trace(
            [](Tensor w, Tensor x) {
              Tensor out = w + x;
              x.mul_(10);
@@ -235,7 +252,7 @@ void for_each_case(const CaseFn& fn) {
   }
   {  // H3: eager raises, so must kiln
     std::vector<RtValue> in = {make_tensor(f32, {4}, {0, 0, 0, 0})};
-    fn(trace([](Tensor x) { x.expand({2, 4}).add_(1); }, specs_of(in)), in);
+    fn("H3", trace([](Tensor x) { x.expand({2, 4}).add_(1); }, specs_of(in)), in);
   }
 }
 

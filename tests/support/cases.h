@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kiln/ir/trace.h"
@@ -11,7 +12,9 @@
 
 namespace kiln::test {
 
-using CaseFn = std::function<void(const Trace& trace, const std::vector<RtValue>& inputs)>;
+// `name` is the case's CASES.md name ("S1", ...; "A1 distinct" for A1's call with two tensors).
+using CaseFn = std::function<void(const std::string& name, const Trace& trace,
+                                  const std::vector<RtValue>& inputs)>;
 void for_each_case(const CaseFn& fn);
 
 }  // namespace kiln::test

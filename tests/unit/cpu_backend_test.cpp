@@ -21,6 +21,7 @@
 
 #include "kiln/codegen/cpu_prelude.h"
 #include "kiln/codegen/kernel.h"
+#include "kiln/codegen/shared_prelude.h"
 #include "kiln/ir/parser.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/fuse.h"

@@ -37,10 +37,10 @@ void add(Corpus& c, const std::string& from, const Trace& cpu_trace, const Alias
 
 Corpus corpus(int random_programs) {
   Corpus c;
-  int n = 0;
-  test::for_each_case([&](const Trace& t, const std::vector<RtValue>& inputs) {
-    add(c, "CASES program " + std::to_string(n++), t, alias_pattern_of(inputs));
-  });
+  test::for_each_case(
+      [&](const std::string& name, const Trace& t, const std::vector<RtValue>& inputs) {
+        add(c, "CASES " + name, t, alias_pattern_of(inputs));
+      });
   for (const auto& entry : std::filesystem::recursive_directory_iterator(KILN_LIT_DIR)) {
     if (entry.path().extension() != ".trace" ||
         entry.path().string().find("/errors/") != std::string::npos)

@@ -73,9 +73,11 @@ void expect_agreement(const Trace& t, const std::vector<RtValue>& inputs,
 
 // Each CASES.md program with the call CASES.md gives it, checked with `options`.
 void run_cases(const CheckOptions& options) {
-  test::for_each_case([&](const Trace& t, const std::vector<RtValue>& inputs) {
-    expect_agreement(t, inputs, options);
-  });
+  test::for_each_case(
+      [&](const std::string& name, const Trace& t, const std::vector<RtValue>& inputs) {
+        SCOPED_TRACE("CASES " + name);
+        expect_agreement(t, inputs, options);
+      });
 }
 
 TEST(Differential, CasesProgramsAgreeWithTheInterpreter) {

@@ -73,18 +73,6 @@ inline double f_bf16(double v) {
 inline double f_f32(double v) {
   return static_cast<float>(v);
 }
-inline double f_f64(double v) {
-  return v;
-}
-inline int64_t f_bool(double v) {
-  return v != 0 ? 1 : 0;  // NaN != 0: true
-}
-inline int64_t f_i32(double v) {
-  return float_to_int<int32_t>(v);
-}
-inline int64_t f_i64(double v) {
-  return float_to_int<int64_t>(v);
-}
 
 // ---- an int64 into a dtype: Storage::store_int followed by a load -----------------------------
 // (for integral dtypes this is also cast_int_to_dtype). One rounding from the integer, as
@@ -98,33 +86,9 @@ inline double i_bf16(int64_t v) {
 inline double i_f32(int64_t v) {
   return static_cast<float>(v);
 }
-inline double i_f64(int64_t v) {
-  return static_cast<double>(v);
-}
-inline int64_t i_bool(int64_t v) {
-  return v != 0 ? 1 : 0;
-}
-inline int64_t i_i32(int64_t v) {
-  return static_cast<int32_t>(v);  // wraps
-}
-inline int64_t i_i64(int64_t v) {
-  return v;
-}
 
-// A held integral value read as a double, and a held floating value read as an integer
-// (Storage::load_double of an integer tensor, Storage::load_int of a floating one).
-inline double as_f(int64_t v) {
-  return static_cast<double>(v);
-}
-inline double as_f(double v) {
-  return v;
-}
-inline int64_t as_i(int64_t v) {
-  return v;
-}
-inline int64_t as_i(double v) {
-  return float_to_int<int64_t>(v);
-}
+// The conversions that do not depend on the register type (f_f64, i_i32, as_f, ...) are in
+// shared_prelude.h, embedded after this file.
 
 inline double kernel_infinity() {
   return __builtin_inf();

@@ -1,5 +1,5 @@
 // Reductions over a CUDA thread block, for the row nests of generated CUDA kernels (embedded
-// after reduce_ops.h, whose red_<op> they combine with).
+// after shared_prelude.h, whose red_<op> they combine with).
 
 namespace kiln::kernel {
 

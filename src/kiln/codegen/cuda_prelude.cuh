@@ -168,18 +168,6 @@ inline float f_f32(float v) {
 inline float f_f32(double v) {
   return static_cast<float>(v);
 }
-inline double f_f64(double v) {
-  return v;
-}
-inline int64_t f_bool(double v) {
-  return v != 0 ? 1 : 0;  // NaN != 0: true
-}
-inline int64_t f_i32(double v) {
-  return float_to_int<int32_t>(v);
-}
-inline int64_t f_i64(double v) {
-  return float_to_int<int64_t>(v);
-}
 
 // ---- an int64 into a dtype: one rounding from the integer ---------------------------------------
 inline float i_f16(int64_t v) {
@@ -191,34 +179,11 @@ inline float i_bf16(int64_t v) {
 inline float i_f32(int64_t v) {
   return static_cast<float>(v);
 }
-inline double i_f64(int64_t v) {
-  return static_cast<double>(v);
-}
-inline int64_t i_bool(int64_t v) {
-  return v != 0 ? 1 : 0;
-}
-inline int64_t i_i32(int64_t v) {
-  return static_cast<int32_t>(v);  // wraps
-}
-inline int64_t i_i64(int64_t v) {
-  return v;
-}
 
-// A held integral value read as a floating one, and a held floating value read as an integer.
-inline double as_f(int64_t v) {
-  return static_cast<double>(v);
-}
+// A held float read as a floating or integral value (the double and int64 forms are in
+// shared_prelude.h, embedded after this file, with the other conversions both targets share).
 inline float as_f(float v) {
   return v;
-}
-inline double as_f(double v) {
-  return v;
-}
-inline int64_t as_i(int64_t v) {
-  return v;
-}
-inline int64_t as_i(double v) {
-  return float_to_int<int64_t>(v);
 }
 inline int64_t as_i(float v) {
   return float_to_int<int64_t>(v);

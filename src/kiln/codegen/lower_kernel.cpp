@@ -195,28 +195,7 @@ class KernelEmitter {
     src += "  using namespace kiln;\n  using namespace kiln::kernel;\n";
     src += "  (void)ins; (void)in_meta; (void)sd; (void)si;\n";
     src += "  // " + describe_step() + "\n";
-    for (size_t i = 0; i < k.inputs.size(); ++i) {
-      if (!k.inputs[i].is_tensor) continue;
-      std::string n = std::to_string(i);
-      int64_t rank = body_.inputs()[i]->tensor_type().rank();
-      src += "  [[maybe_unused]] const void* const in" + n + " = ins[" + n + "];\n";
-      src += "  [[maybe_unused]] const int64_t o" + n + " = in_meta[" +
-             std::to_string(k.inputs[i].meta) + "]";
-      for (int64_t d = 0; d < rank; ++d)
-        src += ", s" + n + "_" + std::to_string(d) + " = in_meta[" +
-               std::to_string(k.inputs[i].meta + 1 + d) + "]";
-      src += ";\n";
-    }
-    for (size_t j = 0; j < k.outputs.size(); ++j) {
-      std::string n = std::to_string(j);
-      src += "  [[maybe_unused]] void* const out" + n + " = outs[" + n + "];\n";
-      src += "  [[maybe_unused]] const int64_t oo" + n + " = out_meta[" +
-             std::to_string(k.outputs[j].meta) + "]";
-      for (size_t d = 0; d < k.outputs[j].shape.size(); ++d)
-        src += ", os" + n + "_" + std::to_string(d) + " = out_meta[" +
-               std::to_string(k.outputs[j].meta + 1 + static_cast<int>(d)) + "]";
-      src += ";\n";
-    }
+    src += layout_decls(k, "", "int64_t");
     src += nests + "}\n";
     return src;
   }
@@ -359,27 +338,38 @@ class KernelEmitter {
     std::string src;
     src += "  [[maybe_unused]] const double* const sd = a.sd;\n";
     src += "  [[maybe_unused]] const int64_t* const si = a.si;\n";
+    return src + layout_decls(k, "a.", "I");
+  }
+
+  // Each tensor's base pointer (in<k>, out<k>) and its offset and strides (o<k>, s<k>_<d>;
+  // oo<k>, os<k>_<d>) as `index` values, from the arrays ins, in_meta, outs, out_meta (named
+  // with `from` before them).
+  std::string layout_decls(const Kernel& k, const std::string& from,
+                           const std::string& index) const {
+    std::string src;
+    auto declare_layout = [&](const std::string& pointer, const std::string& array,
+                              const std::string& offset, const std::string& stride, int meta,
+                              size_t rank) {
+      auto element = [&](int at) {
+        return "static_cast<" + index + ">(" + from + array + "[" + std::to_string(at) + "])";
+      };
+      src += "  [[maybe_unused]] " + pointer + ";\n";
+      src += "  [[maybe_unused]] const " + index + " " + offset + " = " + element(meta);
+      for (size_t d = 0; d < rank; ++d)
+        src += ", " + stride + std::to_string(d) + " = " + element(meta + 1 + static_cast<int>(d));
+      src += ";\n";
+    };
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       if (!k.inputs[i].is_tensor) continue;
       std::string n = std::to_string(i);
-      int64_t rank = body_.inputs()[i]->tensor_type().rank();
-      src += "  [[maybe_unused]] const void* const in" + n + " = a.ins[" + n + "];\n";
-      src += "  [[maybe_unused]] const I o" + n + " = static_cast<I>(a.in_meta[" +
-             std::to_string(k.inputs[i].meta) + "])";
-      for (int64_t d = 0; d < rank; ++d)
-        src += ", s" + n + "_" + std::to_string(d) + " = static_cast<I>(a.in_meta[" +
-               std::to_string(k.inputs[i].meta + 1 + d) + "])";
-      src += ";\n";
+      declare_layout("const void* const in" + n + " = " + from + "ins[" + n + "]", "in_meta",
+                     "o" + n, "s" + n + "_", k.inputs[i].meta,
+                     static_cast<size_t>(body_.inputs()[i]->tensor_type().rank()));
     }
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       std::string n = std::to_string(j);
-      src += "  [[maybe_unused]] void* const out" + n + " = a.outs[" + n + "];\n";
-      src += "  [[maybe_unused]] const I oo" + n + " = static_cast<I>(a.out_meta[" +
-             std::to_string(k.outputs[j].meta) + "])";
-      for (size_t d = 0; d < k.outputs[j].shape.size(); ++d)
-        src += ", os" + n + "_" + std::to_string(d) + " = static_cast<I>(a.out_meta[" +
-               std::to_string(k.outputs[j].meta + 1 + static_cast<int>(d)) + "])";
-      src += ";\n";
+      declare_layout("void* const out" + n + " = " + from + "outs[" + n + "]", "out_meta", "oo" + n,
+                     "os" + n + "_", k.outputs[j].meta, k.outputs[j].shape.size());
     }
     return src;
   }
