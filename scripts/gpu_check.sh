@@ -1,23 +1,49 @@
 #!/usr/bin/env bash
-# The GPU checks, in one call on the GPU machine (it has nvcc, CMake, ninja and a GPU, no package
-# registry): build, the `gpu` test label, the NVRTC codegen test, and the S1 benchmark. Logs go
-# to $OUT (or ./gpu-logs). GoogleTest is built from KILN_GTEST_SOURCE when given.
-#   KILN_GPU_PROGRAMS=N   random programs per seed in the GPU differential test (default 1000)
+# The GPU checks, in one call on the GPU machine (it has nvcc, CMake, ninja, Python with torch,
+# nanobind and pytest, a GPU, and no package registry): build, then the phases named in
+# KILN_GPU_PHASES (default "cpp python"). Logs go to $OUT (or ./gpu-logs).
+#   cpp:    the `gpu` CTest label (GoogleTest built from KILN_GTEST_SOURCE when given) and the S1
+#           benchmark; KILN_GPU_PROGRAMS=N random programs per seed (default 1000)
+#   python: the extension kiln._C, tests/python on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
+#           the CPU, and examples/seed.py; KILN_RANDOM_PROGRAMS=N (default 1000)
+#   KILN_PYTHON: the Python that has torch (default python3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
+phases=${KILN_GPU_PHASES:-cpp python}
+python=${KILN_PYTHON:-python3}
 mkdir -p "$out"
-gtest=()
-[[ -n "${KILN_GTEST_SOURCE:-}" ]] && gtest=(-DKILN_GTEST_SOURCE="$KILN_GTEST_SOURCE")
+options=(-DCMAKE_BUILD_TYPE=Release)
+[[ -n "${KILN_GTEST_SOURCE:-}" ]] && options+=(-DKILN_GTEST_SOURCE="$KILN_GTEST_SOURCE")
+[[ " $phases " == *" python "* ]] &&
+  options+=(-DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$python")")
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
-cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release "${gtest[@]}" >"$out/configure.log" 2>&1 ||
+cmake -S . -B build/gpu -G Ninja "${options[@]}" >"$out/configure.log" 2>&1 ||
   { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build/gpu -j "$(nproc)" >"$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-gpu-cache}
-echo "== S1 benchmark"
-./build/gpu/bench/kiln_bench_cuda_s1 2>&1 | tee "$out/bench.txt"
-echo "== gpu tests"
-ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 900 >"$out/gpu_tests.log" 2>&1
-status=$?
-grep -E "tests passed|tests failed|Failed|Passed|\*\*\*|seed " "$out/gpu_tests.log" | tail -30
+status=0
+if [[ " $phases " == *" cpp "* ]]; then
+  echo "== S1 benchmark"
+  ./build/gpu/bench/kiln_bench_cuda_s1 2>&1 | tee "$out/bench.txt"
+  echo "== gpu tests"
+  ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 900 >"$out/gpu_tests.log" 2>&1 ||
+    status=1
+  grep -E "tests passed|tests failed|Failed|Passed|\*\*\*|seed " "$out/gpu_tests.log" | tail -30
+fi
+if [[ " $phases " == *" python "* ]]; then
+  export KILN_EXT_DIR=$PWD/build/gpu/python/kiln KILN_OPT=$PWD/build/gpu/tools/kiln-opt/kiln-opt
+  export KILN_RANDOM_PROGRAMS=${KILN_RANDOM_PROGRAMS:-1000}
+  "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
+    tee "$out/torch.txt"
+  for device in cuda cpu; do
+    echo "== tests/python on $device"
+    KILN_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider tests/python \
+      --durations=10 >"$out/pytest_$device.log" 2>&1 || status=1
+    tail -15 "$out/pytest_$device.log"
+  done
+  echo "== examples/seed.py"
+  PYTHONPATH=python "$python" examples/seed.py >"$out/seed.log" 2>&1 || status=1
+  grep -E "device:|us/call|stats|match|Error" "$out/seed.log"
+fi
 exit $status

@@ -82,11 +82,24 @@ def _describe(t: torch.Tensor) -> tuple:
         storage.data_ptr(),
         storage.nbytes() // t.element_size(),
         id(t),
+        t.device.index if t.device.type == "cuda" else -1,
     )
 
 
-def _empty(nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8)
+def _empty(nbytes: int, device: int) -> torch.Tensor:
+    """Memory for a tensor kiln makes: PyTorch's allocator (on CUDA, its caching allocator, whose
+    blocks are ordered on the current stream, the one kiln's kernels run on)."""
+    if device < 0:
+        return torch.empty(nbytes, dtype=torch.uint8, device="cpu")  # not the default device
+    return torch.empty(nbytes, dtype=torch.uint8, device=torch.device("cuda", device))
+
+
+def _stream(tensors: list[torch.Tensor]) -> int:
+    """The CUstream of PyTorch's current stream on the call's CUDA device (0 on the CPU)."""
+    for t in tensors:
+        if t.device.type == "cuda":
+            return torch.cuda.current_stream(t.device).cuda_stream
+    return 0
 
 
 class _Entry:
@@ -127,9 +140,13 @@ class JitFunction:
             trace_seconds = time.perf_counter() - start
             if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
                 raise UnsupportedError("kiln.jit does not support autograd: an argument requires grad.")
-            for t in tensors:
-                if t.device.type != "cpu":
-                    raise UnsupportedError(f"kiln.jit runs on the CPU only so far; an argument is on {t.device}.")
+            devices = {t.device for t in tensors}
+            if len(devices) > 1:
+                names = ", ".join(sorted(str(d) for d in devices))
+                raise UnsupportedError(
+                    f"kiln.jit: the tensor arguments are on several devices ({names}); one "
+                    "program runs on one device. Move them to one device first (tensor.to(device))."
+                )
             program = _C.compile(traced.text, [_describe(t) for t in tensors])
             entry = _Entry(traced, program, trace_seconds)
             self.cache[key] = entry
@@ -137,7 +154,7 @@ class JitFunction:
             self.cache_hits += 1
         self.last_entry = entry
         start = time.perf_counter()
-        results, metadata, run_stats = _C.run(entry.program, [_describe(t) for t in tensors], _empty)
+        results, metadata, run_stats = _C.run(entry.program, [_describe(t) for t in tensors], _empty, _stream(tensors))
         if entry.first_run_seconds is None:
             entry.first_run_seconds = time.perf_counter() - start
         self.last_run_stats = run_stats

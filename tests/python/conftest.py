@@ -9,3 +9,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 os.environ.setdefault(
     "KILN_EXT_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "py", "python", "kiln")
 )
+
+# KILN_TEST_DEVICE=cuda runs the same tests on CUDA tensors: it becomes torch's default device, so
+# every tensor the tests and the programs under test make (torch.arange, torch.ones, ...) is on
+# it, as a user's would be. Tests of the C++ tool kiln-opt (the CPU reference) skip there.
+import torch  # noqa: E402
+
+if os.environ.get("KILN_TEST_DEVICE"):
+    torch.set_default_device(os.environ["KILN_TEST_DEVICE"])

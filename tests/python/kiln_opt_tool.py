@@ -24,7 +24,11 @@ import kiln
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KILN_OPT = os.environ.get("KILN_OPT", os.path.join(_REPO, "build", "release", "tools", "kiln-opt", "kiln-opt"))
 HAVE_KILN_OPT = os.path.isfile(KILN_OPT) and os.access(KILN_OPT, os.X_OK)
-needs_kiln_opt = pytest.mark.skipif(not HAVE_KILN_OPT, reason=f"kiln-opt not found at {KILN_OPT} (set KILN_OPT)")
+ON_CPU = torch.get_default_device().type == "cpu"  # see conftest.py, KILN_TEST_DEVICE
+needs_kiln_opt = pytest.mark.skipif(
+    not HAVE_KILN_OPT or not ON_CPU,
+    reason=f"kiln-opt not found at {KILN_OPT} (set KILN_OPT)" if ON_CPU else "kiln-opt runs programs on the CPU",
+)
 
 
 def kiln_opt(text: str, *args: str) -> subprocess.CompletedProcess:

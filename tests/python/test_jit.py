@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not 
 
 def _whole_storage(t: torch.Tensor) -> torch.Tensor:
     """Every element of the storage behind t (1-D, t's dtype)."""
-    return torch.tensor([], dtype=t.dtype).set_(t.untyped_storage())
+    return torch.tensor([], dtype=t.dtype, device=t.device).set_(t.untyped_storage())
 
 
 def _tensors(tree) -> list[torch.Tensor]:
@@ -292,3 +292,15 @@ def test_random_programs_through_jit():
             first = (str(e).splitlines() or [""])[0]
             failures.append(f"--- seed {seed} (inputs {args}):\n{source}{type(e).__name__}: {first}")
     assert not failures, f"{len(failures)} of {COUNT} programs differ from eager:\n" + "\n".join(failures[:5])
+
+
+def _op_programs():
+    from test_ops import PROGRAMS
+
+    return PROGRAMS
+
+
+@pytest.mark.parametrize("name, fn, make_args", _op_programs(), ids=[p[0] for p in _op_programs()])
+def test_op_through_jit(name, fn, make_args):
+    """Every torch form of test_ops.py through kiln.jit (compiled kernels, cuBLAS on CUDA)."""
+    check_against_eager(fn, make_args)

@@ -6,8 +6,9 @@
 // the tensors kiln makes come from a Python callback (torch.empty) through an Allocator, so that
 // outputs are torch memory. Results go back as descriptions that python/kiln/_jit.py turns into
 // the caller's own objects, real views of them, or views of the allocated buffers.
-// CPU only for now; a CUDA tensor would pass its device address as Storage::device_data and the
-// allocator would return Block::device (the executor already handles both).
+// A CUDA tensor passes its device address (Storage::device_data), the allocator hands out
+// torch.empty(..., device="cuda:N") blocks, and kernels run on the stream Python names (PyTorch's
+// current stream), so that kiln's work is ordered with the caller's.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -33,10 +34,10 @@ namespace kiln {
 namespace {
 
 // One tensor argument as Python describes it (see _jit.py `_describe`):
-// (dtype name, sizes, strides, storage offset, storage base address, storage size in elements,
-//  id of the tensor object).
+// (dtype name, sizes, strides, storage offset, storage base address (host or device), storage
+//  size in elements, id of the tensor object, CUDA device index or -1 for the CPU).
 using TensorArg = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t,
-                             uintptr_t, int64_t, uintptr_t>;
+                             uintptr_t, int64_t, uintptr_t, int>;
 
 // The kiln view of a call's tensors: one Storage per distinct storage address (an empty storage,
 // address 0, is its tensor's own), one TensorHandle per distinct tensor object.
@@ -45,12 +46,17 @@ struct CallArgs {
   std::map<const Storage*, int> storage_arg;  // a storage -> the first argument on it
 };
 
+std::shared_ptr<void> borrowed_device_memory() {
+  static const std::shared_ptr<void> token = std::make_shared<int>(0);
+  return token;
+}
+
 CallArgs make_args(const std::vector<TensorArg>& descs) {
   CallArgs call;
   std::map<uintptr_t, std::shared_ptr<Storage>> storages;
   std::map<uintptr_t, TensorHandle> objects;
   for (size_t i = 0; i < descs.size(); ++i) {
-    const auto& [dtype_text, sizes, strides, offset, base, numel, object] = descs[i];
+    const auto& [dtype_text, sizes, strides, offset, base, numel, object, device] = descs[i];
     auto found = objects.find(object);
     if (found != objects.end()) {
       call.values.emplace_back(found->second);
@@ -62,8 +68,17 @@ CallArgs make_args(const std::vector<TensorArg>& descs) {
     if (!storage) {
       storage = std::make_shared<Storage>();
       storage->dtype = *dtype;
-      storage->borrowed = reinterpret_cast<std::byte*>(base);
-      storage->borrowed_numel = numel;
+      if (device < 0) {
+        storage->borrowed = reinterpret_cast<std::byte*>(base);
+        storage->borrowed_numel = numel;
+      } else {
+        // The caller's tensor keeps the memory alive for the call; the owner only marks the
+        // storage as a device one (Storage::on_device).
+        storage->device = Device::cuda(device);
+        storage->device_data = base;
+        storage->device_numel = numel;
+        storage->device_owner = borrowed_device_memory();
+      }
       call.storage_arg[storage.get()] = static_cast<int>(i);
     } else if (storage->dtype != *dtype) {
       throw UnsupportedError(
@@ -76,31 +91,35 @@ CallArgs make_args(const std::vector<TensorArg>& descs) {
   return call;
 }
 
-// Blocks from torch.empty(nbytes, dtype=torch.uint8): each keeps its torch tensor alive for as
-// long as a kiln Storage uses it, and is remembered so a result can name its buffer.
+// Blocks from empty(nbytes, device) (torch.empty(nbytes, dtype=torch.uint8, device=...), so
+// PyTorch's caching allocator on CUDA): each keeps its torch tensor alive for as long as a kiln
+// Storage uses it, and is remembered by address so that a result can name its buffer.
 class TorchAllocator : public Allocator {
  public:
   explicit TorchAllocator(nb::callable empty) : empty_(std::move(empty)) {}
   Block allocate(Device device, size_t bytes) override {
-    KILN_CHECK(device == Device::cpu()) << "kiln._C allocates CPU memory only so far";
+    int index = device.kind == Device::Kind::kCuda ? device.index : -1;
     // At least 16 bytes, so that a zero-size tensor still gets an address.
-    nb::object buffer = empty_(std::max<size_t>(bytes, 16));
-    auto* host = reinterpret_cast<std::byte*>(nb::cast<uintptr_t>(buffer.attr("data_ptr")()));
-    buffers_[host] = buffer;
+    nb::object buffer = empty_(std::max<size_t>(bytes, 16), index);
+    auto address = nb::cast<uintptr_t>(buffer.attr("data_ptr")());
+    buffers_[address] = buffer;
     std::shared_ptr<void> owner(new nb::object(buffer), [](void* p) {
       nb::gil_scoped_acquire gil;
       delete static_cast<nb::object*>(p);
     });
-    return Block{host, 0, owner};
+    if (index >= 0) return Block{nullptr, address, owner};
+    return Block{reinterpret_cast<std::byte*>(address), 0, owner};
   }
-  nb::object buffer_of(const std::byte* host) const {
-    auto it = buffers_.find(host);
+  nb::object buffer_of(const Storage& s) const {
+    auto address = s.on_device() ? static_cast<uintptr_t>(s.device_data)
+                                 : reinterpret_cast<uintptr_t>(s.borrowed);
+    auto it = buffers_.find(address);
     return it == buffers_.end() ? nb::none() : it->second;
   }
 
  private:
   nb::callable empty_;
-  std::map<const std::byte*, nb::object> buffers_;
+  std::map<uintptr_t, nb::object> buffers_;
 };
 
 // A compiled program and the facts Python reports about it.
@@ -126,13 +145,16 @@ Program compile_program(const std::string& text, const std::vector<TensorArg>& d
 //    ("fresh", buffer, dtype, sizes, strides, offset) a view of a torch.empty buffer
 //    ("number", value)
 //  metadata: (arg, sizes, strides, offset) for each input whose tensor object changed layout.
+// `stream`: the CUstream CUDA work goes on (PyTorch's current stream; 0 for the CPU or the
+// default stream).
 nb::tuple run_program(const Program& program, const std::vector<TensorArg>& descs,
-                      nb::callable empty) {
+                      nb::callable empty, uintptr_t stream) {
   CallArgs call = make_args(descs);
   TorchAllocator allocator(std::move(empty));
   ExecutionStats stats;
-  std::vector<RtValue> results =
-      execute(program.compiled, call.values, ExecuteOptions{&allocator, nullptr, &stats});
+  std::vector<RtValue> results = execute(
+      program.compiled, call.values,
+      ExecuteOptions{&allocator, reinterpret_cast<void*>(stream), &stats});
 
   auto layout = [](const RtTensor& t) {
     return nb::make_tuple(std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
@@ -160,7 +182,7 @@ nb::tuple run_program(const Program& program, const std::vector<TensorArg>& desc
       out.append(nb::make_tuple("view", arg->second, l[0], l[1], l[2]));
       continue;
     }
-    nb::object buffer = allocator.buffer_of(t->storage->borrowed);
+    nb::object buffer = allocator.buffer_of(*t->storage);
     KILN_ASSERT(!buffer.is_none()) << "a fresh result is not in memory from the torch allocator";
     out.append(
         nb::make_tuple("fresh", buffer, std::string(dtype_name(t->dtype())), l[0], l[1], l[2]));
@@ -204,5 +226,6 @@ NB_MODULE(_C, m) {
   m.def("compile", &compile_program, nb::arg("text"), nb::arg("tensors"),
         "Compiles trace text for the alias pattern of the described tensors.");
   m.def("run", &run_program, nb::arg("program"), nb::arg("tensors"), nb::arg("empty"),
+        nb::arg("stream"),
         "Runs a program on the described tensors; see module.cpp for the result format.");
 }

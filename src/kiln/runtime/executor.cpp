@@ -164,6 +164,10 @@ class DeviceMemoryOps {
   // Runs `body` in the interpreter; on CUDA, on host copies.
   std::vector<RtValue> interpret_step(const Trace& body, const std::vector<RtValue>& inputs) const {
     if (!cuda()) return interpret(body, inputs);
+    // The transfers are synchronous copies outside `stream_`, which may be a non-blocking
+    // stream (PyTorch's): wait for the work queued on it before reading, and for the uploads
+    // before later kernels on it read them.
+    cuda::synchronize(device_.index);
     std::map<const Storage*, std::shared_ptr<Storage>> down;
     std::vector<RtValue> host_inputs;
     for (const RtValue& v : inputs)
@@ -172,6 +176,7 @@ class DeviceMemoryOps {
     std::map<const Storage*, std::shared_ptr<Storage>> up;
     for (RtValue& v : outs)
       v = to_device_value(v, up);
+    cuda::synchronize(device_.index);
     return outs;
   }
 
