@@ -17,6 +17,7 @@ from kiln_opt_tool import ON_CPU, checked, needs_kiln_opt, without_subsymbols
 
 DEVICE = torch.empty(0).device  # where the tests' tensors are (conftest.py: KILN_TEST_DEVICE)
 DEV = device_str(DEVICE)  # as traces spell it
+DEVICE_ARG = "" if DEVICE.type == "cpu" else f', device="{DEV}"'  # of creation ops, off the CPU
 
 
 def statements(text: str) -> list[str]:
@@ -76,11 +77,11 @@ def test_noop_forms_return_the_tensor_itself_without_an_op():
         seen["float"] = x.float() is x
         seen["contiguous"] = x.contiguous() is x
         seen["flatten"] = x.flatten(0, 0) is x
-        seen["cpu"] = x.cpu() is x
+        seen["own device"] = (x.cuda() if DEVICE.type == "cuda" else x.cpu()) is x
         return x
 
     text = kiln.trace(f, torch.ones(2, 3))
-    assert seen == {"to": True, "float": True, "contiguous": True, "flatten": True, "cpu": True}
+    assert seen == {"to": True, "float": True, "contiguous": True, "flatten": True, "own device": True}
     assert statements(text) == ['return {"output": (x,)}']
 
 
@@ -151,7 +152,7 @@ def test_reshape_that_copies_in_eager_is_written_as_a_copy():
     text = kiln.trace(f, torch.ones(4, 2))
     assert statements(text) == [
         "t0 = ltorch.t(x)",
-        "t1 = ltorch.zeros([2, 4], dtype=torch.float32)",
+        f"t1 = ltorch.zeros([2, 4], dtype=torch.float32{DEVICE_ARG})",
         "t2 = ltorch.copy_(t1, t0)",
         "t3 = ltorch.view(t2, [8])",
         "t4 = ltorch.reshape(x, [2, 4])",
