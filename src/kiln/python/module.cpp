@@ -1,25 +1,30 @@
-// kiln._C: the nanobind extension behind kiln.jit (issue 5). It compiles trace text for the alias
-// pattern of a call's tensors, and runs the compiled program on PyTorch tensors without copying
-// them. PyTorch is not linked: Python passes each tensor as plain numbers (its storage's base
-// address and size, its layout, its object id), tensors on one storage become views of ONE kiln
-// Storage over the borrowed memory (so aliasing and object identity are what the caller has), and
-// the tensors kiln makes come from a Python callback (torch.empty) through an Allocator, so that
-// outputs are torch memory. Results go back as descriptions that python/kiln/_jit.py turns into
-// the caller's own objects, real views of them, or views of the allocated buffers.
-// A CUDA tensor passes its device address (Storage::device_data), the allocator hands out
-// torch.empty(..., device="cuda:N") blocks, and kernels run on the stream Python names (PyTorch's
-// current stream), so that kiln's work is ordered with the caller's.
+// kiln._C: the nanobind extension behind kiln.jit (issue 5). It holds each jitted function's
+// cache of compiled programs and runs a cached program on PyTorch tensors without copying them:
+// the specialization key is computed, looked up and run here, in C++, so that a call that hits
+// the cache costs a few microseconds of host time (python/kiln/_jit.py only traces and compiles
+// on a miss).
+//
+// PyTorch's tensors are read through ATen (libtorch is linked; nothing of it is copied): tensors
+// on one storage become views of ONE kiln Storage over the borrowed memory (host or device), so
+// that aliasing and object identity are what the caller has; the tensors kiln makes come from
+// PyTorch's allocators (the caching allocator on CUDA), and CUDA kernels run on PyTorch's current
+// stream. Results are the caller's own objects, real views of the caller's tensors, or tensors
+// over the allocated buffers.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
-#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <chrono>
 #include <map>
 #include <memory>
 #include <string>
-#include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/analysis/alias_pattern.h"
@@ -33,49 +38,110 @@ namespace nb = nanobind;
 namespace kiln {
 namespace {
 
-// One tensor argument as Python describes it (see _jit.py `_describe`):
-// (dtype name, sizes, strides, storage offset, storage base address (host or device), storage
-//  size in elements, id of the tensor object, CUDA device index or -1 for the CPU).
-using TensorArg = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, int64_t,
-                             uintptr_t, int64_t, uintptr_t, int>;
+// ---- PyTorch tensors as kiln values -------------------------------------------------------------
 
-// The kiln view of a call's tensors: one Storage per distinct storage address (an empty storage,
-// address 0, is its tensor's own), one TensorHandle per distinct tensor object.
+std::optional<DType> kiln_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kBool:
+      return DType::kBool;
+    case at::kInt:
+      return DType::kInt32;
+    case at::kLong:
+      return DType::kInt64;
+    case at::kHalf:
+      return DType::kFloat16;
+    case at::kBFloat16:
+      return DType::kBFloat16;
+    case at::kFloat:
+      return DType::kFloat32;
+    case at::kDouble:
+      return DType::kFloat64;
+    default:
+      return std::nullopt;
+  }
+}
+
+at::ScalarType torch_dtype(DType t) {
+  switch (t) {
+    case DType::kBool:
+      return at::kBool;
+    case DType::kInt32:
+      return at::kInt;
+    case DType::kInt64:
+      return at::kLong;
+    case DType::kFloat16:
+      return at::kHalf;
+    case DType::kBFloat16:
+      return at::kBFloat16;
+    case DType::kFloat32:
+      return at::kFloat;
+    case DType::kFloat64:
+      return at::kDouble;
+  }
+  KILN_ASSERT(false) << "unknown dtype";
+  return at::kFloat;
+}
+
+Device kiln_device(const at::Device& d) {
+  if (d.is_cpu()) return Device::cpu();
+  if (d.is_cuda()) return Device::cuda(d.index());
+  throw UnsupportedError("kiln runs cpu and cuda tensors, not " + d.str() + " ones.");
+}
+
+// A storage is told apart by its memory: tensors over one allocation share a kiln Storage. An
+// empty storage has no address; it is its own.
+const void* storage_identity(const at::Tensor& t, PyObject* object) {
+  const c10::Storage& s = t.storage();
+  return s.nbytes() > 0 && s.data() ? s.data() : static_cast<const void*>(object);
+}
+
+// One call's tensors as kiln values: one Storage per distinct storage, one TensorHandle per
+// distinct tensor object.
 struct CallArgs {
-  std::vector<RtValue> values;
-  std::map<const Storage*, int> storage_arg;  // a storage -> the first argument on it
+  std::vector<RtValue> values;                // per tensor leaf
+  std::vector<PyObject*> objects;             // the caller's objects, per tensor leaf (borrowed)
+  std::map<const Storage*, int> storage_arg;  // a storage -> the first tensor leaf on it
 };
 
 std::shared_ptr<void> borrowed_device_memory() {
+  // The caller's tensors keep their memory alive during the call; a device storage only needs a
+  // non-null owner to count as one (Storage::on_device).
   static const std::shared_ptr<void> token = std::make_shared<int>(0);
   return token;
 }
 
-CallArgs make_args(const std::vector<TensorArg>& descs) {
+CallArgs make_args(const std::vector<PyObject*>& tensor_leaves) {
   CallArgs call;
-  std::map<uintptr_t, std::shared_ptr<Storage>> storages;
-  std::map<uintptr_t, TensorHandle> objects;
-  for (size_t i = 0; i < descs.size(); ++i) {
-    const auto& [dtype_text, sizes, strides, offset, base, numel, object, device] = descs[i];
+  std::map<const void*, std::shared_ptr<Storage>> storages;
+  std::map<PyObject*, TensorHandle> objects;
+  for (size_t i = 0; i < tensor_leaves.size(); ++i) {
+    PyObject* object = tensor_leaves[i];
+    call.objects.push_back(object);
     auto found = objects.find(object);
     if (found != objects.end()) {
       call.values.emplace_back(found->second);
       continue;
     }
-    std::optional<DType> dtype = dtype_from_name(dtype_text);
-    if (!dtype) throw UnsupportedError("kiln: unsupported dtype " + dtype_text);
-    std::shared_ptr<Storage>& storage = storages[base ? base : object];
+    const at::Tensor& t = THPVariable_Unpack(object);
+    std::optional<DType> dtype = kiln_dtype(t.scalar_type());
+    if (!dtype)
+      throw UnsupportedError(std::string("kiln does not support tensors of dtype ") +
+                             c10::toString(t.scalar_type()) + ".");
+    if (t.layout() != at::kStrided)
+      throw UnsupportedError("kiln supports strided (dense) tensors only.");
+    Device device = kiln_device(t.device());
+    std::shared_ptr<Storage>& storage = storages[storage_identity(t, object)];
     if (!storage) {
       storage = std::make_shared<Storage>();
       storage->dtype = *dtype;
-      if (device < 0) {
-        storage->borrowed = reinterpret_cast<std::byte*>(base);
+      int64_t numel = static_cast<int64_t>(t.storage().nbytes() / t.element_size());
+      auto* base = static_cast<std::byte*>(const_cast<void*>(t.storage().data()));
+      if (device == Device::cpu()) {
+        storage->borrowed = base;
         storage->borrowed_numel = numel;
       } else {
-        // The caller's tensor keeps the memory alive for the call; the owner only marks the
-        // storage as a device one (Storage::on_device).
-        storage->device = Device::cuda(device);
-        storage->device_data = base;
+        storage->device = device;
+        storage->device_data = reinterpret_cast<uint64_t>(base);
         storage->device_numel = numel;
         storage->device_owner = borrowed_device_memory();
       }
@@ -84,123 +150,288 @@ CallArgs make_args(const std::vector<TensorArg>& descs) {
       throw UnsupportedError(
           "kiln: two arguments share memory with different dtypes; kiln does not support that.");
     }
-    TensorHandle t = tensor_over(storage, Shape(sizes.begin(), sizes.end()), strides, offset);
-    objects[object] = t;
-    call.values.emplace_back(t);
+    TensorHandle h = tensor_over(storage, Shape(t.sizes().begin(), t.sizes().end()),
+                                 std::vector<int64_t>(t.strides().begin(), t.strides().end()),
+                                 t.storage_offset());
+    objects[object] = h;
+    call.values.emplace_back(h);
   }
   return call;
 }
 
-// Blocks from empty(nbytes, device) (torch.empty(nbytes, dtype=torch.uint8, device=...), so
-// PyTorch's caching allocator on CUDA): each keeps its torch tensor alive for as long as a kiln
-// Storage uses it, and is remembered by address so that a result can name its buffer.
+// Blocks from PyTorch's allocators (at::empty of bytes on the device: the caching allocator on
+// CUDA, whose blocks are ordered on the current stream, the one kiln's kernels run on). Each
+// block's tensor lives as long as a kiln Storage or a result uses it.
 class TorchAllocator : public Allocator {
  public:
-  explicit TorchAllocator(nb::callable empty) : empty_(std::move(empty)) {}
   Block allocate(Device device, size_t bytes) override {
-    int index = device.kind == Device::Kind::kCuda ? device.index : -1;
+    at::TensorOptions options = at::TensorOptions().dtype(at::kByte);
+    if (device.kind == Device::Kind::kCuda) options = options.device(at::kCUDA, device.index);
     // At least 16 bytes, so that a zero-size tensor still gets an address.
-    nb::object buffer = empty_(std::max<size_t>(bytes, 16), index);
-    auto address = nb::cast<uintptr_t>(buffer.attr("data_ptr")());
+    at::Tensor buffer = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, options);
+    auto address = reinterpret_cast<uintptr_t>(buffer.data_ptr());
     buffers_[address] = buffer;
-    std::shared_ptr<void> owner(new nb::object(buffer), [](void* p) {
-      nb::gil_scoped_acquire gil;
-      delete static_cast<nb::object*>(p);
-    });
-    if (index >= 0) return Block{nullptr, address, owner};
+    auto owner = std::make_shared<at::Tensor>(buffer);
+    if (device.kind == Device::Kind::kCuda) return Block{nullptr, address, owner};
     return Block{reinterpret_cast<std::byte*>(address), 0, owner};
   }
-  nb::object buffer_of(const Storage& s) const {
+  const at::Tensor* buffer_of(const Storage& s) const {
     auto address = s.on_device() ? static_cast<uintptr_t>(s.device_data)
                                  : reinterpret_cast<uintptr_t>(s.borrowed);
     auto it = buffers_.find(address);
-    return it == buffers_.end() ? nb::none() : it->second;
+    return it == buffers_.end() ? nullptr : &it->second;
   }
 
  private:
-  nb::callable empty_;
-  std::map<uintptr_t, nb::object> buffers_;
+  std::map<uintptr_t, at::Tensor> buffers_;
 };
 
-// A compiled program and the facts Python reports about it.
+// A tensor of `dtype` with t's layout over the buffer's storage (no dispatcher call).
+at::Tensor tensor_over_buffer(const at::Tensor& buffer, const RtTensor& t) {
+  c10::DispatchKeySet keys(buffer.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(buffer.storage()), keys,
+      caffe2::TypeMeta::fromScalarType(torch_dtype(t.dtype())));
+  impl->set_sizes_and_strides(std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
+                              t.offset);
+  return at::Tensor(std::move(impl));
+}
+
+void* current_stream(const std::vector<RtValue>& values) {
+  for (const RtValue& v : values) {
+    const auto& t = std::get<TensorHandle>(v);
+    if (t->device().kind == Device::Kind::kCuda) {
+      const c10::impl::DeviceGuardImplInterface* cuda =
+          c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+      return cuda->getStream(c10::Device(c10::DeviceType::CUDA, t->device().index)).native_handle();
+    }
+  }
+  return nullptr;
+}
+
+// ---- the specialization key
+// ----------------------------------------------------------------------
+
+// What identifies a call: grad mode, the argument structure (a Python object: the number of
+// positional arguments on the fast path, _jit.py's description otherwise), and per leaf either the
+// tensor's dtype, layout, device, requires_grad, is_leaf, storage (by first-seen index) and object
+// (by first-seen index), or the non-tensor value and its type (1, 1.0 and True trace differently).
+struct CallKey {
+  std::vector<int64_t> facts;
+  std::vector<nb::object> values;  // the structure, then each non-tensor leaf
+  size_t hash = 0;
+
+  bool operator==(const CallKey& o) const {
+    if (hash != o.hash || facts != o.facts || values.size() != o.values.size()) return false;
+    for (size_t i = 0; i < values.size(); ++i)
+      if (Py_TYPE(values[i].ptr()) != Py_TYPE(o.values[i].ptr()) || !values[i].equal(o.values[i]))
+        return false;
+    return true;
+  }
+};
+
+struct CallKeyHash {
+  size_t operator()(const CallKey& k) const { return k.hash; }
+};
+
+void mix(size_t& h, size_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+}
+
+bool is_container(PyObject* o) {
+  return PyList_Check(o) || PyTuple_Check(o) || PyDict_Check(o);
+}
+
+// The key of a call with these leaves; nullopt when a leaf is a container (the fast path hands
+// such calls to Python, which flattens them). `tensor_leaves` receives the tensor leaves.
+std::optional<CallKey> call_key(nb::handle structure, nb::handle leaves,
+                                std::vector<PyObject*>& tensor_leaves) {
+  CallKey key;
+  key.facts.push_back(c10::GradMode::is_enabled());
+  key.values.push_back(nb::borrow(structure));
+  std::vector<const void*> storages;
+  std::vector<PyObject*> objects;
+  auto index_of = [](auto& seen, auto item) {
+    for (size_t i = 0; i < seen.size(); ++i)
+      if (seen[i] == item) return static_cast<int64_t>(i);
+    seen.push_back(item);
+    return static_cast<int64_t>(seen.size() - 1);
+  };
+  PyObject* seq = leaves.ptr();
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* leaf = items[i];
+    if (THPVariable_Check(leaf)) {
+      const at::Tensor& t = THPVariable_Unpack(leaf);
+      tensor_leaves.push_back(leaf);
+      key.facts.push_back(-1);  // a tensor
+      key.facts.push_back(static_cast<int64_t>(t.scalar_type()));
+      key.facts.push_back(static_cast<int64_t>(t.layout()));
+      key.facts.push_back(static_cast<int64_t>(t.device().type()));
+      key.facts.push_back(t.device().index());
+      key.facts.push_back(t.dim());
+      for (int64_t s : t.sizes())
+        key.facts.push_back(s);
+      for (int64_t s : t.strides())
+        key.facts.push_back(s);
+      key.facts.push_back(t.storage_offset());
+      key.facts.push_back(t.requires_grad());
+      key.facts.push_back(t.is_leaf());
+      key.facts.push_back(index_of(storages, storage_identity(t, leaf)));
+      key.facts.push_back(index_of(objects, leaf));
+    } else if (is_container(leaf)) {
+      return std::nullopt;
+    } else {
+      key.facts.push_back(-2);  // a value
+      key.values.push_back(nb::borrow(leaf));
+    }
+  }
+  size_t h = 0;
+  for (int64_t f : key.facts)
+    mix(h, std::hash<int64_t>()(f));
+  for (const nb::object& v : key.values) {
+    Py_hash_t vh = PyObject_Hash(v.ptr());
+    if (vh == -1) {
+      PyErr_Clear();
+      throw UnsupportedError("kiln.jit: an argument of type " +
+                             std::string(Py_TYPE(v.ptr())->tp_name) +
+                             " is not hashable, so it cannot be part of the specialization key.");
+    }
+    mix(h, static_cast<size_t>(vh));
+    mix(h, reinterpret_cast<size_t>(Py_TYPE(v.ptr())));
+  }
+  key.hash = h;
+  return key;
+}
+
+// ---- programs and the cache
+// ----------------------------------------------------------------------
+
+// How a call's results become its return value: the single result, a tuple of the results, or
+// Python's `assemble(results)` (constants among the outputs, nested structures).
+enum class OutputForm { kSingle = 0, kTuple = 1, kAssemble = 2 };
+
 struct Program {
   CompiledProgram compiled;
-  double compile_seconds = 0;
+  double compile_seconds = 0;     // tracing (measured by Python) and compiling
+  double first_run_seconds = -1;  // the first run, which prepares the kernels
+  OutputForm form = OutputForm::kAssemble;
+  nb::object assemble;
 };
 
-Program compile_program(const std::string& text, const std::vector<TensorArg>& descs) {
-  auto start = std::chrono::steady_clock::now();
-  Trace trace = parse_trace(text, "<kiln.jit>");
-  CallArgs call = make_args(descs);
-  Program p{compile(trace, alias_pattern_of(call.values)), 0};
-  p.compile_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return p;
-}
-
-// Runs `program` on the described tensors. Returns (results, metadata, stats):
-//  results: per returned value, one of
-//    ("input", arg)                                 the caller's own object
-//    ("view", arg, sizes, strides, offset)          a view of argument arg's storage
-//    ("fresh", buffer, dtype, sizes, strides, offset) a view of a torch.empty buffer
-//    ("number", value)
-//  metadata: (arg, sizes, strides, offset) for each input whose tensor object changed layout.
-// `stream`: the CUstream CUDA work goes on (PyTorch's current stream; 0 for the CPU or the
-// default stream).
-nb::tuple run_program(const Program& program, const std::vector<TensorArg>& descs,
-                      nb::callable empty, uintptr_t stream) {
-  CallArgs call = make_args(descs);
-  TorchAllocator allocator(std::move(empty));
+struct LastRun {
+  std::shared_ptr<Program> program;
   ExecutionStats stats;
-  std::vector<RtValue> results = execute(
-      program.compiled, call.values,
-      ExecuteOptions{&allocator, reinterpret_cast<void*>(stream), &stats});
+};
 
-  auto layout = [](const RtTensor& t) {
-    return nb::make_tuple(std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
-                          t.offset);
-  };
-  nb::list out;
-  for (const RtValue& v : results) {
-    if (const auto* s = std::get_if<RtScalar>(&v)) {
-      nb::object number = std::visit([](auto x) { return nb::cast(x); }, *s);
-      out.append(nb::make_tuple("number", number));
-      continue;
+class JitCache {
+ public:
+  // Runs the cached program for this call, or returns `miss` when there is none (or, on the
+  // positional fast path, when a leaf is a container).
+  nb::object run(nb::handle structure, nb::handle leaves, nb::handle miss) {
+    nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
+    if (!seq.is_valid()) throw nb::python_error();
+    std::vector<PyObject*> tensor_leaves;
+    std::optional<CallKey> key = call_key(structure, seq, tensor_leaves);
+    if (!key) return nb::borrow(miss);
+    auto it = entries_.find(*key);
+    if (it == entries_.end()) return nb::borrow(miss);
+    ++hits_;
+    return execute_program(it->second, tensor_leaves);
+  }
+
+  // Compiles trace text for this call's tensors, caches it under the call's key, and runs it.
+  nb::object insert_and_run(nb::handle structure, nb::handle leaves, const std::string& text,
+                            double trace_seconds, int form, nb::object assemble) {
+    nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
+    if (!seq.is_valid()) throw nb::python_error();
+    std::vector<PyObject*> tensor_leaves;
+    std::optional<CallKey> key = call_key(structure, seq, tensor_leaves);
+    KILN_CHECK(key.has_value()) << "kiln.jit passed a container as a leaf";
+    auto start = std::chrono::steady_clock::now();
+    auto program = std::make_shared<Program>();
+    Trace trace = parse_trace(text, "<kiln.jit>");
+    CallArgs call = make_args(tensor_leaves);
+    program->compiled = compile(trace, alias_pattern_of(call.values));
+    program->compile_seconds =
+        trace_seconds +
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    program->form = static_cast<OutputForm>(form);
+    program->assemble = std::move(assemble);
+    ++misses_;
+    entries_[std::move(*key)] = program;
+    return execute_program(program, tensor_leaves);
+  }
+
+  int hits() const { return hits_; }
+  int misses() const { return misses_; }
+  const LastRun& last() const {
+    if (!last_.program) throw std::runtime_error("the function has not been called yet");
+    return last_;
+  }
+
+ private:
+  nb::object execute_program(const std::shared_ptr<Program>& program,
+                             const std::vector<PyObject*>& tensor_leaves) {
+    CallArgs call = make_args(tensor_leaves);
+    TorchAllocator allocator;
+    ExecutionStats stats;
+    auto start = std::chrono::steady_clock::now();
+    std::vector<RtValue> results =
+        execute(program->compiled, call.values,
+                ExecuteOptions{&allocator, current_stream(call.values), &stats});
+    if (program->first_run_seconds < 0)
+      program->first_run_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    last_ = LastRun{program, stats};
+
+    // Metadata mutations (transpose_, ...) of the caller's tensor objects.
+    for (const MetadataUpdate& m : program->compiled.interface.metadata) {
+      const RtTensor& t = *std::get<TensorHandle>(call.values.at(static_cast<size_t>(m.arg)));
+      const at::Tensor& caller = THPVariable_Unpack(call.objects.at(static_cast<size_t>(m.arg)));
+      caller.as_strided_(std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides, t.offset);
     }
+    nb::list out;
+    for (const RtValue& v : results)
+      out.append(result_object(v, call, allocator));
+    switch (program->form) {
+      case OutputForm::kSingle:
+        return out[0];
+      case OutputForm::kTuple:
+        return nb::tuple(out);
+      case OutputForm::kAssemble:
+        break;
+    }
+    return program->assemble(out);
+  }
+
+  // A result as the caller sees it: the caller's own object, a view of the caller's tensor, or a
+  // tensor over memory kiln allocated.
+  static nb::object result_object(const RtValue& v, const CallArgs& call,
+                                  const TorchAllocator& allocator) {
+    if (const auto* s = std::get_if<RtScalar>(&v))
+      return std::visit([](auto x) { return nb::cast(x); }, *s);
     const TensorHandle& t = std::get<TensorHandle>(v);
-    bool done = false;
-    for (size_t i = 0; i < call.values.size() && !done; ++i) {
-      if (std::get<TensorHandle>(call.values[i]) == t) {
-        out.append(nb::make_tuple("input", i));
-        done = true;
-      }
-    }
-    if (done) continue;
+    for (size_t i = 0; i < call.values.size(); ++i)
+      if (std::get<TensorHandle>(call.values[i]) == t) return nb::borrow(call.objects[i]);
     auto arg = call.storage_arg.find(t->storage.get());
-    nb::tuple l = layout(*t);
     if (arg != call.storage_arg.end()) {
-      out.append(nb::make_tuple("view", arg->second, l[0], l[1], l[2]));
-      continue;
+      const at::Tensor& base =
+          THPVariable_Unpack(call.objects.at(static_cast<size_t>(arg->second)));
+      at::Tensor view = base.as_strided(std::vector<int64_t>(t->sizes.begin(), t->sizes.end()),
+                                        t->strides, t->offset);
+      return nb::steal(THPVariable_Wrap(view));
     }
-    nb::object buffer = allocator.buffer_of(*t->storage);
-    KILN_ASSERT(!buffer.is_none()) << "a fresh result is not in memory from the torch allocator";
-    out.append(
-        nb::make_tuple("fresh", buffer, std::string(dtype_name(t->dtype())), l[0], l[1], l[2]));
+    const at::Tensor* buffer = allocator.buffer_of(*t->storage);
+    KILN_ASSERT(buffer) << "a fresh result is not in memory from PyTorch's allocator";
+    return nb::steal(THPVariable_Wrap(tensor_over_buffer(*buffer, *t)));
   }
-  nb::list metadata;
-  for (const MetadataUpdate& m : program.compiled.interface.metadata) {
-    const RtTensor& t = *std::get<TensorHandle>(call.values.at(static_cast<size_t>(m.arg)));
-    nb::tuple l = layout(t);
-    metadata.append(nb::make_tuple(m.arg, l[0], l[1], l[2]));
-  }
-  nb::dict st;
-  st["kernel_steps"] = stats.kernel_steps;
-  st["library_steps"] = stats.library_steps;
-  st["interpreted_steps"] = stats.interpreted_steps;
-  st["writebacks_in_kernel"] = stats.writebacks_in_kernel;
-  st["writebacks_copied"] = stats.writebacks_copied;
-  return nb::make_tuple(out, metadata, st);
-}
+
+  std::unordered_map<CallKey, std::shared_ptr<Program>, CallKeyHash> entries_;
+  int hits_ = 0, misses_ = 0;
+  LastRun last_;
+};
 
 }  // namespace
 }  // namespace kiln
@@ -222,10 +453,26 @@ NB_MODULE(_C, m) {
                    [](const Program& p) { return p.compiled.stats.writebacks_in_kernel; })
       .def_prop_ro("writebacks_with_temporary",
                    [](const Program& p) { return p.compiled.stats.writebacks_with_temporary; })
-      .def_prop_ro("compile_seconds", [](const Program& p) { return p.compile_seconds; });
-  m.def("compile", &compile_program, nb::arg("text"), nb::arg("tensors"),
-        "Compiles trace text for the alias pattern of the described tensors.");
-  m.def("run", &run_program, nb::arg("program"), nb::arg("tensors"), nb::arg("empty"),
-        nb::arg("stream"),
-        "Runs a program on the described tensors; see module.cpp for the result format.");
+      .def_prop_ro("compile_seconds", [](const Program& p) { return p.compile_seconds; })
+      .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; });
+  nb::class_<JitCache>(m, "JitCache")
+      .def(nb::init<>())
+      .def("run", &JitCache::run, nb::arg("structure"), nb::arg("leaves"), nb::arg("miss"),
+           "Runs the cached program for the call's key, or returns `miss`.")
+      .def("insert_and_run", &JitCache::insert_and_run, nb::arg("structure"), nb::arg("leaves"),
+           nb::arg("text"), nb::arg("trace_seconds"), nb::arg("form"), nb::arg("assemble").none(),
+           "Compiles trace text for the call, caches it under the call's key and runs it.")
+      .def_prop_ro("hits", &JitCache::hits)
+      .def_prop_ro("misses", &JitCache::misses)
+      .def_prop_ro("last_program", [](const JitCache& c) { return c.last().program; })
+      .def_prop_ro("last_run_stats", [](const JitCache& c) {
+        const ExecutionStats& s = c.last().stats;
+        nb::dict d;
+        d["kernel_steps"] = s.kernel_steps;
+        d["library_steps"] = s.library_steps;
+        d["interpreted_steps"] = s.interpreted_steps;
+        d["writebacks_in_kernel"] = s.writebacks_in_kernel;
+        d["writebacks_copied"] = s.writebacks_copied;
+        return d;
+      });
 }
