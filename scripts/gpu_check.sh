@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The GPU checks, in one call on the GPU machine (it has nvcc, CMake, ninja, Python with torch,
 # nanobind and pytest, a GPU, and no package registry): build, then the phases named in
-# KILN_GPU_PHASES (default "cpp python"). Logs go to $OUT (or ./gpu-logs).
+# KILN_GPU_PHASES (default "cpp python"; also "bench"). Logs go to $OUT (or ./gpu-logs).
 #   cpp:    the `gpu` CTest label (GoogleTest built from KILN_GTEST_SOURCE when given) and the S1
 #           benchmark; KILN_GPU_PROGRAMS=N random programs per seed (default 1000)
 #   python: the extension kiln._C, tests/python on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
 #           the CPU, and examples/seed.py; KILN_RANDOM_PROGRAMS=N (default 1000)
+#   bench:  bench/bench.py (kiln, eager and torch.compile side by side), JSON into $OUT
 #   KILN_PYTHON: the Python that has torch (default python3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,7 @@ mkdir -p "$out"
 options=(-DCMAKE_BUILD_TYPE=Release)
 [[ -n "${KILN_GTEST_SOURCE:-}" ]] && options+=(-DKILN_GTEST_SOURCE="$KILN_GTEST_SOURCE")
 [[ " $phases " == *" cpp "* ]] || options+=(-DKILN_BUILD_TESTS=OFF)
-[[ " $phases " == *" python "* ]] &&
+[[ " $phases " == *" python "* || " $phases " == *" bench "* ]] &&
   options+=(-DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$python")")
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 cmake -S . -B build/gpu -G Ninja "${options[@]}" >"$out/configure.log" 2>&1 ||
@@ -37,7 +38,7 @@ if [[ " $phases " == *" python "* ]]; then
   export KILN_RANDOM_PROGRAMS=${KILN_RANDOM_PROGRAMS:-1000}
   "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
     tee "$out/torch.txt"
-  for device in cuda cpu; do
+  for device in ${KILN_PYTEST_DEVICES:-cuda cpu}; do
     echo "== tests/python on $device"
     KILN_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider tests/python \
       --durations=10 >"$out/pytest_$device.log" 2>&1 || status=1
@@ -46,5 +47,10 @@ if [[ " $phases " == *" python "* ]]; then
   echo "== examples/seed.py"
   PYTHONPATH=python "$python" examples/seed.py >"$out/seed.log" 2>&1 || status=1
   grep -E "device:|us/call|stats|match|Error" "$out/seed.log"
+fi
+if [[ " $phases " == *" bench "* ]]; then
+  echo "== bench/bench.py"
+  KILN_EXT_DIR=$PWD/build/gpu/python/kiln PYTHONPATH=python "$python" bench/bench.py \
+    --json "$out/bench.json" ${KILN_BENCH_ARGS:-} 2>&1 | tee "$out/bench_py.log" | tail -40
 fi
 exit $status

@@ -1,0 +1,333 @@
+"""kiln against eager PyTorch and torch.compile, side by side in one process (issue 6).
+
+    KILN_EXT_DIR=build/py/python/kiln PYTHONPATH=python python bench/bench.py [--device cuda|cpu]
+        [--sizes 20,26] [--json out.json] [--quick]
+
+Per workload and size: the byte floor (each input read once, each output and each written input
+element written once, at the measured device-to-device copy bandwidth); the median device time
+per call (CUDA events; on the CPU, wall time) for kiln, eager and torch.compile; kernels launched
+per call (from the profiler, CUDA only); per-call wall time from Python at 5x1024 elements
+(back-to-back calls, synchronized at the end); first-call latencies (kiln with an empty and with a
+warm kiln cache folder, each in a fresh process, and torch.compile's first call). Prints a markdown
+table and writes JSON.
+
+Inputs are made fresh for every workload and cycle through several copies, so that a call does not
+find its inputs in the L2 cache; mutation repeats on every call, as real code does (values drift,
+which does not change the time of these kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+# ---- workloads -----------------------------------------------------------------------------------
+
+
+def s1(a):
+    a.tanh_()
+    return a * a * a * a
+
+
+def s2(x):
+    x.exp_()
+    x.sin_()
+    return x.cos()
+
+
+def view(x):
+    v = x[:, ::2]
+    v.mul_(0.5)
+    return x * 2 + 1
+
+
+def residual(h, r):
+    h.add_(r)
+    h.relu_()
+    return h * 0.5
+
+
+def normalization(x, w, b):
+    y = x - x.mean(-1, keepdim=True)
+    y.mul_(w)
+    y.add_(b)
+    return y
+
+
+def rms_norm(x, w):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    y.mul_(w)
+    return y
+
+
+def softmax_slice(x):
+    x[:, :512] = torch.softmax(x[:, :512], -1)
+
+
+def adam(params, grads, ms, vs):
+    lr, wd, b1, b2, eps = 1e-3, 1e-2, 0.9, 0.999, 1e-8
+    for p, g, m, v in zip(params, grads, ms, vs):
+        p.mul_(1 - lr * wd)
+        m.mul_(b1).add_(g, alpha=1 - b1)
+        v.mul_(b2).addcmul_(g, g, value=1 - b2)
+        p.addcdiv_(m, v.sqrt().add_(eps), value=-lr)
+
+
+@dataclass
+class Workload:
+    name: str
+    fn: Callable
+    make: Callable[[int, torch.dtype, torch.device], list]  # (elements, dtype, device) -> args
+    moved: Callable[[int], float]  # elements of traffic per element: reads + writes
+
+
+def _rows(n: int) -> tuple[int, int]:
+    return max(n // 1024, 1), 1024
+
+
+def _adam_sizes(n: int) -> list[int]:
+    # Ten tensors of mixed sizes (weights, biases, embeddings) that add up to about n.
+    shares = [16, 1, 8, 1, 4, 1, 2, 1, 1, 1]
+    return [max(n * s // sum(shares), 1) for s in shares]
+
+
+def _make_adam(n, dtype, device):
+    sizes = _adam_sizes(n)
+    r = lambda k: torch.randn(k, dtype=dtype, device=device)  # noqa: E731
+    return [[r(k) for k in sizes], [r(k) for k in sizes], [r(k) for k in sizes], [r(k).abs() for k in sizes]]
+
+
+WORKLOADS = [
+    Workload("S1", s1, lambda n, d, dev: [torch.randn(n, dtype=d, device=dev)], lambda n: 3 * n),
+    Workload("S2", s2, lambda n, d, dev: [torch.randn(n, dtype=d, device=dev)], lambda n: 3 * n),
+    Workload("view", view, lambda n, d, dev: [torch.randn(*_rows(n), dtype=d, device=dev)], lambda n: 2.5 * n),
+    Workload("residual", residual, lambda n, d, dev: [torch.randn(n, dtype=d, device=dev) for _ in range(2)], lambda n: 4 * n),
+    Workload("normalization", normalization,
+             lambda n, d, dev: [torch.randn(*_rows(n), dtype=d, device=dev), torch.randn(1024, dtype=d, device=dev), torch.randn(1024, dtype=d, device=dev)],
+             lambda n: 2 * n),
+    Workload("rms norm", rms_norm, lambda n, d, dev: [torch.randn(*_rows(n), dtype=d, device=dev), torch.randn(1024, dtype=d, device=dev)], lambda n: 2 * n),
+    Workload("softmax slice", softmax_slice, lambda n, d, dev: [torch.randn(*_rows(n), dtype=d, device=dev)], lambda n: 1 * n),
+    Workload("adam", adam, _make_adam, lambda n: 7 * sum(_adam_sizes(n)) / n * n),
+]
+
+# ---- timing --------------------------------------------------------------------------------------
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """Bytes per second of a large device-to-device copy, read + write counted."""
+    n = 1 << 28 if device.type == "cuda" else 1 << 25
+    src = torch.empty(n, dtype=torch.float32, device=device).fill_(1)
+    dst = torch.empty_like(src)
+    times = time_calls(lambda: dst.copy_(src), device, 30)
+    return 2 * n * 4 / statistics.median(times)
+
+
+def time_calls(call: Callable[[], object], device: torch.device, repeat: int) -> list[float]:
+    """Seconds per call, each timed alone (CUDA events on the GPU, wall time on the CPU)."""
+    for _ in range(3):
+        call()
+    out = []
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3)
+    else:
+        for _ in range(repeat):
+            t = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - t)
+    return out
+
+
+def wall_per_call(fn: Callable, args: list, device: torch.device, repeat: int = 2000) -> float:
+    """Seconds per call of back-to-back calls from Python, synchronized at the end."""
+    for _ in range(20):
+        fn(*args)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    for _ in range(repeat):
+        fn(*args)
+    sync()
+    return (time.perf_counter() - t) / repeat
+
+
+def kernels_per_call(fn: Callable, args: list) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    # Device-side events: kernels, and memcpy/memset work (both cost a launch).
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
+def systems(fn: Callable) -> dict[str, Callable]:
+    return {"kiln": kiln.jit(fn), "eager": fn, "torch.compile": torch.compile(fn)}
+
+
+# ---- first-call latency in a fresh process -------------------------------------------------------
+
+_FIRST_CALL = r"""
+import sys, time
+import torch, kiln
+sys.path.insert(0, {bench_dir!r})
+from bench import s1
+device = torch.device({device!r})
+x = torch.randn(1 << 20, device=device)
+if device.type == "cuda":
+    torch.cuda.synchronize()
+f = kiln.jit(s1) if {system!r} == "kiln" else torch.compile(s1)
+t = time.perf_counter()
+f(x)
+if device.type == "cuda":
+    torch.cuda.synchronize()
+print(time.perf_counter() - t)
+"""
+
+
+def first_call(system: str, device: torch.device, cache_dir: str) -> float:
+    code = _FIRST_CALL.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), device=str(device), system=system)
+    env = dict(os.environ, KILN_CACHE_DIR=cache_dir)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"first call ({system}) failed:\n{r.stderr[-2000:]}")
+    return float(r.stdout.strip().splitlines()[-1])
+
+
+# ---- main ----------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--sizes", default=None, help="log2 of the element counts (default 20,26 on CUDA, 20,24 on the CPU)")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke test)")
+    ap.add_argument("--workloads", default=None, help="comma-separated names")
+    opts = ap.parse_args()
+    device = torch.device(opts.device)
+    cuda = device.type == "cuda"
+    sizes = [int(s) for s in (opts.sizes or ("20,26" if cuda else "20,24")).split(",")]
+    repeat = 5 if opts.quick else 30
+    workloads = [w for w in WORKLOADS if not opts.workloads or w.name in opts.workloads.split(",")]
+    copies = 2 if opts.quick else 4
+
+    info = {
+        "date": time.strftime("%Y-%m-%d"),
+        "device": torch.cuda.get_device_name() if cuda else f"cpu ({os.cpu_count()} cores)",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    bandwidth = copy_bandwidth(device)
+    info["copy_GBps"] = bandwidth / 1e9
+    print(f"# kiln bench: {info}")
+    rows = []
+    configs = [(s, torch.float32) for s in sizes] + ([(max(sizes), torch.bfloat16)] if cuda else [])
+    for w in workloads:
+        for log2, dtype in configs:
+            n = 1 << log2
+            sample = w.make(n, dtype, device)
+            es = torch.empty((), dtype=dtype).element_size()
+            floor = w.moved(n) * es / bandwidth
+            inputs = [sample] + [w.make(n, dtype, device) for _ in range(copies - 1)]
+            row = {"workload": w.name, "elements": f"2^{log2}", "dtype": str(dtype).removeprefix("torch."), "floor_ms": floor * 1e3}
+            for name, f in systems(w.fn).items():
+                k = iter(range(1 << 30))
+                try:
+                    times = time_calls(lambda: f(*inputs[next(k) % copies]), device, repeat)
+                    row[f"{name}_ms"] = statistics.median(times) * 1e3
+                except Exception as e:  # noqa: BLE001 (a system that fails is reported, not fatal)
+                    row[f"{name}_ms"] = None
+                    row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            rows.append(row)
+            del inputs, sample
+            if cuda:
+                torch.cuda.empty_cache()
+            print(_row_text(row), flush=True)
+
+    small = []
+    for w in workloads:
+        args = w.make(5 * 1024, torch.float32, device)
+        row = {"workload": w.name}
+        for name, f in systems(w.fn).items():
+            try:
+                row[f"{name}_us"] = wall_per_call(f, args, device, 200 if opts.quick else 2000) * 1e6
+                if cuda:
+                    row[f"{name}_kernels"] = kernels_per_call(f, args)
+            except Exception as e:  # noqa: BLE001
+                row[f"{name}_us"] = None
+                row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        small.append(row)
+        print(row, flush=True)
+
+    first = {}
+    with tempfile.TemporaryDirectory() as cache:
+        first["kiln_empty_cache_s"] = first_call("kiln", device, cache)
+        first["kiln_warm_cache_s"] = first_call("kiln", device, cache)
+    first["torch.compile_s"] = first_call("torch.compile", device, tempfile.mkdtemp())
+    print(first)
+
+    report = {"info": info, "large": rows, "small": small, "first_call": first}
+    print()
+    print(markdown(report))
+    if opts.json:
+        with open(opts.json, "w") as fh:
+            json.dump(report, fh, indent=1)
+
+
+def _ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def _row_text(r: dict) -> str:
+    parts = [f"{r['workload']} {r['elements']} {r['dtype']}: floor {r['floor_ms']:.4f} ms"]
+    for s in ("kiln", "eager", "torch.compile"):
+        v = r.get(f"{s}_ms")
+        parts.append(f"{s} {v:.4f} ms ({_ratio(v, r['floor_ms'])})" if v else f"{s} failed: {r.get(s + '_error')}")
+    return "; ".join(parts)
+
+
+def markdown(report: dict) -> str:
+    info = report["info"]
+    lines = [f"{info['date']}, {info['device']}, torch {info['torch']} (CUDA {info['cuda']}); copy {info['copy_GBps']:.0f} GB/s", ""]
+    lines += ["| workload | elements | dtype | floor ms | kiln ms (x floor) | eager ms (x floor) | torch.compile ms (x floor) | kiln / compile |", "|---|---|---|---|---|---|---|---|"]
+    for r in report["large"]:
+        cells = []
+        for s in ("kiln", "eager", "torch.compile"):
+            v = r.get(f"{s}_ms")
+            cells.append(f"{v:.4f} ({_ratio(v, r['floor_ms'])})" if v else "failed")
+        lines.append(f"| {r['workload']} | {r['elements']} | {r['dtype']} | {r['floor_ms']:.4f} | " + " | ".join(cells) + f" | {_ratio(r.get('kiln_ms'), r.get('torch.compile_ms'))} |")
+    lines += ["", "| workload (5x1024) | kiln us/call | eager us/call | torch.compile us/call | kernels kiln / eager / compile |", "|---|---|---|---|---|"]
+    for r in report["small"]:
+        us = [f"{r[k]:.1f}" if r.get(k) else "failed" for k in ("kiln_us", "eager_us", "torch.compile_us")]
+        kernels = " / ".join(str(r.get(f"{s}_kernels", "-")) for s in ("kiln", "eager", "torch.compile"))
+        lines.append(f"| {r['workload']} | " + " | ".join(us) + f" | {kernels} |")
+    f = report["first_call"]
+    lines += ["", f"first call (S1, 2^20, fresh process): kiln empty cache {f['kiln_empty_cache_s']:.3f} s, kiln warm cache {f['kiln_warm_cache_s'] * 1e3:.1f} ms, torch.compile {f['torch.compile_s']:.2f} s"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
