@@ -128,7 +128,8 @@ class DeviceMemoryOps {
 
   TensorHandle clone_of(const RtTensor& t) const {
     if (cuda()) return cuda::cuda_clone(t, stream_, allocator_);
-    TensorHandle out = host_tensor(t.dtype(), t.sizes, contiguous_strides(t.sizes), 0, t.numel());
+    TensorHandle out =
+        host_tensor(t.dtype(), t.sizes, contiguous_strides(t.sizes), 0, t.numel(), false);
     copy_into(*out, t);
     return out;
   }
@@ -142,19 +143,20 @@ class DeviceMemoryOps {
     if (cuda())
       return cuda::cuda_strided(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape),
                                 device_, false, allocator_, stream_);
-    return host_tensor(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape));
+    return host_tensor(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape), false);
   }
   // A fresh tensor of this layout holding `value`'s elements (a layout may repeat elements).
   TensorHandle materialize(const RtTensor& value, const Geometry& g, int64_t storage_numel) const {
+    bool covers = g.offset == 0 && shape_numel(g.sizes) == storage_numel &&
+                  contiguous_strides(g.sizes) == g.strides;
     if (cuda()) {
-      bool covers = g.offset == 0 && shape_numel(g.sizes) == storage_numel &&
-                    contiguous_strides(g.sizes) == g.strides;
       TensorHandle out = cuda::cuda_strided(value.dtype(), g.sizes, g.strides, g.offset,
                                             storage_numel, device_, !covers, allocator_, stream_);
       cuda::cuda_copy_elements(*out, value, stream_);
       return out;
     }
-    TensorHandle out = host_tensor(value.dtype(), g.sizes, g.strides, g.offset, storage_numel);
+    TensorHandle out =
+        host_tensor(value.dtype(), g.sizes, g.strides, g.offset, storage_numel, !covers);
     for (int64_t i = 0; i < out->numel(); ++i)
       copy_element(*value.storage, value.storage_index_of_linear(i), *out->storage,
                    out->storage_index_of_linear(i));
@@ -199,21 +201,23 @@ class DeviceMemoryOps {
   }
 
  private:
-  // A zero-filled host tensor of this layout, from the allocator when there is one.
+  // A host tensor of this layout, from the allocator when there is one (zero-filled when `zero`;
+  // kiln's own memory always is).
   TensorHandle host_tensor(DType dtype, const Shape& shape, const Strides& strides, int64_t offset,
-                           int64_t storage_numel) const {
+                           int64_t storage_numel, bool zero) const {
     if (!allocator_) return make_strided(dtype, shape, strides, offset, storage_numel);
     auto bytes = static_cast<size_t>(storage_numel * dtype_size(dtype));
     Allocator::Block block = allocator_->allocate(device_, bytes);
     KILN_ASSERT(block.owner && (block.host || bytes == 0))
         << "an allocator returned no host memory for a CPU tensor";
-    if (bytes > 0) std::memset(block.host, 0, bytes);
+    if (zero && bytes > 0) std::memset(block.host, 0, bytes);
     auto storage = std::make_shared<Storage>();
     storage->dtype = dtype;
     storage->device = device_;
     storage->borrowed = block.host;
     storage->borrowed_numel = storage_numel;
     storage->borrowed_owner = block.owner;
+    storage->from_allocator = true;
     return tensor_over(std::move(storage), shape, strides, offset);
   }
 
@@ -518,8 +522,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         // copy. A layout with repeated elements (stride 0) is legal here: every copy gets the
         // same value.
         const RtTensor& value = **t;
-        bool from_allocator =
-            !options.allocator || (!memory.cuda() && value.storage->borrowed_owner != nullptr);
+        bool from_allocator = !options.allocator || value.storage->from_allocator;
         if (from_allocator && !caller_storages.contains(value.storage.get()) &&
             value.sizes == r.geometry.sizes && value.strides == r.geometry.strides &&
             value.offset == r.geometry.offset && value.storage->numel() == r.storage_numel &&

@@ -446,6 +446,7 @@ TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int
     KILN_ASSERT(block.owner) << "an allocator returned a block without an owner";
     storage->device_data = block.device;
     storage->device_owner = block.owner;
+    storage->from_allocator = true;
   } else {
     std::shared_ptr<DeviceMemory> memory = allocate(device.index, bytes);
     storage->device_data = memory->ptr;

@@ -29,6 +29,9 @@ struct Storage {
   uint64_t device_data = 0;
   int64_t device_numel = 0;
   std::shared_ptr<void> device_owner;
+  // Memory from the executor's Allocator (ExecuteOptions::allocator): a caller that plugs one in
+  // can hand such a storage out as its own tensor.
+  bool from_allocator = false;
 
   bool on_device() const { return device_owner != nullptr; }
   // The host elements (owned or borrowed); null for a device storage.
