@@ -82,7 +82,8 @@ std::optional<Domain> merge_domains(const Domain& a, const Domain& b) {
 
 class Fuser {
  public:
-  explicit Fuser(const Trace& t) : t_(t) {
+  Fuser(const Trace& t, bool inline_across_domains)
+      : t_(t), inline_across_domains_(inline_across_domains) {
     for (size_t i = 0; i < t.nodes().size(); ++i) {
       const Node& n = *t.nodes()[i];
       for (const Value* o : n.outputs)
@@ -108,6 +109,8 @@ class Fuser {
         if (a == b || is_opaque(*nodes[static_cast<size_t>(b)])) continue;
         std::optional<Domain> merged =
             merge_domains(domain_[static_cast<size_t>(b)], domain_[static_cast<size_t>(a)]);
+        if (!merged && inline_across_domains_ && inlinable(b, a))
+          merged = domain_[static_cast<size_t>(a)];
         if (!merged || creates_cycle(b, a)) continue;
         parent_[static_cast<size_t>(a)] = b;
         domain_[static_cast<size_t>(b)] = *merged;
@@ -146,6 +149,47 @@ class Fuser {
       }
     }
     return deps;
+  }
+
+  // Whether `producer` can be computed inside `consumer`'s loop nest although their domains
+  // differ: the kernel evaluates each value at the index it is read at (a view or a scatter
+  // remaps it), so an element-by-element region is recomputed where the consumer reads it, at
+  // the cost of its expression per read and no round trip through memory. That holds when the
+  // producer has no reduction (recomputing one per read would multiply its work) and nothing
+  // but the consumer reads it: no other region, no output, no writeback.
+  //   v = x[:, ::2]; v.mul_(0.5); return x * 2 + 1
+  //   t2 = mul(slice(x), 0.5) over [R, C/2], read by slice_scatter(x, t2) over [R, C]: one region.
+  bool inlinable(int producer, int consumer) {
+    const Domain& d = domain_[static_cast<size_t>(producer)];
+    if (d.opaque || !d.reduced.empty()) return false;
+    const auto& nodes = t_.nodes();
+    for (size_t j = 0; j < nodes.size(); ++j) {
+      const Node& n = *nodes[j];
+      if (is_view(n)) continue;
+      int r = find(static_cast<int>(j));
+      if (r == producer) {
+        OpKind k = n.op->kind;
+        if (k != OpKind::kElementwise && k != OpKind::kCreation && k != OpKind::kScatter)
+          return false;
+        continue;
+      }
+      if (r == consumer) continue;
+      for (int dep : compute_deps(n))
+        if (find(dep) == producer) return false;
+    }
+    std::vector<const Value*> needed(t_.outputs().begin(), t_.outputs().end());
+    for (const auto& wb : t_.writebacks)
+      needed.push_back(wb.second);
+    for (const Value* v : needed) {
+      auto it = producer_.find(v);
+      if (it == producer_.end()) continue;
+      const Node& p = *nodes[static_cast<size_t>(it->second)];
+      if (!is_view(p) && find(it->second) == producer) return false;
+      if (is_view(p))
+        for (int dep : compute_deps(p))
+          if (find(dep) == producer) return false;
+    }
+    return true;
   }
 
   // Region-level successors of region r.
@@ -339,6 +383,7 @@ class Fuser {
   }
 
   const Trace& t_;
+  bool inline_across_domains_;
   std::unordered_map<const Value*, int> producer_;
   std::vector<int> parent_;
   std::vector<Domain> domain_;
@@ -346,8 +391,8 @@ class Fuser {
 
 }  // namespace
 
-ExecutionPlan fuse(const Trace& functional) {
-  return Fuser(functional).run();
+ExecutionPlan fuse(const Trace& functional, const FuseOptions& options) {
+  return Fuser(functional, options.inline_across_domains).run();
 }
 
 }  // namespace kiln

@@ -8,6 +8,13 @@
 // they are not regions of their own but are copied into each region that reads through them.
 // Opaque ops (matmul, bmm, linear) stand alone.
 //
+// With `inline_across_domains`, a region of element-by-element ops (no reduction) that only one
+// other region reads joins that region although their iteration spaces differ: the kernel
+// recomputes each element where it is read (through a strided view or a scatter's src). That
+// saves a launch and a round trip through memory, but it can turn a store into an input into one
+// that needs a temporary (a shifted read, H1); the pipeline keeps it only when it launches fewer
+// steps after place_writebacks.
+//
 // Requires: a functional trace (after functionalize, cse, dce).
 // Ensures: every compute node is in exactly one step; steps are in a valid data order; each
 // region's body is a verified trace of its nodes (views included) over the region's inputs.
@@ -19,6 +26,10 @@
 
 namespace kiln {
 
-ExecutionPlan fuse(const Trace& functional);
+struct FuseOptions {
+  bool inline_across_domains = false;
+};
+
+ExecutionPlan fuse(const Trace& functional, const FuseOptions& options = {});
 
 }  // namespace kiln

@@ -46,6 +46,24 @@ class History {
   CompiledProgram& p_;
 };
 
+// fuse, with or without inlining element-by-element regions across iteration spaces (fuse.h):
+// the plan that launches fewer steps once place_writebacks has placed every write (a store that
+// loses its same-index guarantee to inlining comes back as a copy step). On a tie the plain plan
+// wins: it recomputes nothing.
+//   v = x[:, ::2]; v.mul_(0.5); return x * 2 + 1   inlined: 1 step     plain: 2 steps
+//   a[:, 2:7] = a[:, 1:6] + 2                       inlined: 1 + copy   plain: 2 steps
+ExecutionPlan fuse_for_fewest_launches(const Trace& functional) {
+  const FuseOptions inlining{.inline_across_domains = true};
+  ExecutionPlan plain = fuse(functional);
+  if (fuse(functional, inlining).steps.size() == plain.steps.size()) return plain;
+  // Plans are not copied (their bodies are traces): place a second fuse of each.
+  ExecutionPlan plain_placed = fuse(functional), inlined_placed = fuse(functional, inlining);
+  place_writebacks(functional, plain_placed);
+  place_writebacks(functional, inlined_placed);
+  return inlined_placed.steps.size() < plain_placed.steps.size() ? fuse(functional, inlining)
+                                                                 : std::move(plain);
+}
+
 }  // namespace
 
 const std::vector<std::string>& pipeline_passes() {
@@ -82,7 +100,7 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
   if (stop_after == "dce") return p;
   // Regions over the pure program: no mutation is left to cut them.
   history.run(
-      "fuse", [&] { p.plan = fuse(p.execution); }, true);
+      "fuse", [&] { p.plan = fuse_for_fewest_launches(p.execution); }, true);
   p.stats.fusion_regions = 0;
   for (const Step& s : p.plan.steps)
     p.stats.fusion_regions += s.kind == Step::Kind::kFusion;

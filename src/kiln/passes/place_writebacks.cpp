@@ -1,6 +1,7 @@
 #include "kiln/passes/place_writebacks.h"
 
 #include <algorithm>
+#include <numeric>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -23,18 +24,52 @@ namespace {
 //   t1 = exp(t0)        -> stores  x[i1, i0] at i = (i0, i1)  (linear 3*i1 + i0 ... of x^T)
 //                          loads   x[i1, i0]                  same element: in-kernel
 
-// q rows of affine forms over the iteration index.
+// q rows of affine forms over the iteration index, all divided by `scale`: row d is
+// (coef[d] . i + constant[d]) / scale. The scale is not 1 only between the src of a strided
+// scatter and the strided view that undoes it (src j of slice_scatter(self, src, d, start, end, 2)
+// lands at self[start + 2j], so at iteration i the src is read at (i_d - start) / 2, and a
+// slice(x, d, start, end, 2) of that reads x at i_d again). A load under a scatter's false
+// condition is never used, so only the exact quotient matters. Forms are kept in lowest terms.
 struct AffineIndex {
   std::vector<std::vector<int64_t>> coef;
   std::vector<int64_t> constant;
+  int64_t scale = 1;
   size_t rank() const { return constant.size(); }
 };
 
 struct AffineForm {
   std::vector<int64_t> coef;
   int64_t constant = 0;
+  int64_t scale = 1;
   bool operator==(const AffineForm&) const = default;
 };
+
+// Divides every coefficient, constant and the scale by their greatest common divisor.
+void reduce(AffineIndex& a) {
+  int64_t g = a.scale;
+  for (size_t d = 0; d < a.rank(); ++d) {
+    g = std::gcd(g, a.constant[d]);
+    for (int64_t c : a.coef[d])
+      g = std::gcd(g, c);
+  }
+  if (g <= 1) return;
+  a.scale /= g;
+  for (size_t d = 0; d < a.rank(); ++d) {
+    a.constant[d] /= g;
+    for (int64_t& c : a.coef[d])
+      c /= g;
+  }
+}
+void reduce(AffineForm& f) {
+  int64_t g = std::gcd(f.scale, f.constant);
+  for (int64_t c : f.coef)
+    g = std::gcd(g, c);
+  if (g <= 1) return;
+  f.scale /= g;
+  f.constant /= g;
+  for (int64_t& c : f.coef)
+    c /= g;
+}
 
 AffineIndex identity_index(size_t r) {
   AffineIndex a;
@@ -48,7 +83,7 @@ AffineIndex identity_index(size_t r) {
 
 // The row-major linear index over `shape` of an index.
 AffineForm linear(const AffineIndex& a, const Shape& shape, size_t r) {
-  AffineForm f{std::vector<int64_t>(r, 0), 0};
+  AffineForm f{std::vector<int64_t>(r, 0), 0, a.scale};
   std::vector<int64_t> rs = contiguous_strides(shape);
   for (size_t k = 0; k < a.rank(); ++k) {
     if (shape[k] == 1) continue;  // only index 0 exists
@@ -56,6 +91,7 @@ AffineForm linear(const AffineIndex& a, const Shape& shape, size_t r) {
       f.coef[j] += a.coef[k][j] * rs[k];
     f.constant += a.constant[k] * rs[k];
   }
+  reduce(f);
   return f;
 }
 
@@ -82,7 +118,8 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
       for (int64_t& c : in.coef[static_cast<size_t>(dim)])
         c *= n.arg(4).as_int();
       in.constant[static_cast<size_t>(dim)] =
-          start + out.constant[static_cast<size_t>(dim)] * n.arg(4).as_int();
+          start * out.scale + out.constant[static_cast<size_t>(dim)] * n.arg(4).as_int();
+      reduce(in);
       return in;
     }
     case OpId::kSelect: {
@@ -91,7 +128,7 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
       if (index < 0) index += in_shape[static_cast<size_t>(dim)];
       in = out;
       in.coef.insert(in.coef.begin() + dim, zeros(r));
-      in.constant.insert(in.constant.begin() + dim, index);
+      in.constant.insert(in.constant.begin() + dim, index * out.scale);
       return in;
     }
     case OpId::kPermute: {
@@ -119,6 +156,7 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
       std::reverse(in.constant.begin(), in.constant.end());
       return in;
     case OpId::kExpand: {
+      in.scale = out.scale;
       size_t lead = out.rank() - in_shape.size();
       for (size_t k = 0; k < in_shape.size(); ++k) {
         bool broadcast = in_shape[k] == 1;
@@ -139,11 +177,13 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
       size_t d1 = static_cast<size_t>(wrap_dim(n.arg(2).as_int(), rank));
       size_t d2 = static_cast<size_t>(wrap_dim(n.arg(3).as_int(), rank));
       size_t last = out.rank() - 1, next = 0;
+      in.scale = out.scale;
       for (size_t k = 0; k < in_shape.size(); ++k) {
         if (k == d1 || k == d2) {
           in.coef.push_back(out.coef[last]);
-          in.constant.push_back(out.constant[last] + (k == d1 ? std::max<int64_t>(-offset, 0)
-                                                              : std::max<int64_t>(offset, 0)));
+          in.constant.push_back(
+              out.constant[last] +
+              out.scale * (k == d1 ? std::max<int64_t>(-offset, 0) : std::max<int64_t>(offset, 0)));
         } else {
           in.coef.push_back(out.coef[next]);
           in.constant.push_back(out.constant[next]);
@@ -159,7 +199,7 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
       if (n.id() == OpId::kUnbind) {
         in = out;
         in.coef.insert(in.coef.begin() + dim, zeros(r));
-        in.constant.insert(in.constant.begin() + dim, static_cast<int64_t>(output));
+        in.constant.insert(in.constant.begin() + dim, static_cast<int64_t>(output) * out.scale);
         return in;
       }
       std::vector<int64_t> sizes =
@@ -170,7 +210,7 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
       for (size_t k = 0; k < output; ++k)
         start += sizes[k];
       in = out;
-      in.constant[static_cast<size_t>(dim)] += start;
+      in.constant[static_cast<size_t>(dim)] += start * out.scale;
       return in;
     }
     default:
@@ -234,13 +274,22 @@ class LoadTracer {
         if (!visit(p.input(0), at)) return false;
         const Value* src = p.input(1);
         if (!reaches(src)) return true;
-        if (p.id() == OpId::kSliceScatter && p.arg(5).as_int() == 1) {
-          // src[j] lands at self[start + j] along dim.
+        if (p.id() == OpId::kSliceScatter) {
+          // src[j] lands at self[start + step * j] along dim: read at (i_dim - start) / step.
           int64_t dim = wrap_dim(p.arg(2).as_int(), static_cast<int64_t>(shape.size())), start, end;
+          int64_t step = p.arg(5).as_int();
           normalize_slice(shape[static_cast<size_t>(dim)], p.arg(3).as_optional_int(),
                           p.arg(4).as_optional_int(), &start, &end);
           AffineIndex s = at;
-          s.constant[static_cast<size_t>(dim)] -= start;
+          for (size_t d = 0; d < s.rank(); ++d) {
+            if (d == static_cast<size_t>(dim)) continue;
+            s.constant[d] *= step;
+            for (int64_t& c : s.coef[d])
+              c *= step;
+          }
+          s.constant[static_cast<size_t>(dim)] -= start * at.scale;
+          s.scale *= step;
+          reduce(s);
           return visit(src, s);
         }
         if (p.id() == OpId::kSelectScatter) {
@@ -286,6 +335,7 @@ class LoadTracer {
   // An operand of shape `to`, broadcast to the op's output and read at `at`.
   AffineIndex broadcast(const AffineIndex& at, const Shape& to) const {
     AffineIndex b;
+    b.scale = at.scale;
     size_t lead = at.rank() - to.size();
     for (size_t d = 0; d < to.size(); ++d) {
       bool broadcast = to[d] == 1;
@@ -302,7 +352,7 @@ class LoadTracer {
         k += std::to_string(c) + ",";
       k += std::to_string(a.constant[i]) + ";";
     }
-    return k;
+    return k + "/" + std::to_string(a.scale);
   }
 
   const Value* target_;
@@ -345,6 +395,7 @@ AffineForm store_element(const StorePath& path, const Value* stored, size_t r) {
     auto rank = static_cast<int64_t>(idx.rank());
     if (n->id() == OpId::kPermute) {
       next = AffineIndex{};
+      next.scale = idx.scale;
       for (int64_t d : n->arg(1).as_ints()) {
         size_t k = static_cast<size_t>(wrap_dim(d, rank));
         next.coef.push_back(idx.coef[k]);
