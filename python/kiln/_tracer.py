@@ -589,9 +589,9 @@ class _TracingMode(TorchFunctionMode):
                 raise _foreign_tensor(call)
         if "out" in kwargs and kwargs["out"] is None:
             del kwargs["out"]  # an explicit out=None is the plain call
-        if kwargs.get("out") is not None:
-            raise call.unsupported("out= arguments are not supported yet; use the op's return value.")
         rule = _lowering.RULES.get(key)
+        if kwargs.get("out") is not None and rule is not None:
+            return self._with_out(call, rule, kwargs.pop("out"))
         if rule is None:
             if not any(isinstance(leaf, Proxy) for leaf in leaves):
                 # A torch function on no tensors at all (torch.promote_types, ...): harmless
@@ -604,6 +604,27 @@ class _TracingMode(TorchFunctionMode):
                 "implemented); rewrite it with supported ops or call it outside the compiled function."
             )
         return rule(call)
+
+
+    def _with_out(self, call: Call, rule, out: Any) -> Any:
+        """`op(..., out=t)`: the op's result copied into t, which is returned (eager's out=
+        for a result of t's dtype and shape; eager would resize or cast, kiln asks for the
+        exact tensor instead)."""
+        from . import _lowering
+
+        if not isinstance(out, Proxy):
+            raise call.unsupported("out= takes one tensor of the traced function here (a tuple of outputs is not supported).")
+        call.kwargs.pop("out", None)
+        result = rule(call)
+        if not isinstance(result, Proxy):
+            raise call.unsupported("out= of an op with several results is not supported; use its return values.")
+        if (result.dtype, result.shape) != (out.dtype, out.shape):
+            raise call.unsupported(
+                f"out= needs a tensor of the result's dtype and shape ({result.dtype}, {tuple(result.shape)}), "
+                f"got ({out.dtype}, {tuple(out.shape)}); eager would cast or resize it, kiln does not."
+            )
+        copy = Call(self.tracer, torch.Tensor.copy_, (out, result), {}, call.loc)
+        return _lowering.RULES[_func_key(torch.Tensor.copy_)](copy)
 
 
 def _value_error(call: Call, what: str) -> TraceError:

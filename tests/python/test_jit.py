@@ -304,3 +304,24 @@ def _op_programs():
 def test_op_through_jit(name, fn, make_args):
     """Every torch form of test_ops.py through kiln.jit (compiled kernels, cuBLAS on CUDA)."""
     check_against_eager(fn, make_args)
+
+
+def test_out_arguments():
+    def f(x, y, z):
+        torch.add(x, y, out=z)
+        torch.sin(x, out=x)
+        return torch.mul(z, 2, out=torch.empty_like(z)), z
+
+    check_against_eager(f, lambda: [ar(2, 3), ar(2, 3) + 1, torch.zeros(2, 3)])
+    out = torch.zeros(2, 3)
+    ret = kiln.jit(lambda x, o: torch.exp(x, out=o))(ar(2, 3), out)
+    assert ret is out
+    torch.testing.assert_close(out, torch.exp(ar(2, 3)))
+
+
+def test_out_argument_of_another_shape_is_refused():
+    def f(x, o):
+        torch.exp(x, out=o)
+
+    with pytest.raises(kiln.UnsupportedError, match="out= needs a tensor of the result's dtype and shape"):
+        kiln.jit(f)(ar(2, 3), torch.zeros(6))
