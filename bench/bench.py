@@ -226,6 +226,7 @@ def main() -> None:
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke test)")
     ap.add_argument("--workloads", default=None, help="comma-separated names")
+    ap.add_argument("--no-first-call", action="store_true", help="skip the first-call latencies")
     opts = ap.parse_args()
     device = torch.device(opts.device)
     cuda = device.type == "cuda"
@@ -283,11 +284,12 @@ def main() -> None:
         print(row, flush=True)
 
     first = {}
-    with tempfile.TemporaryDirectory() as cache:
-        first["kiln_empty_cache_s"] = first_call("kiln", device, cache)
-        first["kiln_warm_cache_s"] = first_call("kiln", device, cache)
-    first["torch.compile_s"] = first_call("torch.compile", device, tempfile.mkdtemp())
-    print(first)
+    if not opts.no_first_call:
+        with tempfile.TemporaryDirectory() as cache:
+            first["kiln_empty_cache_s"] = first_call("kiln", device, cache)
+            first["kiln_warm_cache_s"] = first_call("kiln", device, cache)
+        first["torch.compile_s"] = first_call("torch.compile", device, tempfile.mkdtemp())
+        print(first)
 
     report = {"info": info, "large": rows, "small": small, "first_call": first}
     print()
@@ -325,7 +327,8 @@ def markdown(report: dict) -> str:
         kernels = " / ".join(str(r.get(f"{s}_kernels", "-")) for s in ("kiln", "eager", "torch.compile"))
         lines.append(f"| {r['workload']} | " + " | ".join(us) + f" | {kernels} |")
     f = report["first_call"]
-    lines += ["", f"first call (S1, 2^20, fresh process): kiln empty cache {f['kiln_empty_cache_s']:.3f} s, kiln warm cache {f['kiln_warm_cache_s'] * 1e3:.1f} ms, torch.compile {f['torch.compile_s']:.2f} s"]
+    if f:
+        lines += ["", f"first call (S1, 2^20, fresh process): kiln empty cache {f['kiln_empty_cache_s']:.3f} s, kiln warm cache {f['kiln_warm_cache_s'] * 1e3:.1f} ms, torch.compile {f['torch.compile_s']:.2f} s"]
     return "\n".join(lines)
 
 

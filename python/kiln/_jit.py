@@ -25,7 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ._errors import UnsupportedError
-from ._tracer import TracedProgram, trace_program
+from ._tracer import TracedProgram, trace_call
 
 try:
     from . import _C
@@ -75,9 +75,10 @@ def _output_form(traced: TracedProgram) -> tuple[int, Callable | None]:
 class JitFunction:
     """What kiln.jit returns: calls run the compiled program for the call's key."""
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, fallback: bool = True) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
+        self.fallback = fallback
         self._cache = _C.JitCache() if _C is not None else None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -100,7 +101,8 @@ class JitFunction:
 
     def _compile_and_run(self, args: tuple, kwargs: dict, leaves: list, structure: Any) -> Any:
         start = time.perf_counter()
-        traced = trace_program(self.fn, *args, **kwargs)  # raises eager's errors
+        register = _C.register_eager if self.fallback else None
+        traced = trace_call(self.fn, args, kwargs, register)  # raises eager's errors
         trace_seconds = time.perf_counter() - start
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
@@ -113,12 +115,21 @@ class JitFunction:
                 "program runs on one device. Move them to one device first (tensor.to(device))."
             )
         form, assemble = _output_form(traced)
-        return self._cache.insert_and_run(structure, leaves, traced.text, trace_seconds, form, assemble)
+        return self._cache.insert_and_run(
+            structure, leaves, traced.text, trace_seconds, form, assemble, traced.fallback_ops
+        )
 
 
-def jit(fn: Callable) -> JitFunction:
-    """Compiles `fn` with kiln on each new specialization key; see the module docstring."""
-    return JitFunction(fn)
+def jit(fn: Callable | None = None, *, fallback: bool = True) -> Any:
+    """Compiles `fn` with kiln on each new specialization key; see the module docstring.
+
+    fallback: a torch op kiln has no lowering for runs eagerly (PyTorch runs it in the middle of
+    the program; the ops around it still fuse). With fallback=False it raises
+    kiln.UnsupportedError naming the op and the line. Usable as @kiln.jit or
+    @kiln.jit(fallback=False)."""
+    if fn is None:
+        return lambda f: JitFunction(f, fallback)
+    return JitFunction(fn, fallback)
 
 
 def _jitted(fn: Any) -> JitFunction:
@@ -141,8 +152,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     in kiln's reference interpreter); cache_hits/cache_misses: over all calls of fn;
     compile_seconds: tracing plus compiling of the program the last call ran (paid once, on its
     miss; the kernels themselves are prepared during the program's first run, whose whole time
-    is first_run_seconds). fallback_ops is always 0: eager fallback for unknown ops is not
-    implemented (an unknown op raises kiln.UnsupportedError at trace time)."""
+    is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly."""
     cache = _jitted(fn)._cache
     p = cache.last_program
     run = cache.last_run_stats
@@ -150,7 +160,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "fusion_regions": p.fusion_regions,
         "kernels": run["kernel_steps"] + run["library_steps"],
         "interpreted_steps": run["interpreted_steps"],
-        "fallback_ops": 0,
+        "fallback_ops": p.fallback_ops,
         "writebacks_in_kernel": p.writebacks_in_kernel,
         "writebacks_with_temporary": p.writebacks_with_temporary,
         "cache_hits": cache.hits,

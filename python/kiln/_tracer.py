@@ -147,6 +147,12 @@ def tensor_type_str(t: torch.Tensor, device: torch.device) -> str:
     return f"{device_str(device)} {dtype_name(t.dtype)}[{', '.join(str(s) for s in t.shape)}]"
 
 
+def layout_type_str(t: torch.Tensor, device: torch.device) -> str:
+    """The type with strides and storage offset: `cpu f32[5] strides=(2,) offset=1`."""
+    strides = ", ".join(str(s) for s in t.stride()) + ("," if t.dim() == 1 else "")
+    return f"{tensor_type_str(t, device)} strides=({strides}) offset={t.storage_offset()}"
+
+
 def float_str(value: float) -> str:
     """A float as kiln's printer writes it (std::to_chars shortest form, constant.cpp), so that
     `kiln-opt` prints a trace back unchanged: the shortest digits that round-trip, in fixed or
@@ -250,12 +256,17 @@ class TracedProgram:
     output_leaves: list[Any]
     output_spec: Any  # a torch.utils._pytree.TreeSpec
     output_is_tensor: list[bool]
+    fallback_ops: int = 0  # ops recorded as eager_call (kiln.jit's fallback)
 
 
 class Tracer:
     """Collects the statements of one trace and hands out names."""
 
-    def __init__(self) -> None:
+    def __init__(self, register_eager: Callable[[Callable], int] | None = None) -> None:
+        # kiln.jit's eager fallback: registers a function that runs one torch op in PyTorch
+        # (kiln._C.register_eager) and returns its number; None: an unknown op raises.
+        self.register_eager = register_eager
+        self.fallback_ops = 0
         self.lines: list[str] = []
         self.input_lines: list[str] = []
         self.input_names: list[str] = []
@@ -599,9 +610,12 @@ class _TracingMode(TorchFunctionMode):
                 result = func(*args, **kwargs)
                 if not any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
                     return result
+            if self.tracer.register_eager is not None:
+                return _eager_fallback(call)
             raise call.unsupported(
-                "kiln has no lowering for this op yet (fallback to eager execution is not "
-                "implemented); rewrite it with supported ops or call it outside the compiled function."
+                "kiln has no lowering for this op yet; rewrite it with supported ops, call it "
+                "outside the compiled function, or let kiln.jit run it eagerly (fallback=True, "
+                "the default)."
             )
         return rule(call)
 
@@ -625,6 +639,55 @@ class _TracingMode(TorchFunctionMode):
             )
         copy = Call(self.tracer, torch.Tensor.copy_, (out, result), {}, call.loc)
         return _lowering.RULES[_func_key(torch.Tensor.copy_)](copy)
+
+
+def _eager_fallback(call: Call) -> Any:
+    """A torch op kiln has no lowering for, recorded as `ltorch.eager_call`: PyTorch runs it on
+    the program's tensors when the program runs (the ops around it still fuse). Its results'
+    dtypes, shapes and strides come from running it on the meta tensors now. Only ops that read
+    their tensor arguments and return new tensors can run this way: one that writes into an
+    argument or returns a view of one would hide a mutation or an alias from kiln."""
+    tracer = call.tracer
+    proxies = call.proxies()
+    versions = [p._version for p in proxies]
+    result = call.run_meta()
+    if any(p._version != v for p, v in zip(proxies, versions)):
+        raise call.unsupported(
+            "kiln has no lowering for this op, and it writes into its arguments, so PyTorch cannot "
+            "run it inside the compiled function either; use its out-of-place form."
+        )
+    flat, spec = pytree.tree_flatten(result)
+    tensors = [r for r in flat if isinstance(r, torch.Tensor)]
+    if not tensors:
+        raise call.unsupported("kiln has no lowering for this op, and it returns no tensor to run it for.")
+    storages = {p.untyped_storage()._cdata for p in proxies}
+    if any(r.untyped_storage()._cdata in storages for r in tensors):
+        raise call.unsupported(
+            "kiln has no lowering for this op, and it returns a view of an argument, so PyTorch "
+            "cannot run it inside the compiled function; rewrite it with supported ops."
+        )
+    device = call.default_device() if proxies else tensors[0].device
+    results = "; ".join(layout_type_str(r, device) for r in tensors)
+    meta_results = [r if not isinstance(r, Proxy) else r.as_subclass(torch.Tensor) for r in tensors]
+
+    arg_leaves, arg_spec = pytree.tree_flatten((call.args, call.kwargs))
+    slots = [i for i, leaf in enumerate(arg_leaves) if isinstance(leaf, Proxy)]
+    func = call.func
+
+    def run(inputs: list) -> list:
+        leaves = list(arg_leaves)
+        for i, t in zip(slots, inputs):
+            leaves[i] = t
+        args, kwargs = pytree.tree_unflatten(leaves, arg_spec)
+        out = func(*args, **kwargs)
+        return [r for r in pytree.tree_leaves(out) if isinstance(r, torch.Tensor)]
+
+    fn_id = tracer.register_eager(run)
+    tracer.fallback_ops += 1
+    made = call.emit("eager_call", [fn_id, proxies, results], results=meta_results)
+    made = list(made) if isinstance(made, (list, tuple)) else [made]
+    it = iter(made)
+    return pytree.tree_unflatten([next(it) if isinstance(r, torch.Tensor) else r for r in flat], spec)
 
 
 def _value_error(call: Call, what: str) -> TraceError:
@@ -690,19 +753,22 @@ def _make_inputs(tracer: Tracer, named: list[tuple[str, torch.Tensor]]) -> list[
         proxy._kiln_name = name
         tracer.used_names.add(name)
         tracer.input_names.append(name)
-        strides = ", ".join(str(s) for s in t.stride()) + ("," if t.dim() == 1 else "")
-        tracer.input_lines.append(
-            f'  # {name}: "{tensor_type_str(t, t.device)} strides=({strides}) offset={t.storage_offset()}"'
-        )
+        tracer.input_lines.append(f'  # {name}: "{layout_type_str(t, t.device)}"')
         proxies.append(proxy)
     return proxies
 
 
 def trace_program(fn: Callable, *args: Any, **kwargs: Any) -> TracedProgram:
     """Traces `fn(*args, **kwargs)`; see `trace`."""
+    return trace_call(fn, args, kwargs)
+
+
+def trace_call(fn: Callable, args: tuple, kwargs: dict, register_eager: Callable[[Callable], int] | None = None) -> TracedProgram:
+    """trace_program with kiln.jit's options: `register_eager` turns an op kiln has no lowering
+    for into an eager_call of a function registered with it (see _eager_fallback)."""
     signature = inspect.signature(fn)
     bound = signature.bind(*args, **kwargs)
-    tracer = Tracer()
+    tracer = Tracer(register_eager)
     # Tensor leaves of every argument (tensors inside tuples, lists and dicts included) become
     # inputs named after their place: x, xs_0, d_w. Other leaves are constants of this trace.
     named: list[tuple[str, torch.Tensor]] = []
@@ -762,6 +828,7 @@ def trace_program(fn: Callable, *args: Any, **kwargs: Any) -> TracedProgram:
         output_leaves=output_leaves,
         output_spec=out_spec,
         output_is_tensor=is_tensor,
+        fallback_ops=tracer.fallback_ops,
     )
 
 

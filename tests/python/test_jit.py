@@ -325,3 +325,45 @@ def test_out_argument_of_another_shape_is_refused():
 
     with pytest.raises(kiln.UnsupportedError, match="out= needs a tensor of the result's dtype and shape"):
         kiln.jit(f)(ar(2, 3), torch.zeros(6))
+
+
+def _with_unknown_ops(x, y):
+    a = x.exp_()
+    b = torch.cumsum(a, 0)  # kiln has no lowering for cumsum, sort or flip: PyTorch runs them
+    s, i = torch.sort(b * 2, dim=1)
+    return s + 1, i, y.mul_(2) + torch.flip(b, [0])
+
+
+def test_unknown_ops_run_eagerly_between_fused_regions():
+    jitted = check_against_eager(_with_unknown_ops, lambda: [ar(4, 5) - 1, ar(4, 5)])
+    stats = kiln.last_stats(jitted)
+    assert stats["fallback_ops"] == 3 and stats["interpreted_steps"] == 0
+    # exp_ (with its write into x), b * 2, s + 1, and y.mul_(2) + flip(b): four fused regions.
+    assert stats["fusion_regions"] == 4
+    x, y = ar(4, 5) - 1, ar(4, 5)
+    x0, y0 = x.clone(), y.clone()
+    out = jitted(x, y)  # a cache hit runs the same eager ops on the new tensors
+    want = _with_unknown_ops(x0, y0)
+    for g, w in zip(out, want):
+        torch.testing.assert_close(g, w)
+    assert kiln.last_stats(jitted)["cache_hits"] == 1
+
+
+def test_unknown_op_with_fallback_off_names_the_op_and_line():
+    with pytest.raises(kiln.UnsupportedError, match=r"torch\.cumsum at .*test_jit\.py:\d+") as info:
+        kiln.jit(_with_unknown_ops, fallback=False)(ar(4, 5), ar(4, 5))
+    assert "b = torch.cumsum(a, 0)" in str(info.value)
+
+
+def test_unknown_ops_that_write_or_alias_their_arguments_are_refused():
+    def writes(x):
+        x.cumsum_(0)
+        return x
+
+    def views(x):
+        return x.unfold(0, 2, 1) * 2
+
+    with pytest.raises(kiln.UnsupportedError, match="writes into its arguments"):
+        kiln.jit(writes)(ar(4))
+    with pytest.raises(kiln.UnsupportedError, match="returns a view of an argument"):
+        kiln.jit(views)(ar(4))

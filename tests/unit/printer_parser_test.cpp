@@ -147,6 +147,9 @@ const std::map<std::string, std::string>& samples() {
       {"matmul", "ltorch.matmul(x, s)"},
       {"bmm", "ltorch.bmm(bm, bm)"},
       {"linear", "ltorch.linear(x, s, v)"},
+      {"eager_call",
+       "ltorch.eager_call(3, [x, v], \"cpu f32[2, 3] strides=(3, 1) offset=0; cpu i64[3] "
+       "strides=(1,) offset=0\")"},
       {"softmax", "ltorch.softmax(x, -1)"},
       {"log_softmax", "ltorch.log_softmax(x, 0, torch.float64)"},
       {"layer_norm", "ltorch.layer_norm(x, [3], v, v)"},

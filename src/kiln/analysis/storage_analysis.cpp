@@ -272,9 +272,17 @@ void Analyzer::run_node(const Node& node) {
         return define_fresh(node.outputs[0], strides_like(read(node.arg(0)).geometry.sizes,
                                                           read(node.arg(0)).geometry.strides));
       return define_contiguous(node.outputs[0]);
+    case OpKind::kOpaque:
+      if (node.id() == OpId::kEagerCall) {
+        // PyTorch makes these; tracing on meta tensors saw their layouts.
+        std::vector<EagerResult> results = parse_eager_results(node.arg(2).as_string());
+        for (size_t k = 0; k < node.outputs.size(); ++k)
+          define_fresh(node.outputs[k], results.at(k).strides);
+        return;
+      }
+      [[fallthrough]];
     case OpKind::kReduction:
     case OpKind::kJoin:
-    case OpKind::kOpaque:
       // ATen allocates reductions, cat/stack and the matrix products contiguous; they only read
       // their operands (cat's and stack's copies go into the fresh output).
       return define_contiguous(node.outputs[0]);

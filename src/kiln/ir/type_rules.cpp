@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "kiln/ir/parser.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -51,6 +52,27 @@ std::string dtype_list(std::span<const Operand> args) {
 }
 
 }  // namespace
+
+std::vector<EagerResult> parse_eager_results(const std::string& text) {
+  std::vector<EagerResult> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find(';', at);
+    if (end == std::string::npos) end = text.size();
+    std::string entry = text.substr(at, end - at);
+    at = end + 1;
+    entry.erase(0, entry.find_first_not_of(' '));
+    Type type;
+    KILN_CHECK(parse_type(entry, &type) && std::holds_alternative<TensorType>(type) &&
+               std::get<TensorType>(type).layout.has_value())
+        << "eager_call: '" << entry << "' is not a tensor type with its strides";
+    TensorType t = std::get<TensorType>(type);
+    std::vector<int64_t> strides = t.layout->strides;
+    t.layout.reset();
+    out.push_back(EagerResult{std::move(t), std::move(strides)});
+  }
+  return out;
+}
 
 DType result_type(std::span<const Operand> operands) {
   std::optional<DType> dim_result, zero_result, wrapped_result;
@@ -935,6 +957,13 @@ std::vector<TensorType> infer_matmul(const OpInfo& op, Args args) {
   if (a.rank() >= 2) shape.push_back(a.shape[a.shape.size() - 2]);
   if (b.rank() >= 2) shape.push_back(b.shape.back());
   return {make(a.dtype, shape, a.device)};
+}
+
+std::vector<TensorType> infer_eager_call(const OpInfo&, Args args) {
+  std::vector<TensorType> out;
+  for (const EagerResult& r : parse_eager_results(args[2].as_string()))
+    out.push_back(r.type);
+  return out;
 }
 
 std::vector<TensorType> infer_bmm(const OpInfo& op, Args args) {

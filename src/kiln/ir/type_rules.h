@@ -23,6 +23,15 @@ struct ElementwiseTyping {
 };
 ElementwiseTyping elementwise_typing(const OpInfo& op, std::span<const Operand> args);
 
+// eager_call's `results` argument: each result's type and strides, "; "-separated
+// ("cpu f32[3, 4] strides=(4, 1) offset=0; cpu i64[3] strides=(1,) offset=0"). A malformed text
+// is a user error.
+struct EagerResult {
+  TensorType type;
+  std::vector<int64_t> strides;
+};
+std::vector<EagerResult> parse_eager_results(const std::string& text);
+
 // One primitive view step a __getitem__ key lowers to.
 struct IndexStep {
   OpId op;  // kSelect, kSlice or kUnsqueeze

@@ -31,6 +31,7 @@
 #include "kiln/ir/parser.h"
 #include "kiln/passes/pipeline.h"
 #include "kiln/runtime/executor.h"
+#include "kiln/runtime/interpreter/eager_calls.h"
 #include "kiln/support/error.h"
 
 namespace nb = nanobind;
@@ -175,6 +176,9 @@ class TorchAllocator : public Allocator {
     if (device.kind == Device::Kind::kCuda) return Block{nullptr, address, owner};
     return Block{reinterpret_cast<std::byte*>(address), 0, owner};
   }
+  // A tensor PyTorch made during the call (an eager_call's result): a result over its memory
+  // is handed out as a tensor over its storage.
+  void adopt(const at::Tensor& t) { buffers_[reinterpret_cast<uintptr_t>(t.storage().data())] = t; }
   const at::Tensor* buffer_of(const Storage& s) const {
     auto address = s.on_device() ? static_cast<uintptr_t>(s.device_data)
                                  : reinterpret_cast<uintptr_t>(s.borrowed);
@@ -185,6 +189,82 @@ class TorchAllocator : public Allocator {
  private:
   std::map<uintptr_t, at::Tensor> buffers_;
 };
+
+// The allocator of the call being executed (an eager_call's results join its buffers).
+thread_local TorchAllocator* current_allocator = nullptr;
+
+// ---- eager_call: torch ops kiln has no lowering for, run by PyTorch
+// -------------------------------
+
+// A torch tensor over a kiln tensor's memory (no copy; valid while the kiln storage lives).
+at::Tensor torch_view(const RtTensor& t) {
+  at::TensorOptions options = at::TensorOptions().dtype(torch_dtype(t.dtype()));
+  auto bytes = static_cast<size_t>(t.offset * dtype_size(t.dtype()));
+  void* data = nullptr;
+  if (t.storage->on_device()) {
+    options = options.device(at::kCUDA, t.device().index);
+    data = reinterpret_cast<void*>(t.storage->device_data + bytes);
+  } else {
+    data = const_cast<std::byte*>(t.storage->data()) + bytes;
+  }
+  return at::from_blob(data, std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
+                       options);
+}
+
+// A kiln tensor over a torch tensor's memory, which it keeps alive.
+TensorHandle kiln_view(const at::Tensor& r) {
+  std::optional<DType> dtype = kiln_dtype(r.scalar_type());
+  if (!dtype || r.layout() != at::kStrided)
+    throw UnsupportedError(std::string("kiln: an op run by PyTorch returned a tensor of dtype ") +
+                           c10::toString(r.scalar_type()) + ", which kiln does not support.");
+  auto storage = std::make_shared<Storage>();
+  storage->dtype = *dtype;
+  storage->device = kiln_device(r.device());
+  auto owner = std::make_shared<at::Tensor>(r);
+  auto numel = static_cast<int64_t>(r.storage().nbytes() / r.element_size());
+  auto* base = static_cast<std::byte*>(const_cast<void*>(r.storage().data()));
+  if (r.is_cuda()) {
+    storage->device_data = reinterpret_cast<uint64_t>(base);
+    storage->device_numel = numel;
+    storage->device_owner = owner;
+  } else {
+    storage->borrowed = base;
+    storage->borrowed_numel = numel;
+    storage->borrowed_owner = owner;
+  }
+  storage->from_allocator = true;  // torch memory: a result over it can be handed out
+  if (current_allocator) current_allocator->adopt(r);
+  return tensor_over(storage, Shape(r.sizes().begin(), r.sizes().end()),
+                     std::vector<int64_t>(r.strides().begin(), r.strides().end()),
+                     r.storage_offset());
+}
+
+// Registers a Python function that takes a list of tensors and returns a list of tensors (made
+// by python/kiln/_tracer.py for each eager fallback it records) and returns its number.
+int register_eager(nb::callable callable) {
+  // The registry may outlive the interpreter (it is destroyed with the process's statics): the
+  // last reference is dropped only while Python still runs.
+  std::shared_ptr<PyObject> held(callable.release().ptr(), [](PyObject* o) {
+    if (!Py_IsInitialized()) return;
+    nb::gil_scoped_acquire gil;
+    Py_DECREF(o);
+  });
+  return register_eager_function([held](const std::vector<TensorHandle>& inputs) {
+    nb::gil_scoped_acquire gil;
+    nb::handle fn(held.get());
+    nb::list args;
+    for (const TensorHandle& t : inputs)
+      args.append(nb::steal(THPVariable_Wrap(torch_view(*t))));
+    nb::object out = fn(args);
+    std::vector<TensorHandle> results;
+    for (nb::handle r : out) {
+      if (!THPVariable_Check(r.ptr()))
+        throw UnsupportedError("kiln: an op run by PyTorch returned something other than tensors");
+      results.push_back(kiln_view(THPVariable_Unpack(r.ptr())));
+    }
+    return results;
+  });
+}
 
 // A tensor of `dtype` with t's layout over the buffer's storage (no dispatcher call).
 at::Tensor tensor_over_buffer(const at::Tensor& buffer, const RtTensor& t) {
@@ -313,11 +393,18 @@ std::optional<CallKey> call_key(nb::handle structure, nb::handle leaves,
 enum class OutputForm { kSingle = 0, kTuple = 1, kAssemble = 2 };
 
 struct Program {
+  ~Program() {
+    // Its eager_call functions go with it (the numbers are never reused).
+    for (const auto& n : compiled.execution.nodes())
+      if (n->id() == OpId::kEagerCall)
+        unregister_eager_function(static_cast<int>(n->arg(0).as_int()));
+  }
   CompiledProgram compiled;
   double compile_seconds = 0;     // tracing (measured by Python) and compiling
   double first_run_seconds = -1;  // the first run, which prepares the kernels
   OutputForm form = OutputForm::kAssemble;
   nb::object assemble;
+  int fallback_ops = 0;  // torch ops PyTorch runs (eager_call)
 };
 
 struct LastRun {
@@ -343,7 +430,7 @@ class JitCache {
 
   // Compiles trace text for this call's tensors, caches it under the call's key, and runs it.
   nb::object insert_and_run(nb::handle structure, nb::handle leaves, const std::string& text,
-                            double trace_seconds, int form, nb::object assemble) {
+                            double trace_seconds, int form, nb::object assemble, int fallback_ops) {
     nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
     if (!seq.is_valid()) throw nb::python_error();
     std::vector<PyObject*> tensor_leaves;
@@ -359,6 +446,7 @@ class JitCache {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     program->form = static_cast<OutputForm>(form);
     program->assemble = std::move(assemble);
+    program->fallback_ops = fallback_ops;
     ++misses_;
     entries_[std::move(*key)] = program;
     return execute_program(program, tensor_leaves);
@@ -378,9 +466,17 @@ class JitCache {
     TorchAllocator allocator;
     ExecutionStats stats;
     auto start = std::chrono::steady_clock::now();
-    std::vector<RtValue> results =
-        execute(program->compiled, call.values,
-                ExecuteOptions{&allocator, current_stream(call.values), &stats});
+    TorchAllocator* outer = current_allocator;  // an eager_call may run another kiln program
+    current_allocator = &allocator;
+    std::vector<RtValue> results;
+    try {
+      results = execute(program->compiled, call.values,
+                        ExecuteOptions{&allocator, current_stream(call.values), &stats});
+    } catch (...) {
+      current_allocator = outer;
+      throw;
+    }
+    current_allocator = outer;
     if (program->first_run_seconds < 0)
       program->first_run_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -454,13 +550,17 @@ NB_MODULE(_C, m) {
       .def_prop_ro("writebacks_with_temporary",
                    [](const Program& p) { return p.compiled.stats.writebacks_with_temporary; })
       .def_prop_ro("compile_seconds", [](const Program& p) { return p.compile_seconds; })
-      .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; });
+      .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; })
+      .def_prop_ro("fallback_ops", [](const Program& p) { return p.fallback_ops; });
+  m.def("register_eager", &register_eager, nb::arg("fn"),
+        "Registers fn(list of tensors) -> list of tensors for eager_call; returns its number.");
   nb::class_<JitCache>(m, "JitCache")
       .def(nb::init<>())
       .def("run", &JitCache::run, nb::arg("structure"), nb::arg("leaves"), nb::arg("miss"),
            "Runs the cached program for the call's key, or returns `miss`.")
       .def("insert_and_run", &JitCache::insert_and_run, nb::arg("structure"), nb::arg("leaves"),
            nb::arg("text"), nb::arg("trace_seconds"), nb::arg("form"), nb::arg("assemble").none(),
+           nb::arg("fallback_ops"),
            "Compiles trace text for the call, caches it under the call's key and runs it.")
       .def_prop_ro("hits", &JitCache::hits)
       .def_prop_ro("misses", &JitCache::misses)
@@ -471,6 +571,7 @@ NB_MODULE(_C, m) {
         d["kernel_steps"] = s.kernel_steps;
         d["library_steps"] = s.library_steps;
         d["interpreted_steps"] = s.interpreted_steps;
+        d["eager_steps"] = s.eager_steps;
         d["writebacks_in_kernel"] = s.writebacks_in_kernel;
         d["writebacks_copied"] = s.writebacks_copied;
         return d;

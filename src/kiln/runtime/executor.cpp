@@ -297,6 +297,14 @@ bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
   return true;
 }
 
+// An opaque step that runs a torch op through PyTorch (ops.def, eager_call).
+bool is_eager_call(const Step& step) {
+  if (step.kind != Step::Kind::kOpaque) return false;
+  for (const auto& n : step.body.nodes())
+    if (n->id() == OpId::kEagerCall) return true;
+  return false;
+}
+
 // The device of a call: its tensors' (kiln never mixes devices in one program).
 Device device_of(const std::vector<RtValue>& args) {
   for (const RtValue& a : args)
@@ -466,9 +474,20 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
             stored.clear();
           }
         }
+        bool eager = is_eager_call(step);
+        if (eager) {
+          // PyTorch runs it, on the tensors where they are (device memory included): the
+          // interpreter only hands them to the registered function (eager_calls.h).
+          std::vector<RtValue> outs = interpret(step.body, step_inputs);
+          for (size_t k = 0; k < outs.size(); ++k)
+            env[step.outputs[k]] = outs[k];
+          ran = true;
+        }
         if (!ran && memory.cuda() && step.kind == Step::Kind::kOpaque)
           ran = run_library_step(step, step_inputs, memory, env);
-        if (ran && step.kind == Step::Kind::kOpaque) {
+        if (eager) {
+          ++stats->eager_steps;
+        } else if (ran && step.kind == Step::Kind::kOpaque) {
           ++stats->library_steps;
         } else if (ran) {
           ++stats->kernel_steps;

@@ -25,6 +25,7 @@ struct ExecutionStats {
   int kernel_steps = 0;          // fusion steps run as compiled kernels (CPU or CUDA)
   int library_steps = 0;         // opaque steps run by a library (cuBLAS)
   int interpreted_steps = 0;     // steps run in the reference interpreter (for CUDA: on the host)
+  int eager_steps = 0;           // torch ops run by PyTorch (eager_call)
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step
 };

@@ -1,0 +1,24 @@
+// The functions eager_call steps run (ops.def: a torch op kiln has no lowering for, run by
+// PyTorch in the middle of a program). The process that traced the program registers them (the
+// Python front end, kiln._C); the interpreter and the executor call them by number. A trace that
+// names a number nobody registered — a trace from another process, or kiln-opt — cannot run.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "kiln/runtime/interpreter/rt_tensor.h"
+
+namespace kiln {
+
+// Takes the op's input tensors (CPU or device storages; their memory must only be read) and
+// returns its results as fresh tensors.
+using EagerFunction = std::function<std::vector<TensorHandle>(const std::vector<TensorHandle>&)>;
+
+// A new number for `f` (never reused in the process).
+int register_eager_function(EagerFunction f);
+void unregister_eager_function(int id);
+// Runs function `id`; a UserError when no function has that number.
+std::vector<TensorHandle> call_eager_function(int id, const std::vector<TensorHandle>& inputs);
+
+}  // namespace kiln
