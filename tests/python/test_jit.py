@@ -367,3 +367,15 @@ def test_unknown_ops_that_write_or_alias_their_arguments_are_refused():
         kiln.jit(writes)(ar(4))
     with pytest.raises(kiln.UnsupportedError, match="returns a view of an argument"):
         kiln.jit(views)(ar(4))
+
+
+def test_write_through_a_strided_view_is_one_kernel_that_stores_in_place():
+    def view(x):
+        v = x[:, ::2]
+        v.mul_(0.5)
+        return x * 2 + 1
+
+    jitted = check_against_eager(view, lambda: [ar(5, 8)])
+    stats = kiln.last_stats(jitted)
+    assert (stats["fusion_regions"], stats["kernels"], stats["writebacks_in_kernel"]) == (1, 1, 1)
+    assert jitted._cache.last_run_stats["writebacks_copied"] == 0

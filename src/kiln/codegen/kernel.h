@@ -69,8 +69,10 @@ struct KernelInput {
   bool is_tensor = false;
   int meta = -1;  // where its offset and strides start in in_meta (tensors)
   // How the last loop nest reads it: not at all, only at exactly the element the iteration
-  // stores into a same-shaped output (the same-index rule's "identity"), or otherwise.
-  enum class Loads { kNone, kIdentity, kOther };
+  // stores into a same-shaped output (the same-index rule's "identity"), at that element except
+  // for loads inside a scatter's src (whose values are used only where the scatter's condition
+  // holds; place_writebacks' same-index rule decides those), or otherwise.
+  enum class Loads { kNone, kIdentity, kIdentityOrGuarded, kOther };
   Loads last_nest_loads = Loads::kNone;
   std::vector<StorageWindow> windows;
   // Indexed as a storage (by as_strided_scatter, or as_strided of a value computed from it): the

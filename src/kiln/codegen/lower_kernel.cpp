@@ -223,6 +223,8 @@ class KernelEmitter {
                      const Lanes* lanes = nullptr) {
     memo_.clear();
     loads_.assign(k.inputs.size(), {});
+    unguarded_loads_.assign(k.inputs.size(), {});
+    guarded_loads_.assign(k.inputs.size(), false);
     raw_loads_.assign(k.inputs.size(), false);
     windows_.resize(k.inputs.size());
     levels_.assign(shape.size() + 1, "");
@@ -303,10 +305,16 @@ class KernelEmitter {
     std::string identity = index_key(loop_index(shape));
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       if (loads_[i].empty() && !raw_loads_[i]) continue;
-      bool same = !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == identity &&
-                  body_.inputs()[i]->tensor_type().shape == shape;
-      k.inputs[i].last_nest_loads =
-          same ? KernelInput::Loads::kIdentity : KernelInput::Loads::kOther;
+      bool same_shape = body_.inputs()[i]->tensor_type().shape == shape;
+      bool same =
+          !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == identity && same_shape;
+      const std::set<std::string>& unguarded = unguarded_loads_[i];
+      bool guarded =
+          !raw_loads_[i] && guarded_loads_[i] && same_shape &&
+          (unguarded.empty() || (unguarded.size() == 1 && *unguarded.begin() == identity));
+      k.inputs[i].last_nest_loads = same      ? KernelInput::Loads::kIdentity
+                                    : guarded ? KernelInput::Loads::kIdentityOrGuarded
+                                              : KernelInput::Loads::kOther;
     }
   }
 
@@ -650,7 +658,10 @@ class KernelEmitter {
   }
 
   Val eval(const Value* v, const Index& at) {
-    std::string key = std::to_string(v->id()) + "@" + index_key(at);
+    // A value used only under a scatter's condition is kept apart from the same value used
+    // unconditionally, so that every unconditional load is seen as one (record_last_nest_loads).
+    std::string key =
+        std::to_string(v->id()) + "@" + index_key(at) + (guard_depth_ > 0 ? "|guarded" : "");
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
     Val r = compute(v, at);
@@ -700,6 +711,10 @@ class KernelEmitter {
       address = address + mul(at[d], "s" + n + "_" + std::to_string(d));
     std::string key = index_key(at);
     loads_[k].insert(key);
+    if (guard_depth_ > 0)
+      guarded_loads_[k] = true;
+    else
+      unguarded_loads_[k].insert(key);
     if (lanes_ && lanes_->inputs.contains(k)) {
       KILN_ASSERT(key == index_key(loop_index(body_.inputs()[k]->tensor_type().shape)))
           << "a vector input loaded away from its element";
@@ -1211,7 +1226,9 @@ class KernelEmitter {
       declare("int64_t", j, c + " ? (" + e.text + ") : 0");
       guarded.push_back(IndexExpr::var(j));
     }
+    ++guard_depth_;
     Val s = eval(src, broadcast_index(guarded, src->tensor_type().shape));
+    --guard_depth_;
     Val base = eval(self, at);
     return define(out, c + " ? " + copy_convert(s, out) + " : " + base.expr);
   }
@@ -1278,6 +1295,11 @@ class KernelEmitter {
   std::unordered_map<std::string, Val> memo_;
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided
+  // Per input: the indices of its loads outside any scatter's src, and whether it is loaded
+  // inside one (where the load's value is used only under the scatter's condition).
+  std::vector<std::set<std::string>> unguarded_loads_;
+  std::vector<bool> guarded_loads_;
+  int guard_depth_ = 0;  // > 0 while evaluating a scatter's src
   std::vector<std::vector<StorageWindow>> windows_;
   std::vector<bool> whole_storage_;  // per input: indexed as its storage (require_whole_storage)
   int next_ = 0;

@@ -105,6 +105,13 @@ bool can_store_in_kernel(const codegen::Kernel& kernel, size_t j, const RtTensor
             disjoint(t, dest))
           continue;
         return false;
+      case codegen::KernelInput::Loads::kIdentityOrGuarded:
+        // The plan placed this store in the kernel: its same-index rule covers the loads under
+        // a scatter's condition, for the target tensor itself.
+        if ((t.sizes == dest.sizes && t.strides == dest.strides && t.offset == dest.offset) ||
+            disjoint(t, dest))
+          continue;
+        return false;
       case codegen::KernelInput::Loads::kOther:
         if (in.windows.empty() && disjoint(t, dest)) continue;
         return false;
