@@ -234,6 +234,7 @@ class KernelEmitter {
     nest_rank_ = static_cast<int>(shape.size());
     mode_ = mode;
     row_reductions_ = 0;
+    reductions_ = 0;
     lanes_ = lanes;
     Index at = loop_index(shape);
     std::vector<std::pair<size_t, Val>> values;
@@ -258,10 +259,13 @@ class KernelEmitter {
 
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last) {
     NestBody body = emit_body(shape, k, is_last, NestMode::kCpuLoops);
+    bool has_reductions = reductions_ > 0;
     if (is_last) record_last_nest_loads(shape, k);
+    std::string flat = has_reductions ? "" : cpu_flat_loop(shape, k, is_last);
 
     std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
                       shape_str(shape) + "\n";
+    if (!flat.empty()) out += flat + "  } else {\n";
     out += indented(body.levels[0], 2);
     bool between_loops = false;  // code between the loops: they cannot collapse
     for (size_t d = 1; d < shape.size(); ++d)
@@ -282,8 +286,70 @@ class KernelEmitter {
     out += indented(body.stores, static_cast<int>(shape.size()) + 2);
     for (size_t d = shape.size(); d-- > 0;)
       out += std::string(2 + 2 * d, ' ') + "  }\n";
+    if (!flat.empty()) out += "  }\n";
     out += "  }\n";
     return out;
+  }
+
+  // A CPU nest without reductions also gets one flat loop that the compiler vectorizes (`omp
+  // simd`; vector math from libmvec, cpu_vector_math.h), taken at run time when every tensor read
+  // or written at the iteration's own element is contiguous over the nest. Those are addressed
+  // as arrays from their first element; anything else (a broadcast operand, a view) is read at
+  // the multi-index recovered from the flat one. Empty when no tensor qualifies.
+  //   if (s0_0 == 4LL && s0_1 == 1LL && os0_0 == 4LL && os0_1 == 1LL) {
+  //     for (int64_t lin = 0; lin < 12; ++lin) { ... ld_f32(lane_in0, l) ... st_f32(lane_out0, l,
+  //     v) }
+  //   } else { the strided loops }
+  std::string cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last) {
+    int64_t numel = shape_numel(shape);
+    if (shape.empty() || numel < 16) return "";
+    std::string identity = index_key(loop_index(shape));
+    Lanes lanes;
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].empty()) continue;
+      if (loads_[i].size() != 1 || *loads_[i].begin() != identity) continue;
+      if (body_.inputs()[i]->tensor_type().shape != shape) continue;
+      lanes.inputs.insert(i);
+    }
+    std::vector<size_t> outs;
+    for (size_t j = 0; j < k.outputs.size(); ++j)
+      if (k.outputs[j].shape == shape) outs.push_back(j);
+    if (lanes.inputs.empty() && outs.empty()) return "";
+    std::vector<std::vector<StorageWindow>> windows = windows_;
+    std::vector<bool> whole = whole_storage_;
+    NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
+    windows_ = windows;
+    whole_storage_ = whole;
+
+    Strides contiguous = contiguous_strides(shape);
+    std::string cond;
+    auto require_contiguous = [&](const std::string& strides) {
+      for (size_t d = 0; d < shape.size(); ++d) {
+        if (shape[d] == 1) continue;
+        cond += std::string(cond.empty() ? "" : " && ") + strides + std::to_string(d) +
+                " == " + std::to_string(contiguous[d]) + "LL";
+      }
+    };
+    std::string text;
+    for (size_t i : lanes.inputs) {
+      std::string n = std::to_string(i);
+      require_contiguous("s" + n + "_");
+      text += "    const char* const lane_in" + n + " = static_cast<const char*>(in" + n + ") + o" +
+              n + " * " + std::to_string(dtype_size(body_.inputs()[i]->tensor_type().dtype)) +
+              ";\n";
+    }
+    for (size_t j : outs) {
+      std::string n = std::to_string(j);
+      require_contiguous("os" + n + "_");
+      text += "    char* const lane_out" + n + " = static_cast<char*>(out" + n + ") + oo" + n +
+              " * " + std::to_string(dtype_size(k.outputs[j].dtype)) + ";\n";
+    }
+    text += numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+    text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
+    text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
+    text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
+    return "  if (" + (cond.empty() ? std::string("true") : cond) + ") {\n" +
+           "    using I [[maybe_unused]] = int64_t;\n" + text;
   }
 
   // `code` with every line indented by `depth` two-space steps.
@@ -966,6 +1032,7 @@ class KernelEmitter {
     // In a CUDA nest, a reduction below the last dim makes the nest a row nest (cuda_rows_nest).
     const bool row_level = depth < nest_rank_ || nest_rank_ == 0;
     if (row_level) ++row_reductions_;
+    ++reductions_;
     const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
 
     // One pass over the reduced elements: `combine(x, rl)` is the line that takes in the element
@@ -1292,6 +1359,7 @@ class KernelEmitter {
   int nest_rank_ = 0;
   NestMode mode_ = NestMode::kCpuLoops;
   int row_reductions_ = 0;  // reductions at row level (below the nest's last dim) so far
+  int reductions_ = 0;      // reductions in the nest so far
   std::unordered_map<std::string, Val> memo_;
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided

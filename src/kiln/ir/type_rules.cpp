@@ -65,7 +65,8 @@ std::vector<EagerResult> parse_eager_results(const std::string& text) {
     Type type;
     KILN_CHECK(parse_type(entry, &type) && std::holds_alternative<TensorType>(type) &&
                std::get<TensorType>(type).layout.has_value())
-        << "eager_call: '" << entry << "' is not a tensor type with its strides";
+        << "'" << entry
+        << "' is not a result type with its layout (cpu f32[3, 4] strides=(4, 1) offset=0)";
     TensorType t = std::get<TensorType>(type);
     std::vector<int64_t> strides = t.layout->strides;
     t.layout.reset();

@@ -83,6 +83,7 @@ CompilerConfig default_compiler_config() {
   c.compiler = cxx && *cxx ? cxx : "c++";
   c.flags = {"-std=c++20", "-O3",     "-march=native",     "-fopenmp",        "-shared",
              "-fPIC",      "-fwrapv", "-ffp-contract=off", "-fno-math-errno", "-w"};
+  c.libraries = {"-lmvec"};
   return c;
 }
 
@@ -98,6 +99,8 @@ std::string toolchain_identity(const CompilerConfig& config) {
     std::remove(log);
   }
   id += "flags";
+  for (const std::string& f : config.libraries)
+    id += " " + f;
   for (const std::string& f : config.flags)
     id += " " + f;
   id += "\n" + cpu_identity();
@@ -109,6 +112,7 @@ int compile_shared_object(const CompilerConfig& config, const std::string& sourc
   std::vector<std::string> argv = {config.compiler};
   argv.insert(argv.end(), config.flags.begin(), config.flags.end());
   argv.insert(argv.end(), {"-x", "c++", source_path, "-o", output_path});
+  argv.insert(argv.end(), config.libraries.begin(), config.libraries.end());
   std::string log_path = output_path + ".log";
   int status = run(argv, log_path);
   if (log) *log = read_text(log_path, 8192);

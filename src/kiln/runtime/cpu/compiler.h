@@ -14,6 +14,9 @@ namespace kiln::cpu {
 struct CompilerConfig {
   std::string compiler;
   std::vector<std::string> flags;
+  // After the source: libmvec, glibc's vector math (the flat loops' std::tanh, std::exp, ... of
+  // several elements at once; cpu_prelude.h declares them).
+  std::vector<std::string> libraries;
 };
 
 CompilerConfig default_compiler_config();
