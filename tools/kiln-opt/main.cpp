@@ -13,6 +13,9 @@
 //                                             reference interpreter) and print the results
 //   --alias="a: base0[4] strides=(1,) offset=0; b: ...; base0: f32[8]"
 //                                             compile for inputs that share memory this way
+//   kiln-opt seed.trace --pipeline --kernels  print the source of every fusion region's kernel,
+//                                             for the device the trace's types name (declare
+//                                             the inputs "cuda:0 f32[...]" for CUDA source)
 //   kiln-opt - ...                            read the trace from standard input
 //
 // Exit status: 0 on success, 1 on a user error (malformed trace, bad input, an error eager
@@ -24,6 +27,7 @@
 #include <optional>
 #include <sstream>
 
+#include "kiln/codegen/kernel.h"
 #include "kiln/kiln.h"
 #include "kiln/passes/pipeline.h"
 #include "kiln/runtime/executor.h"
@@ -35,6 +39,7 @@ struct Options {
   std::vector<std::string> passes;
   bool pipeline = false;
   bool history = false;
+  bool kernels = false;
   std::string alias;
   bool run = false;
   uint64_t seed = 0;
@@ -69,6 +74,8 @@ Options parse_args(int argc, char** argv) {
       o.pipeline = true;
     } else if (a == "--history") {
       o.history = true;
+    } else if (a == "--kernels") {
+      o.kernels = true;
     } else if (a.starts_with("--alias=")) {
       o.alias = a.substr(8);
     } else if (a.starts_with("--seed=")) {
@@ -101,6 +108,7 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (o.file.empty()) usage_error("no input file");
+  if (o.kernels && !o.pipeline) usage_error("--kernels needs --pipeline");
   if (o.passes.empty() && !o.run && !o.pipeline) o.passes = {"verify", "print"};
   return o;
 }
@@ -219,6 +227,25 @@ void run_program(const kiln::Trace& trace, const kiln::CompiledProgram* compiled
   print_values("# inputs after the call", trace, inputs);
 }
 
+// Each fusion region's kernel source for its device, or why it has none (it is then interpreted).
+void print_kernels(const kiln::CompiledProgram& compiled) {
+  for (size_t s = 0; s < compiled.plan.steps.size(); ++s) {
+    const kiln::Step& step = compiled.plan.steps[s];
+    if (step.kind != kiln::Step::Kind::kFusion) continue;
+    kiln::Device device = kiln::Device::cpu();
+    for (kiln::Value* v : step.outputs)
+      if (v->is_tensor()) device = v->tensor_type().device;
+    kiln::codegen::KernelLowering lowered = kiln::codegen::lower_kernel(
+        step, device.kind == kiln::Device::Kind::kCuda ? kiln::codegen::Target::kCuda
+                                                       : kiln::codegen::Target::kCpu);
+    std::cout << "// ==== " << step.name << " (" << device.str() << ")\n";
+    if (lowered.kernel)
+      std::cout << lowered.kernel->source;
+    else
+      std::cout << "// no kernel: " << lowered.why_not << "\n";
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,6 +282,7 @@ int main(int argc, char** argv) {
       } else {
         std::cout << compiled->history.back().printed;
       }
+      if (o.kernels) print_kernels(*compiled);
     }
     if (o.run) run_program(trace, compiled ? &*compiled : nullptr, pattern, o);
   } catch (const kiln::UserError& e) {

@@ -134,9 +134,11 @@ template <class I>
 inline void st_f16(void* p, I i, float v) {
   static_cast<uint16_t*>(p)[i] = float_to_half(v);
 }
+// The held value is exactly a bfloat16 (its low 16 bits are zero), so its high half is the
+// bfloat16: no conversion instruction, which costs a slot of the F2F unit (16 a clock per SM).
 template <class I>
 inline void st_bf16(void* p, I i, float v) {
-  static_cast<uint16_t*>(p)[i] = float_to_bfloat16(v);
+  static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(__float_as_uint(v) >> 16);
 }
 template <class I>
 inline void st_f32(void* p, I i, float v) {

@@ -976,7 +976,14 @@ class KernelEmitter {
       } else if (o.is_value() && o.value()->is_tensor()) {
         Val v = eval(o.value(), broadcast_index(at, o.value()->tensor_type().shape));
         std::string held = fl ? "as_f(" + v.expr + ")" : "as_i(" + v.expr + ")";
-        operands.push_back(convert ? (fl ? "f_" : "i_") + c + "(" + held + ")" : held);
+        if (convert && v.dtype == typing.compute) {
+          // Already exact in the compute dtype, in its register type: rounding it again would
+          // change nothing and costs a conversion per operand (bf16: the F2F unit's 16 per
+          // clock, which bounded S1 at 2^26 more than memory did).
+          operands.push_back(v.expr);
+        } else {
+          operands.push_back(convert ? (fl ? "f_" : "i_") + c + "(" + held + ")" : held);
+        }
       } else {
         Number n = number(o);
         operands.push_back(fl ? "f_" + c + "(" + n.as_double + ")"
