@@ -30,6 +30,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+# Count the host time inside cuLaunchKernel (read once, at kiln's first launch): host_split.
+os.environ.setdefault("KILN_COUNT_LAUNCH_TIME", "1")
+
 import torch
 import torch.nn.functional as F
 
@@ -168,6 +171,23 @@ def wall_per_call(fn: Callable, args: list, device: torch.device, repeat: int = 
     return (time.perf_counter() - t) / repeat
 
 
+def host_split(fn: Callable, args: list, device: torch.device, repeat: int) -> dict:
+    """Where a small call's host time goes (microseconds per call, back to back): the whole call;
+    the C++ part (kiln._C.JitCache.run called directly, without the Python wrapper); and, of the
+    C++ part, the time inside cuLaunchKernel (counted by kiln._C when KILN_COUNT_LAUNCH_TIME is
+    set, as main() does). Python wrapper = whole - C++."""
+    from kiln import _C, _jit
+
+    f = kiln.jit(fn)
+    whole = wall_per_call(f, args, device, repeat)
+    cache, n = f._cache, len(args)
+    direct = wall_per_call(lambda *a: cache.run(n, a, _jit._MISS), args, device, repeat)
+    before = _C.cuda_launch_host_seconds()
+    wall_per_call(lambda *a: cache.run(n, a, _jit._MISS), args, device, repeat)
+    launched = (_C.cuda_launch_host_seconds() - before) / (repeat + 20)  # wall_per_call warms up 20
+    return {"split_whole_us": whole * 1e6, "split_cpp_us": direct * 1e6, "split_launch_us": launched * 1e6}
+
+
 def kernels_per_call(fn: Callable, args: list) -> int:
     from torch.profiler import ProfilerActivity, profile
 
@@ -277,6 +297,8 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001
                 row[f"{name}_us"] = None
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        if cuda and row.get("kiln_us"):
+            row.update(host_split(w.fn, args, device, 200 if opts.quick else 2000))
         small.append(row)
         print(row, flush=True)
 
@@ -318,11 +340,15 @@ def markdown(report: dict) -> str:
             v = r.get(f"{s}_ms")
             cells.append(f"{v:.4f} ({_ratio(v, r['floor_ms'])})" if v else "failed")
         lines.append(f"| {r['workload']} | {r['elements']} | {r['dtype']} | {r['floor_ms']:.4f} | " + " | ".join(cells) + f" | {_ratio(r.get('kiln_ms'), r.get('torch.compile_ms'))} |")
-    lines += ["", "| workload (5x1024) | kiln us/call | eager us/call | torch.compile us/call | kernels kiln / eager / compile |", "|---|---|---|---|---|"]
+    lines += ["", "| workload (5x1024) | kiln us/call | eager us/call | torch.compile us/call | kernels kiln / eager / compile | kiln split: Python / C++ less launch / launch |", "|---|---|---|---|---|---|"]
     for r in report["small"]:
         us = [f"{r[k]:.1f}" if r.get(k) else "failed" for k in ("kiln_us", "eager_us", "torch.compile_us")]
         kernels = " / ".join(str(r.get(f"{s}_kernels", "-")) for s in ("kiln", "eager", "torch.compile"))
-        lines.append(f"| {r['workload']} | " + " | ".join(us) + f" | {kernels} |")
+        split = "-"
+        if "split_whole_us" in r:
+            py = r["split_whole_us"] - r["split_cpp_us"]
+            split = f"{py:.1f} / {r['split_cpp_us'] - r['split_launch_us']:.1f} / {r['split_launch_us']:.1f}"
+        lines.append(f"| {r['workload']} | " + " | ".join(us) + f" | {kernels} | {split} |")
     f = report["first_call"]
     if f:
         lines += ["", f"first call (S1, 2^20, fresh process): kiln empty cache {f['kiln_empty_cache_s']:.3f} s, kiln warm cache {f['kiln_warm_cache_s'] * 1e3:.1f} ms, torch.compile {f['torch.compile_s']:.2f} s"]

@@ -523,10 +523,8 @@ class KernelEmitter {
       src += indented(rows.levels[shape.size()], 2);
       src += "    if (threadIdx.x == 0) {\n" + indented(rows.stores, 3) + "    }\n";
     } else {
-      std::string last = "i" + std::to_string(shape.size() - 1);
-      src += "    for (I " + last + " = static_cast<I>(threadIdx.x); " + last + " < " +
-             std::to_string(shape.back()) + "; " + last + " += static_cast<I>(blockDim.x)) {\n";
-      src += indented(rows.levels[shape.size()], 3) + indented(rows.stores, 3) + "    }\n";
+      BlockLoop loop = block_loop("i" + std::to_string(shape.size() - 1), "I", shape.back());
+      src += indented(loop.open + rows.levels[shape.size()] + rows.stores + loop.close, 2);
     }
     src += "  }\n}\n";
     for (int bits : {32, 64}) {
@@ -537,6 +535,30 @@ class KernelEmitter {
     }
     k.nests.push_back(std::move(nest));
     return src;
+  }
+
+  // A loop of the block's threads over [0, count): thread t takes t, t + kCudaBlock, ... Its trip
+  // count is a constant, so the compiler unrolls it and issues the loads of every trip before it
+  // waits for the first. (A loop stepping by blockDim.x issued one load at a time, and the row
+  // nests ran at about twice their byte floor on the H200: bench/NOTES.md.)
+  struct BlockLoop {
+    std::string open, close;  // the body goes between, as complete lines
+  };
+  static BlockLoop block_loop(const std::string& var, const std::string& type, int64_t count) {
+    int64_t trips = (count + kCudaBlock - 1) / kCudaBlock;
+    std::string trip = var + "_trip";
+    BlockLoop loop;
+    loop.open = std::string(trips <= 16 ? "#pragma unroll\n" : "#pragma unroll 4\n") + "for (int " +
+                trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip + ") {\n" +
+                "const " + type + " " + var + " = static_cast<" + type +
+                ">(threadIdx.x) + static_cast<" + type + ">(" + trip + ") * " +
+                std::to_string(kCudaBlock) + ";\n";
+    loop.close = "}\n";
+    if (count % kCudaBlock != 0) {
+      loop.open += "if (" + var + " < " + std::to_string(count) + ") {\n";
+      loop.close += "}\n";
+    }
+    return loop;
   }
 
   // The nest's device functions and their entries (appended to `entries`).
@@ -907,6 +929,26 @@ class KernelEmitter {
                         : "i_" + suffix(out) + "(" + v.expr + ")";
   }
 
+  // pow with these constant exponents as PyTorch's pow_tensor_scalar computes them (a product,
+  // sqrt, a reciprocal), not through powf: rms norm's x.pow(2) spent most of its kernel in powf.
+  static std::optional<std::string> pow_by_constant(const Operand& exponent) {
+    if (exponent.is_value() || exponent.is_none()) return std::nullopt;
+    double e = 0;
+    if (const double* d = std::get_if<double>(&exponent.constant()))
+      e = *d;
+    else if (const int64_t* i = std::get_if<int64_t>(&exponent.constant()))
+      e = static_cast<double>(*i);
+    else
+      return std::nullopt;
+    if (e == 2) return "a * a";
+    if (e == 3) return "a * a * a";
+    if (e == 0.5) return "std::sqrt(a)";
+    if (e == -0.5) return "K(1) / std::sqrt(a)";
+    if (e == -1) return "K(1) / a";
+    if (e == -2) return "K(1) / (a * a)";
+    return std::nullopt;
+  }
+
   Val elementwise(const Node& node, const Index& at) {
     const OpInfo& op = *node.op;
     if (op.is_inplace_elementwise()) not_lowered(op.name + ": an in-place op in a region");
@@ -919,6 +961,7 @@ class KernelEmitter {
                   " can raise (division by zero, negative powers); the interpreter runs it");
     }
     std::string expr = fl ? expr_text(fid).f : expr_text(fid).i;
+    if (fid == OpId::kPow && fl) expr = pow_by_constant(node.arg(1)).value_or(expr);
     if (expr.starts_with("KILN_NO_"))
       not_lowered(op.name + ": no " + (fl ? "floating" : "integer") + " math for its dtypes");
 
@@ -1081,7 +1124,8 @@ class KernelEmitter {
         index[static_cast<size_t>(d)] = IndexExpr::var(var);
       }
       Val x = eval(self, index);
-      std::string converted = arg ? x.expr
+      std::string converted = arg || x.dtype == out
+                                  ? x.expr  // already exact in `out`, in its register type
                                   : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
                                         : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
       emit(level, combine(converted, rl));
@@ -1094,16 +1138,24 @@ class KernelEmitter {
       for (auto it = level_of_.begin(); it != level_of_.end();)
         it = it->second >= level ? level_of_.erase(it) : std::next(it);
       std::string n = std::to_string(count);
-      std::string loop =
-          cooperative ? "for (int64_t " + rl + " = threadIdx.x; " + rl + " < " + n + "; " + rl +
-                            " += blockDim.x) {"
-                      : "for (int64_t " + rl + " = 0; " + rl + " < " + n + "; ++" + rl + ") {";
-      emit(depth, loop);
-      levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
-      emit(depth, "}");
+      if (cooperative) {
+        BlockLoop loop = block_loop(rl, "int64_t", count);
+        levels_.at(static_cast<size_t>(depth)) += indented(loop.open + body + loop.close, 0);
+      } else {
+        emit(depth, "for (int64_t " + rl + " = 0; " + rl + " < " + n + "; ++" + rl + ") {");
+        levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
+        emit(depth, "}");
+      }
     };
 
-    const std::string acc_type = fl ? "double" : "int64_t";
+    // Sums and products accumulate in double, except CUDA's short reductions of float, half and
+    // bfloat16, which accumulate in float as PyTorch's CUDA kernels do: a double accumulator costs
+    // a float-to-double conversion per element (16 a clock per SM, the unit that also rounds to
+    // bfloat16), which bounded the bf16 normalization at 2.6x its byte floor. Max and min are
+    // exact in either.
+    const bool float_acc =
+        fl && reg(held) == "float" && (id == OpId::kAmax || id == OpId::kAmin || count <= 4096);
+    const std::string acc_type = fl ? (float_acc ? "float" : "double") : "int64_t";
     std::string acc = fresh("acc");
     auto finish = [&](const std::string& op) {
       if (cooperative) emit(depth, acc + " = block_" + op + "(" + acc + ");");

@@ -59,6 +59,19 @@ inline int64_t as_i(double v) {
 inline double red_sum(double a, double b) {
   return a + b;
 }
+// float accumulators: CUDA's short reductions of float, half and bfloat16 (lower_kernel.cpp).
+inline float red_sum(float a, float b) {
+  return a + b;
+}
+inline float red_prod(float a, float b) {
+  return a * b;
+}
+inline float red_max(float a, float b) {
+  return a != a ? a : (b != b || b > a) ? b : a;
+}
+inline float red_min(float a, float b) {
+  return a != a ? a : (b != b || b < a) ? b : a;
+}
 inline int64_t red_sum(int64_t a, int64_t b) {
   return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }

@@ -30,6 +30,7 @@
 #include "kiln/analysis/alias_pattern.h"
 #include "kiln/ir/parser.h"
 #include "kiln/passes/pipeline.h"
+#include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/executor.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
 #include "kiln/support/error.h"
@@ -552,6 +553,8 @@ NB_MODULE(_C, m) {
       .def_prop_ro("compile_seconds", [](const Program& p) { return p.compile_seconds; })
       .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; })
       .def_prop_ro("fallback_ops", [](const Program& p) { return p.fallback_ops; });
+  m.def("cuda_launch_host_seconds", &cuda::launch_host_seconds,
+        "Host seconds inside cuLaunchKernel so far (counted when KILN_COUNT_LAUNCH_TIME is set).");
   m.def("register_eager", &register_eager, nb::arg("fn"),
         "Registers fn(list of tensors) -> list of tensors for eager_call; returns its number.");
   nb::class_<JitCache>(m, "JitCache")
