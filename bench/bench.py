@@ -242,14 +242,15 @@ def main() -> None:
     ap.add_argument("--sizes", default=None, help="log2 of the element counts (default 20,26 on CUDA, 20,24 on the CPU)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke test)")
-    ap.add_argument("--workloads", default=None, help="comma-separated names")
+    ap.add_argument("--workloads", default=None, help="comma-separated names (_ for a space: rms_norm)")
     ap.add_argument("--no-first-call", action="store_true", help="skip the first-call latencies")
     opts = ap.parse_args()
     device = torch.device(opts.device)
     cuda = device.type == "cuda"
     sizes = [int(s) for s in (opts.sizes or ("20,26" if cuda else "20,24")).split(",")]
     repeat = 5 if opts.quick else 30
-    workloads = [w for w in WORKLOADS if not opts.workloads or w.name in opts.workloads.split(",")]
+    wanted = {name.replace("_", " ") for name in opts.workloads.split(",")} if opts.workloads else None
+    workloads = [w for w in WORKLOADS if wanted is None or w.name in wanted]  # rms_norm: "rms norm"
     copies = 2 if opts.quick else 4
 
     info = {

@@ -19,40 +19,84 @@ std::string operand(const IndexExpr& e) {
   return is_sum_or_product(e.text) ? "(" + e.text + ")" : e.text;
 }
 
+using Range = std::optional<std::pair<int64_t, int64_t>>;
+
+// Bounds of lo..hi under an operation, or none when one is unknown or would overflow.
+Range add_ranges(const Range& a, const Range& b) {
+  if (!a || !b) return std::nullopt;
+  int64_t lo, hi;
+  if (__builtin_add_overflow(a->first, b->first, &lo) ||
+      __builtin_add_overflow(a->second, b->second, &hi))
+    return std::nullopt;
+  return std::pair{lo, hi};
+}
+Range scale_range(const Range& a, int64_t k) {  // k > 0
+  if (!a) return std::nullopt;
+  int64_t lo, hi;
+  if (__builtin_mul_overflow(a->first, k, &lo) || __builtin_mul_overflow(a->second, k, &hi))
+    return std::nullopt;
+  return std::pair{lo, hi};
+}
+
 }  // namespace
 
 IndexExpr operator+(const IndexExpr& a, const IndexExpr& b) {
   if (a.constant && b.constant) return IndexExpr::number(*a.constant + *b.constant);
   if (a.is_zero()) return b;
   if (b.is_zero()) return a;
-  return {a.text + " + " + b.text, std::nullopt};
+  return {a.text + " + " + b.text, std::nullopt, add_ranges(a.range, b.range)};
 }
 
 IndexExpr operator-(const IndexExpr& a, int64_t k) {
   if (a.constant) return IndexExpr::number(*a.constant - k);
   if (k == 0) return a;
-  return {a.text + " - " + std::to_string(k), std::nullopt};
+  return {a.text + " - " + std::to_string(k), std::nullopt, add_ranges(a.range, std::pair{-k, -k})};
 }
 
 IndexExpr operator*(const IndexExpr& a, int64_t k) {
   if (a.constant) return IndexExpr::number(*a.constant * k);
   if (k == 0) return IndexExpr::number(0);
   if (k == 1) return a;
-  return {operand(a) + "*" + std::to_string(k), std::nullopt};
+  Range r = k > 0 ? scale_range(a.range, k) : std::nullopt;
+  return {operand(a) + "*" + std::to_string(k), std::nullopt, r};
 }
 
 IndexExpr operator/(const IndexExpr& a, int64_t k) {
   KILN_ASSERT(k > 0) << "index division by " << k;
   if (a.constant) return IndexExpr::number(*a.constant / k);
   if (k == 1) return a;
-  return {operand(a) + " / " + std::to_string(k), std::nullopt};
+  // C++ division truncates toward zero, which is monotonic: the bounds divide.
+  Range r;
+  if (a.range) r = std::pair{a.range->first / k, a.range->second / k};
+  return {operand(a) + " / " + std::to_string(k), std::nullopt, r};
 }
 
 IndexExpr operator%(const IndexExpr& a, int64_t k) {
   KILN_ASSERT(k > 0) << "index modulo by " << k;
   if (a.constant) return IndexExpr::number(*a.constant % k);
   if (k == 1) return IndexExpr::number(0);
-  return {operand(a) + " % " + std::to_string(k), std::nullopt};
+  Range r;
+  if (a.range && a.range->first >= 0)
+    r = a.range->second < k ? *a.range : std::pair<int64_t, int64_t>{0, k - 1};
+  return {operand(a) + " % " + std::to_string(k), std::nullopt, r};
+}
+
+IndexExpr exact_div(const IndexExpr& a, int64_t k) {
+  IndexExpr q = a / k;
+  if (k > 1 && !q.constant) {
+    q.exact_dividend = std::make_shared<const IndexExpr>(a);
+    q.exact_divisor = k;
+  }
+  return q;
+}
+
+bool inside_shape(const Index& index, const Shape& shape) {
+  if (index.size() != shape.size()) return false;
+  for (size_t d = 0; d < index.size(); ++d) {
+    const auto& r = index[d].range;
+    if (!r || r->first < 0 || r->second >= shape[d]) return false;
+  }
+  return true;
 }
 
 std::string index_key(const Index& index) {
@@ -65,7 +109,8 @@ std::string index_key(const Index& index) {
 Index loop_index(const Shape& shape) {
   Index at;
   for (size_t d = 0; d < shape.size(); ++d)
-    at.push_back(shape[d] == 1 ? IndexExpr::number(0) : IndexExpr::var("i" + std::to_string(d)));
+    at.push_back(shape[d] == 1 ? IndexExpr::number(0)
+                               : IndexExpr::bounded("i" + std::to_string(d), 0, shape[d] - 1));
   return at;
 }
 
@@ -149,7 +194,14 @@ std::optional<Index> view_source_index(const Node& node, size_t output, const In
       int64_t start, end;
       normalize_slice(in_shape[d], node.arg("start").as_optional_int(),
                       node.arg("end").as_optional_int(), &start, &end);
-      in[d] = IndexExpr::number(start) + at[d] * node.arg("step").as_int();
+      int64_t step = node.arg("step").as_int();
+      in[d] = IndexExpr::number(start) + at[d] * step;
+      // The slot of a strided scatter read through the matching strided slice: start + the
+      // dividend itself, where that stays inside the input (elsewhere the product above is).
+      if (at[d].exact_dividend && at[d].exact_divisor == step) {
+        IndexExpr direct = IndexExpr::number(start) + *at[d].exact_dividend;
+        if (inside_shape({direct}, {in_shape[d]})) in[d] = direct;
+      }
       return in;
     }
     case OpId::kNarrow: {

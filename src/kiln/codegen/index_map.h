@@ -13,8 +13,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/ir/trace.h"
@@ -22,12 +24,29 @@
 namespace kiln::codegen {
 
 // One coordinate: non-negative int64 arithmetic in C++ text, or a known constant.
+//
+// `range` bounds its value (inclusive) wherever the kernel evaluates it, when that is known: loop
+// indices and reduction indices have their extent, and the operators below carry bounds through.
+// Under a scatter's condition a load whose index is inside the tensor needs no guard.
+//
+// `exact_dividend` marks a quotient made by exact_div, which is exact wherever its value is used
+// (under the scatter condition that the dividend is a multiple): a slice with that step maps it
+// back to the dividend, where that is inside the slice's input. So a strided scatter's src read
+// through the matching strided slice,
+//   x[:, ::2].mul_(0.5):  slot j = i1 / 2 (exact where i1 % 2 == 0), src at (j * 2) = i1
+// loads x at the iteration's own element, which a vector load can do.
 struct IndexExpr {
   std::string text;
   std::optional<int64_t> constant;
+  std::optional<std::pair<int64_t, int64_t>> range;
+  std::shared_ptr<const IndexExpr> exact_dividend;
+  int64_t exact_divisor = 0;
 
-  static IndexExpr number(int64_t v) { return {std::to_string(v), v}; }
+  static IndexExpr number(int64_t v) { return {std::to_string(v), v, std::pair{v, v}}; }
   static IndexExpr var(std::string name) { return {std::move(name), std::nullopt}; }
+  static IndexExpr bounded(std::string name, int64_t lo, int64_t hi) {
+    return {std::move(name), std::nullopt, std::pair{lo, hi}};
+  }
   bool is_zero() const { return constant && *constant == 0; }
   bool operator==(const IndexExpr& o) const { return text == o.text; }
 };
@@ -38,6 +57,11 @@ IndexExpr operator-(const IndexExpr& a, int64_t k);
 IndexExpr operator*(const IndexExpr& a, int64_t k);
 IndexExpr operator/(const IndexExpr& a, int64_t k);
 IndexExpr operator%(const IndexExpr& a, int64_t k);
+// a / k, where the caller guarantees that a is a multiple of k wherever the quotient's value is
+// used (elsewhere only its bounds matter): see IndexExpr.
+IndexExpr exact_div(const IndexExpr& a, int64_t k);
+// Whether every coordinate is known to lie inside `shape`.
+bool inside_shape(const Index& index, const Shape& shape);
 
 // "i0, i1" — a memo key for a value evaluated at this index.
 std::string index_key(const Index& index);

@@ -1085,6 +1085,18 @@ class KernelEmitter {
     ++reductions_;
     const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
 
+    // Sums and products accumulate in double, except CUDA's short reductions of float, half and
+    // bfloat16, which accumulate in float as PyTorch's CUDA kernels do: a double accumulator costs
+    // a float-to-double conversion per element (16 a clock per SM, the unit that also rounds to
+    // bfloat16), which bounded the bf16 normalization at 2.6x its byte floor. Max and min are
+    // exact in either.
+    const bool float_acc =
+        fl && reg(held) == "float" && (id == OpId::kAmax || id == OpId::kAmin || count <= 4096);
+    const std::string acc_type = fl ? (float_acc ? "float" : "double") : "int64_t";
+    // The type each element enters the accumulator in (red_<op> has float and double forms).
+    const std::string element_type =
+        fl && float_acc && id != OpId::kVar && id != OpId::kStd ? "float" : "double";
+
     // One pass over the reduced elements: `combine(x, rl)` is the line that takes in the element
     // x (converted), the rl-th of the group.
     using Combine = std::function<std::string(const std::string& x, const std::string& rl)>;
@@ -1121,13 +1133,14 @@ class KernelEmitter {
           declare("int64_t", next, rest + " / " + std::to_string(size));
           rest = next;
         }
-        index[static_cast<size_t>(d)] = IndexExpr::var(var);
+        index[static_cast<size_t>(d)] = IndexExpr::bounded(var, 0, size - 1);
       }
       Val x = eval(self, index);
       std::string converted = arg || x.dtype == out
                                   ? x.expr  // already exact in `out`, in its register type
                                   : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
                                         : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
+      if (fl && !arg) converted = "static_cast<" + element_type + ">(" + converted + ")";
       emit(level, combine(converted, rl));
       std::string body = levels_.back();
       levels_.pop_back();
@@ -1148,14 +1161,6 @@ class KernelEmitter {
       }
     };
 
-    // Sums and products accumulate in double, except CUDA's short reductions of float, half and
-    // bfloat16, which accumulate in float as PyTorch's CUDA kernels do: a double accumulator costs
-    // a float-to-double conversion per element (16 a clock per SM, the unit that also rounds to
-    // bfloat16), which bounded the bf16 normalization at 2.6x its byte floor. Max and min are
-    // exact in either.
-    const bool float_acc =
-        fl && reg(held) == "float" && (id == OpId::kAmax || id == OpId::kAmin || count <= 4096);
-    const std::string acc_type = fl ? (float_acc ? "float" : "double") : "int64_t";
     std::string acc = fresh("acc");
     auto finish = [&](const std::string& op) {
       if (cooperative) emit(depth, acc + " = block_" + op + "(" + acc + ");");
@@ -1304,11 +1309,21 @@ class KernelEmitter {
         if (slice_length(start, end, step) == 0) return eval(self, at);
         const IndexExpr& x = at[d];
         IndexExpr rel = x - start;
-        cond = "(" + x.text + ") >= " + std::to_string(start) + " && (" + x.text + ") < " +
-               std::to_string(end);
-        if (step != 1) cond += " && (" + rel.text + ") % " + std::to_string(step) + " == 0";
+        // Only the parts the index's bounds do not already decide (x[:, ::2] has no bounds to
+        // check, only the step).
+        std::vector<std::string> parts;
+        if (!x.range || x.range->first < start)
+          parts.push_back("(" + x.text + ") >= " + std::to_string(start));
+        if (!x.range || x.range->second >= end)
+          parts.push_back("(" + x.text + ") < " + std::to_string(end));
+        if (step != 1) parts.push_back("(" + rel.text + ") % " + std::to_string(step) + " == 0");
+        for (const std::string& part : parts)
+          cond += (cond.empty() ? "" : " && ") + part;
         slot = at;
-        slot[d] = rel / step;
+        slot[d] = exact_div(rel, step);
+        if (cond.empty())  // src covers self
+          return define(
+              out, copy_convert(eval(src, broadcast_index(slot, src->tensor_type().shape)), out));
         break;
       }
       case OpId::kSelectScatter: {
@@ -1341,19 +1356,20 @@ class KernelEmitter {
     }
     std::string c = fresh("c");
     declare("bool", c, cond);
-    // Off the slot, read src at index 0: in bounds, and never used.
-    Index guarded;
-    for (const IndexExpr& e : slot) {
-      if (e.constant) {
-        guarded.push_back(e);
-        continue;
-      }
+    // Off the slot, a coordinate not known to be inside src reads src at 0 instead: in bounds,
+    // and never used. (Every view and op under src maps an index inside src to indices inside
+    // its inputs, so the loads beneath stay in bounds.)
+    const Shape& src_shape = src->tensor_type().shape;
+    Index guarded = broadcast_index(slot, src_shape);
+    for (size_t d = 0; d < guarded.size(); ++d) {
+      const IndexExpr& e = guarded[d];
+      if (e.constant || inside_shape({e}, {src_shape[d]})) continue;
       std::string j = fresh("j");
       declare("int64_t", j, c + " ? (" + e.text + ") : 0");
-      guarded.push_back(IndexExpr::var(j));
+      guarded[d] = IndexExpr::var(j);
     }
     ++guard_depth_;
-    Val s = eval(src, broadcast_index(guarded, src->tensor_type().shape));
+    Val s = eval(src, guarded);
     --guard_depth_;
     Val base = eval(self, at);
     return define(out, c + " ? " + copy_convert(s, out) + " : " + base.expr);
