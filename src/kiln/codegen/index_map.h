@@ -9,7 +9,8 @@
 //   t2 = reshape(t0, [6])
 //   t2 at (i0)      reads  t0 at (i0 / 3, i0 % 3)
 //
-// Tests: tests/unit/cpu_backend_test.cpp (through the kernels that use them).
+// Tests: tests/unit/index_map_test.cpp (bounds, exact quotients), and through the kernels that use
+// them tests/unit/cpu_backend_test.cpp and tests/lit/codegen.
 #pragma once
 
 #include <cstdint>
