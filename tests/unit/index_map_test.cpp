@@ -50,49 +50,40 @@ TEST(IndexMap, OverflowingBoundsAreDropped) {
   EXPECT_FALSE((big + big + big + big).range.has_value());
 }
 
-// The node of a slice along dim 1 with this start and step, of a [4, n] input.
-const Node& slice_node(const Trace& t) {
-  for (const auto& n : t.nodes())
-    if (n->id() == OpId::kSlice && n->arg("dim").as_int() == 1) return *n;
-  ADD_FAILURE() << "no slice along dim 1 in the trace";
-  return *t.nodes().front();
+// What x[:, start::step] of a [4, 8] x reads of x on dim 1 when it is read at (i0, j).
+IndexExpr slice_reads(int64_t start, int64_t step, const IndexExpr& j) {
+  Trace t = trace([&](Tensor x) { return x.slice(1, start, 8, step); }, {TensorSpec(f32, {4, 8})});
+  for (const auto& n : t.nodes()) {
+    if (n->id() != OpId::kSlice || n->arg("dim").as_int() != 1) continue;
+    std::optional<Index> from = view_source_index(*n, 0, {loop_index({4, 8})[0], j});
+    if (!from) break;
+    return (*from)[1];
+  }
+  ADD_FAILURE() << "no slice along dim 1 that maps its index";
+  return IndexExpr::number(-1);
 }
 
 TEST(IndexMap, TheMatchingStridedSliceMapsAnExactQuotientBackToItsDividend) {
-  // x[:, ::2] of a [4, 8] x, read at the slot of a scatter with step 2 (i1 / 2, exact where the
-  // scatter writes): the slice reads x at i1 itself.
-  Trace t = trace([](Tensor x) { return x.slice(1, 0, 8, 2); }, {TensorSpec(f32, {4, 8})});
-  Index at = loop_index({4, 8});
-  Index slot = {at[0], exact_div(at[1], 2)};
-  std::optional<Index> from = view_source_index(slice_node(t), 0, slot);
-  ASSERT_TRUE(from.has_value());
-  EXPECT_EQ((*from)[1].text, "i1");
-  EXPECT_EQ((*from)[1].range, Range(0, 7));
-
+  // x[:, ::2] read at the slot of a scatter with step 2 (i1 / 2, exact where the scatter writes):
+  // the slice reads x at i1 itself.
+  const IndexExpr i1 = loop_index({4, 8})[1];
+  IndexExpr exact = slice_reads(0, 2, exact_div(i1, 2));
+  EXPECT_EQ(exact.text, "i1");
+  EXPECT_EQ(exact.range, Range(0, 7));
   // A plain quotient is a floor division: it is not undone.
-  Index floor_slot = {at[0], at[1] / 2};
-  from = view_source_index(slice_node(t), 0, floor_slot);
-  ASSERT_TRUE(from.has_value());
-  EXPECT_EQ((*from)[1].text, "(i1 / 2)*2");
+  EXPECT_EQ(slice_reads(0, 2, i1 / 2).text, "(i1 / 2)*2");
 }
 
 TEST(IndexMap, AnExactQuotientIsNotUndoneWhereTheDividendWouldLeaveTheInput) {
-  // x[:, 1::2] of a [4, 8] x: start 1 + i1 reaches 8 at i1 = 7, outside x (off the scatter's
-  // condition the load must still be in bounds), so the slice keeps 1 + (i1 / 2)*2.
-  Trace t = trace([](Tensor x) { return x.slice(1, 1, 8, 2); }, {TensorSpec(f32, {4, 8})});
-  Index at = loop_index({4, 8});
-  Index slot = {at[0], exact_div(at[1], 2)};
-  std::optional<Index> from = view_source_index(slice_node(t), 0, slot);
-  ASSERT_TRUE(from.has_value());
-  EXPECT_NE((*from)[1].text, "1 + i1");
-  ASSERT_TRUE((*from)[1].range.has_value());
-  EXPECT_LE((*from)[1].range->second, 7);
-
+  // x[:, 1::2]: start 1 + i1 reaches 8 at i1 = 7, outside x (off the scatter's condition the load
+  // must still be in bounds), so the slice keeps 1 + (i1 / 2)*2.
+  const IndexExpr i1 = loop_index({4, 8})[1];
+  IndexExpr kept = slice_reads(1, 2, exact_div(i1, 2));
+  EXPECT_EQ(kept.text, "1 + (i1 / 2)*2");
+  ASSERT_TRUE(kept.range.has_value());
+  EXPECT_LE(kept.range->second, 7);
   // A slice with another step does not match the quotient's divisor.
-  Trace t3 = trace([](Tensor x) { return x.slice(1, 0, 8, 3); }, {TensorSpec(f32, {4, 8})});
-  from = view_source_index(slice_node(t3), 0, {at[0], exact_div(at[1], 2)});
-  ASSERT_TRUE(from.has_value());
-  EXPECT_EQ((*from)[1].text, "(i1 / 2)*3");
+  EXPECT_EQ(slice_reads(0, 3, exact_div(i1, 2)).text, "(i1 / 2)*3");
 }
 
 }  // namespace
