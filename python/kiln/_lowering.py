@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ._errors import UnsupportedError
+from ._metadata import FAST_RULES, elementwise_result, mean_result
 from ._tracer import Call, IndexKey, Proxy
 
 RULES: dict[Any, Callable[[Call], Any]] = {}
@@ -44,6 +45,15 @@ def _register(rule: Callable[[Call], Any], *funcs: Any) -> None:
     for f in funcs:
         if f is not None:
             RULES[_key(f)] = rule
+
+
+def _register_elementwise(rule: Callable[[Call], Any], *funcs: Any) -> None:
+    """A rule for torch functions that eager runs as TensorIterator elementwise ops: their
+    result metadata comes from _metadata's rules, not from PyTorch's Python meta kernels."""
+    _register(rule, *funcs)
+    for f in funcs:
+        if f is not None:
+            FAST_RULES[f] = elementwise_result
 
 
 def _torch_fns(*names: str) -> list[Any]:
@@ -137,18 +147,18 @@ def _elementwise(op: str) -> Callable[[Call], Any]:
 
 
 for _name in _UNARY + _BINARY + _TERNARY:
-    _register(_elementwise(_name), *_torch_fns(_name))
-    _register(_elementwise(_name + "_"), *_torch_fns(_name + "_"))
+    _register_elementwise(_elementwise(_name), *_torch_fns(_name))
+    _register_elementwise(_elementwise(_name + "_"), *_torch_fns(_name + "_"))
 for _name, _op in _ALIASES.items():
-    _register(_elementwise(_op), *_torch_fns(_name))
-    _register(_elementwise(_op + "_"), getattr(torch.Tensor, _name + "_", None))
+    _register_elementwise(_elementwise(_op), *_torch_fns(_name))
+    _register_elementwise(_elementwise(_op + "_"), getattr(torch.Tensor, _name + "_", None))
 for _name, _op in _DUNDERS.items():
-    _register(_elementwise(_op), getattr(torch.Tensor, _name, None))
-_register(_elementwise("isnan"), *_torch_fns("isnan"))
-_register(_elementwise("sigmoid"), torch.special.expit)
-_register(_elementwise("gelu"), F.gelu)
-_register(_elementwise("where"), torch.where)
-_register(_elementwise("relu_"), F.relu_)
+    _register_elementwise(_elementwise(_op), getattr(torch.Tensor, _name, None))
+_register_elementwise(_elementwise("isnan"), *_torch_fns("isnan"))
+_register_elementwise(_elementwise("sigmoid"), torch.special.expit)
+_register_elementwise(_elementwise("gelu"), F.gelu)
+_register_elementwise(_elementwise("where"), torch.where)
+_register_elementwise(_elementwise("relu_"), F.relu_)
 
 
 def _round(call: Call) -> Any:
@@ -162,7 +172,7 @@ def _round(call: Call) -> Any:
     return call.emit("round_" if inplace else "round", [args["self"]], {}, result)
 
 
-_register(_round, *_torch_fns("round", "round_"))
+_register_elementwise(_round, *_torch_fns("round", "round_"))
 
 
 def _tensor_where(call: Call) -> Any:  # x.where(cond, y) is torch.where(cond, x, y)
@@ -171,7 +181,7 @@ def _tensor_where(call: Call) -> Any:  # x.where(cond, y) is torch.where(cond, x
     return call.emit("where", [args["condition"], args["self"], args["other"]], {}, result)
 
 
-_register(_tensor_where, torch.Tensor.where)
+_register_elementwise(_tensor_where, torch.Tensor.where)
 
 
 def _activation(op: str) -> Callable[[Call], Any]:
@@ -186,8 +196,8 @@ def _activation(op: str) -> Callable[[Call], Any]:
     return rule
 
 
-_register(_activation("relu"), F.relu)
-_register(_activation("silu"), F.silu)
+_register_elementwise(_activation("relu"), F.relu)
+_register_elementwise(_activation("silu"), F.silu)
 
 
 def _clamp_bound(which: str) -> Callable[[Call], Any]:
@@ -202,8 +212,8 @@ def _clamp_bound(which: str) -> Callable[[Call], Any]:
     return rule
 
 
-_register(_clamp_bound("min"), *_torch_fns("clamp_min", "clamp_min_"))
-_register(_clamp_bound("max"), *_torch_fns("clamp_max", "clamp_max_"))
+_register_elementwise(_clamp_bound("min"), *_torch_fns("clamp_min", "clamp_min_"))
+_register_elementwise(_clamp_bound("max"), *_torch_fns("clamp_max", "clamp_max_"))
 
 
 def _floor_divide(call: Call) -> Any:
@@ -216,7 +226,7 @@ def _floor_divide(call: Call) -> Any:
     return call.emit("div_" if inplace else "div", [args["self"], args["other"]], {"rounding_mode": "floor"}, result)
 
 
-_register(_floor_divide, *_torch_fns("floor_divide", "floor_divide_"), torch.Tensor.__floordiv__)
+_register_elementwise(_floor_divide, *_torch_fns("floor_divide", "floor_divide_"), torch.Tensor.__floordiv__)
 
 
 def _swapped(op: str) -> Callable[[Call], Any]:
@@ -230,7 +240,7 @@ def _swapped(op: str) -> Callable[[Call], Any]:
 
 
 for _name, _op in {"__radd__": "add", "__rmul__": "mul", "__rand__": "bitwise_and", "__ror__": "bitwise_or", "__rxor__": "bitwise_xor"}.items():
-    _register(_swapped(_op), getattr(torch.Tensor, _name, None))
+    _register_elementwise(_swapped(_op), getattr(torch.Tensor, _name, None))
 
 
 def _full_like_number(call: Call, like: Proxy, value: Any, dtype: torch.dtype) -> Proxy:
@@ -256,9 +266,9 @@ def _reflected(op: str, **op_kwargs: Any) -> Callable[[Call], Any]:
     return rule
 
 
-_register(_reflected("pow"), torch.Tensor.__rpow__)
-_register(_reflected("div", rounding_mode="floor"), torch.Tensor.__rfloordiv__)
-_register(_reflected("remainder"), torch.Tensor.__rmod__)
+_register_elementwise(_reflected("pow"), torch.Tensor.__rpow__)
+_register_elementwise(_reflected("div", rounding_mode="floor"), torch.Tensor.__rfloordiv__)
+_register_elementwise(_reflected("remainder"), torch.Tensor.__rmod__)
 
 
 def _rsub(call: Call) -> Any:
@@ -275,7 +285,7 @@ def _rsub(call: Call) -> Any:
     return call.emit("add", [negated, other], {}, result)
 
 
-_register(_rsub, torch.Tensor.__rsub__, torch.rsub)
+_register_elementwise(_rsub, torch.Tensor.__rsub__, torch.rsub)
 
 
 def _rdiv(call: Call) -> Any:
@@ -288,7 +298,7 @@ def _rdiv(call: Call) -> Any:
     return call.emit("mul", [recip, other], {}, result)
 
 
-_register(_rdiv, getattr(torch.Tensor, "__rdiv__", None), torch.Tensor.__rtruediv__)
+_register_elementwise(_rdiv, getattr(torch.Tensor, "__rdiv__", None), torch.Tensor.__rtruediv__)
 
 
 # ---- casts and copies --------------------------------------------------------------------------
@@ -795,6 +805,7 @@ def _sum_like(op: str) -> Callable[[Call], Any]:
 
 _register(_sum_like("sum"), *_torch_fns("sum"))
 _register(_sum_like("mean"), *_torch_fns("mean"))
+FAST_RULES.update({f: mean_result for f in _torch_fns("mean") if f is not None})
 _register(_sum_like("prod"), *_torch_fns("prod"))
 
 

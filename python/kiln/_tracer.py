@@ -48,6 +48,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.overrides import TorchFunctionMode
 
+from . import _metadata
 from ._errors import SourceLocation, TraceError, UnsupportedError, user_location
 from ._ops import OPS, OpSchema
 
@@ -357,6 +358,23 @@ class Call:
         func = self.func if func is None else func
         args = self.args if args is None else args
         kwargs = self.kwargs if kwargs is None else kwargs
+        fast_rule = _metadata.FAST_RULES.get(func)
+        if fast_rule is not None:
+            # The common ops' metadata without PyTorch's Python meta kernels (see _metadata).
+            previous = _running_meta[0]
+            _running_meta[0] = True  # Python meta kernels the rule runs ask proxies their device
+            try:
+                fast = fast_rule(func, args, kwargs, Proxy)
+            finally:
+                _running_meta[0] = previous
+            if fast is not None:
+                if _metadata.CHECK:
+                    meta = self._run_meta_kernels(func, args, kwargs)
+                    _metadata.check_against_meta(fast, meta, f"{self.name} at {self.where()}")
+                return fast
+        return self._run_meta_kernels(func, args, kwargs)
+
+    def _run_meta_kernels(self, func: Callable, args: Sequence, kwargs: dict) -> Any:
         previous = _running_meta[0]
         _running_meta[0] = True
         try:

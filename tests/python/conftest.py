@@ -10,6 +10,10 @@ os.environ.setdefault(
     "KILN_EXT_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "py", "python", "kiln")
 )
 
+# Every traced program also checks kiln's own result-metadata rules (python/kiln/_metadata.py)
+# against PyTorch's meta kernels.
+os.environ.setdefault("KILN_CHECK_METADATA", "1")
+
 # KILN_TEST_DEVICE=cuda runs the same tests on CUDA tensors: it becomes torch's default device, so
 # every tensor the tests and the programs under test make (torch.arange, torch.ones, ...) is on
 # it, as a user's would be. Tests of the C++ tool kiln-opt (the CPU reference) skip there.
