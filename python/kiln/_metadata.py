@@ -32,7 +32,6 @@ from typing import Any, Callable
 
 import torch
 import torch.utils._pytree as pytree
-from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 CHECK = os.environ.get("KILN_CHECK_METADATA", "") not in ("", "0")
 
@@ -43,7 +42,6 @@ FAST_RULES: dict[Any, Callable[..., Any]] = {}
 
 _META = torch.device("meta")
 _CPU = torch.device("cpu")
-_DEFAULT_PROMOTION = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
 
 
 def elementwise_result(func: Callable, args: tuple, kwargs: dict, proxy_type: type) -> Any:
@@ -111,7 +109,7 @@ def _operands(func: Callable, args: tuple, kwargs: dict, leaves: list, proxies: 
         condition = args[0] if func is torch.where else (args[1] if len(args) > 1 else kwargs.get("condition"))
         converted = [p for p in proxies if p is not condition and p.dtype != out_dtype]
     elif device.type == "cpu":
-        promoted = elementwise_dtypes(*[leaf for leaf in leaves if isinstance(leaf, (proxy_type, bool, int, float))], type_promotion_kind=_DEFAULT_PROMOTION)[1]
+        promoted = _result_type([leaf for leaf in leaves if isinstance(leaf, (proxy_type, bool, int, float))])
         common = out_dtype if out_dtype.is_floating_point and not promoted.is_floating_point else promoted
         converted = [p for p in proxies if p.dtype != common]
     else:
@@ -152,6 +150,35 @@ def _broadcast_shape(shapes: list[tuple[int, ...]]) -> tuple[int, ...] | None:
                 return None  # not broadcastable: eager's error comes from the meta run
             out[i] = size
     return tuple(out)
+
+
+def _result_type(values: list) -> torch.dtype:
+    """torch.result_type over any number of tensors and numbers (c10's ResultTypeState; the
+    Python version in torch._prims_common imports sympy, half a second): dims-ful tensors, then
+    0-dim tensors, then numbers, each category promoted on its own; a lower category counts only
+    where it is of a higher kind (float over int over bool)."""
+    results: list[torch.dtype | None] = [None, None, None]
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            category, dtype = (0 if v.dim() > 0 else 1), v.dtype
+        else:
+            category = 2
+            dtype = torch.bool if isinstance(v, bool) else torch.int64 if isinstance(v, int) else torch.get_default_dtype()
+        current = results[category]
+        results[category] = dtype if current is None else torch.promote_types(current, dtype)
+
+    def combine(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dtype | None:
+        if higher is None:
+            return lower
+        if lower is None or higher.is_floating_point:
+            return higher
+        if higher == torch.bool or lower.is_floating_point:
+            return torch.promote_types(higher, lower)
+        return higher
+
+    result = combine(results[0], combine(results[1], results[2]))
+    assert result is not None
+    return result
 
 
 def _output_strides(shape: tuple[int, ...], operands: list[Layout]) -> tuple[int, ...]:
