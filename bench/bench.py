@@ -30,8 +30,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-# Count the host time inside cuLaunchKernel (read once, at kiln's first launch): host_split.
-os.environ.setdefault("KILN_COUNT_LAUNCH_TIME", "1")
+# Count kiln's host time per phase of a call (read once, when kiln._C loads): host_split.
+os.environ.setdefault("KILN_PROFILE_CALLS", "1")
 
 import torch
 import torch.nn.functional as F
@@ -174,18 +174,24 @@ def wall_per_call(fn: Callable, args: list, device: torch.device, repeat: int = 
 def host_split(fn: Callable, args: list, device: torch.device, repeat: int) -> dict:
     """Where a small call's host time goes (microseconds per call, back to back): the whole call;
     the C++ part (kiln._C.JitCache.run called directly, without the Python wrapper); and, of the
-    C++ part, the time inside cuLaunchKernel (counted by kiln._C when KILN_COUNT_LAUNCH_TIME is
-    set, as main() does). Python wrapper = whole - C++."""
+    C++ part, each phase kiln._C counts when KILN_PROFILE_CALLS is set, as main() does
+    (src/kiln/support/call_profile.h; the counting itself adds two clock reads per phase).
+    Python wrapper = whole - C++."""
     from kiln import _C, _jit
 
     f = kiln.jit(fn)
     whole = wall_per_call(f, args, device, repeat)
     cache, n = f._cache, len(args)
     direct = wall_per_call(lambda *a: cache.run(n, a, _jit._MISS), args, device, repeat)
-    before = _C.cuda_launch_host_seconds()
+    before = dict(_C.call_phase_seconds())
     wall_per_call(lambda *a: cache.run(n, a, _jit._MISS), args, device, repeat)
-    launched = (_C.cuda_launch_host_seconds() - before) / (repeat + 20)  # wall_per_call warms up 20
-    return {"split_whole_us": whole * 1e6, "split_cpp_us": direct * 1e6, "split_launch_us": launched * 1e6}
+    after = dict(_C.call_phase_seconds())
+    calls = repeat + 20  # wall_per_call warms up with 20 calls
+    out = {"split_whole_us": whole * 1e6, "split_cpp_us": direct * 1e6}
+    for phase in after:
+        out[f"split_{phase}_us"] = (after[phase] - before[phase]) / calls * 1e6
+    out["split_launch_us"] = out.get("split_launch_us", 0.0)
+    return out
 
 
 def kernels_per_call(fn: Callable, args: list) -> int:
@@ -298,7 +304,7 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001
                 row[f"{name}_us"] = None
                 row[f"{name}_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-        if cuda and row.get("kiln_us"):
+        if row.get("kiln_us"):
             row.update(host_split(w.fn, args, device, 200 if opts.quick else 2000))
         small.append(row)
         print(row, flush=True)
@@ -350,6 +356,15 @@ def markdown(report: dict) -> str:
             py = r["split_whole_us"] - r["split_cpp_us"]
             split = f"{py:.1f} / {r['split_cpp_us'] - r['split_launch_us']:.1f} / {r['split_launch_us']:.1f}"
         lines.append(f"| {r['workload']} | " + " | ".join(us) + f" | {kernels} | {split} |")
+    phased = [r for r in report["small"] if "split_execute_us" in r]
+    if phased:
+        lines += ["", "| workload (5x1024), kiln's C++ per call, us | key | arguments | execute: allocate | kernel less launch | launch | rest | results | other (bindings) |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in phased:
+            g = lambda k: r.get(f"split_{k}_us", 0.0)  # noqa: E731
+            rest = g("execute") - g("allocate") - g("kernel")
+            other = r["split_cpp_us"] - g("key") - g("arguments") - g("execute") - g("results")
+            cells = [g("key"), g("arguments"), g("allocate"), g("kernel") - g("launch"), g("launch"), rest, g("results"), other]
+            lines.append(f"| {r['workload']} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
     f = report["first_call"]
     if f:
         lines += ["", f"first call (S1, 2^20, fresh process): kiln empty cache {f['kiln_empty_cache_s']:.3f} s, kiln warm cache {f['kiln_warm_cache_s'] * 1e3:.1f} ms, torch.compile {f['torch.compile_s']:.2f} s"]

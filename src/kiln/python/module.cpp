@@ -23,6 +23,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/executor.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
+#include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
 namespace nb = nanobind;
@@ -421,10 +423,14 @@ class JitCache {
     nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
     if (!seq.is_valid()) throw nb::python_error();
     std::vector<PyObject*> tensor_leaves;
-    std::optional<CallKey> key = call_key(structure, seq, tensor_leaves);
-    if (!key) return nb::borrow(miss);
-    auto it = entries_.find(*key);
-    if (it == entries_.end()) return nb::borrow(miss);
+    std::unordered_map<CallKey, std::shared_ptr<Program>, CallKeyHash>::iterator it;
+    {
+      call_profile::Scope timed(call_profile::Phase::kKey);
+      std::optional<CallKey> key = call_key(structure, seq, tensor_leaves);
+      if (!key) return nb::borrow(miss);
+      it = entries_.find(*key);
+      if (it == entries_.end()) return nb::borrow(miss);
+    }
     ++hits_;
     return execute_program(it->second, tensor_leaves);
   }
@@ -463,7 +469,10 @@ class JitCache {
  private:
   nb::object execute_program(const std::shared_ptr<Program>& program,
                              const std::vector<PyObject*>& tensor_leaves) {
+    std::optional<call_profile::Scope> arguments_timed(std::in_place,
+                                                       call_profile::Phase::kArguments);
     CallArgs call = make_args(tensor_leaves);
+    arguments_timed.reset();
     TorchAllocator allocator;
     ExecutionStats stats;
     auto start = std::chrono::steady_clock::now();
@@ -483,6 +492,7 @@ class JitCache {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     last_ = LastRun{program, stats};
 
+    call_profile::Scope results_timed(call_profile::Phase::kResults);
     // Metadata mutations (transpose_, ...) of the caller's tensor objects.
     for (const MetadataUpdate& m : program->compiled.interface.metadata) {
       const RtTensor& t = *std::get<TensorHandle>(call.values.at(static_cast<size_t>(m.arg)));
@@ -549,8 +559,9 @@ NB_MODULE(_C, m) {
       .def_prop_ro("compile_seconds", [](const Program& p) { return p.compile_seconds; })
       .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; })
       .def_prop_ro("fallback_ops", [](const Program& p) { return p.fallback_ops; });
-  m.def("cuda_launch_host_seconds", &cuda::launch_host_seconds,
-        "Host seconds inside cuLaunchKernel so far (counted when KILN_COUNT_LAUNCH_TIME is set).");
+  m.def("call_phase_seconds", &call_profile::seconds,
+        "Host seconds so far in each phase of kiln.jit calls, as (phase, seconds) pairs; counted "
+        "only when KILN_PROFILE_CALLS is set (see src/kiln/support/call_profile.h).");
   m.def("register_eager", &register_eager, nb::arg("fn"),
         "Registers fn(list of tensors) -> list of tensors for eager_call; returns its number.");
   nb::class_<JitCache>(m, "JitCache")

@@ -13,6 +13,7 @@
 #include "kiln/runtime/interpreter/env.h"
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/runtime/interpreter/reference_ops.h"
+#include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -147,6 +148,7 @@ class DeviceMemoryOps {
       copy_into(dst, src);
   }
   TensorHandle empty(DType dtype, const Shape& shape) const {
+    call_profile::Scope timed(call_profile::Phase::kAllocate);
     if (cuda())
       return cuda::cuda_strided(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape),
                                 device_, false, allocator_, stream_);
@@ -323,6 +325,7 @@ Device device_of(const std::vector<RtValue>& args) {
 
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,
                              const ExecuteOptions& options) {
+  call_profile::Scope timed(call_profile::Phase::kExecute);
   ExecutionStats local;
   ExecutionStats* stats = options.stats ? options.stats : &local;
   const AliasPattern& pattern = program.pattern;

@@ -15,6 +15,7 @@
 #include "kiln/runtime/interpreter/env.h"
 #include "kiln/runtime/interpreter/layout.h"
 #include "kiln/runtime/kernel_inputs.h"
+#include "kiln/support/call_profile.h"
 #include "kiln/support/dump.h"
 #include "kiln/support/error.h"
 
@@ -368,6 +369,7 @@ CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
 
 bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs,
                      const std::vector<TensorHandle>& outputs, Stream stream) {
+  call_profile::Scope timed(call_profile::Phase::kKernel);
   const codegen::Kernel& kernel = k.kernel;
   KILN_ASSERT(inputs.size() == kernel.inputs.size() && outputs.size() == kernel.outputs.size())
       << "a CUDA kernel called with " << inputs.size() << " inputs and " << outputs.size()

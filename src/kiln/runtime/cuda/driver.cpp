@@ -2,13 +2,12 @@
 
 #include <dlfcn.h>
 
-#include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
 
+#include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cuda {
@@ -271,29 +270,13 @@ Function get_function(Module module, const std::string& name) {
   return f;
 }
 
-namespace {
-const bool kCountLaunchTime = std::getenv("KILN_COUNT_LAUNCH_TIME") != nullptr;
-std::atomic<int64_t> launch_nanoseconds{0};
-}  // namespace
-
 void launch(Function f, unsigned grid, unsigned block, const void* param, size_t param_bytes,
             Stream stream) {
   const Driver& d = loaded();
   (void)param_bytes;  // the kernel's parameter type fixes the size
   void* params[] = {const_cast<void*>(param)};
-  if (!kCountLaunchTime) {
-    check(d.LaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
-    return;
-  }
-  auto start = std::chrono::steady_clock::now();
+  call_profile::Scope timed(call_profile::Phase::kLaunch);
   check(d.LaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
-  launch_nanoseconds +=
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count();
-}
-
-double launch_host_seconds() {
-  return static_cast<double>(launch_nanoseconds.load()) * 1e-9;
 }
 
 EventTimer::EventTimer(int device) : device_(device) {

@@ -53,10 +53,6 @@ Function get_function(Module module, const std::string& name);
 // Launches with one parameter: the `param_bytes` bytes at `param` (an argument block).
 void launch(Function f, unsigned grid, unsigned block, const void* param, size_t param_bytes,
             Stream stream);
-// Host seconds spent inside cuLaunchKernel by this process, counted only when the environment
-// variable KILN_COUNT_LAUNCH_TIME is set when the first launch happens (bench/bench.py's split of
-// a call's host time); 0 otherwise.
-double launch_host_seconds();
 
 // Device time between two points of a stream, for benchmarks.
 class EventTimer {
