@@ -11,7 +11,10 @@
 // stream. Results are the caller's own objects, real views of the caller's tensors, or tensors
 // over the allocated buffers.
 #include <ATen/ATen.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/Storage.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
@@ -20,6 +23,7 @@
 #include <nanobind/stl/vector.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -163,34 +167,52 @@ CallArgs make_args(const std::vector<PyObject*>& tensor_leaves) {
   return call;
 }
 
-// Blocks from PyTorch's allocators (at::empty of bytes on the device: the caching allocator on
-// CUDA, whose blocks are ordered on the current stream, the one kiln's kernels run on). Each
-// block's tensor lives as long as a kiln Storage or a result uses it.
+// Blocks from PyTorch's allocators (c10's allocator for the device: the caching allocator on
+// CUDA, whose blocks are ordered on the current stream, the one kiln's kernels run on). Each block
+// is a c10 storage, which lives as long as a kiln Storage or a result uses it. Asking the
+// allocator directly, not at::empty, skips the dispatcher and a tensor per buffer: at::empty cost
+// 4.9 us of a 10 us S1 call at 5x1024 on the H200's host (bench/NOTES.md).
 class TorchAllocator : public Allocator {
  public:
   Block allocate(Device device, size_t bytes) override {
-    at::TensorOptions options = at::TensorOptions().dtype(at::kByte);
-    if (device.kind == Device::Kind::kCuda) options = options.device(at::kCUDA, device.index);
+    bool cuda = device.kind == Device::Kind::kCuda;
+    c10::Device where = cuda ? c10::Device(c10::DeviceType::CUDA,
+                                           static_cast<c10::DeviceIndex>(device.index))
+                             : c10::Device(c10::DeviceType::CPU);
+    c10::Allocator* allocator = c10::GetAllocator(where.type());
     // At least 16 bytes, so that a zero-size tensor still gets an address.
-    at::Tensor buffer = at::empty({static_cast<int64_t>(std::max<size_t>(bytes, 16))}, options);
-    auto address = reinterpret_cast<uintptr_t>(buffer.data_ptr());
-    buffers_[address] = buffer;
-    auto owner = std::make_shared<at::Tensor>(buffer);
-    if (device.kind == Device::Kind::kCuda) return Block{nullptr, address, owner};
+    bytes = std::max<size_t>(bytes, 16);
+    c10::DataPtr data;
+    if (cuda) {
+      // The caching allocator allocates on the current device.
+      c10::DeviceGuard on_device(where);
+      data = allocator->allocate(bytes);
+    } else {
+      data = allocator->allocate(bytes);
+    }
+    auto address = reinterpret_cast<uintptr_t>(data.get());
+    c10::Storage storage(c10::Storage::use_byte_size_t(), static_cast<int64_t>(bytes),
+                         std::move(data), allocator, /*resizable=*/false);
+    auto owner = std::make_shared<c10::Storage>(storage);
+    storages_.emplace_back(address, std::move(storage));
+    if (cuda) return Block{nullptr, address, owner};
     return Block{reinterpret_cast<std::byte*>(address), 0, owner};
   }
   // A tensor PyTorch made during the call (an eager_call's result): a result over its memory
   // is handed out as a tensor over its storage.
-  void adopt(const at::Tensor& t) { buffers_[reinterpret_cast<uintptr_t>(t.storage().data())] = t; }
-  const at::Tensor* buffer_of(const Storage& s) const {
+  void adopt(const at::Tensor& t) {
+    storages_.emplace_back(reinterpret_cast<uintptr_t>(t.storage().data()), t.storage());
+  }
+  const c10::Storage* storage_of(const Storage& s) const {
     auto address = s.on_device() ? static_cast<uintptr_t>(s.device_data)
                                  : reinterpret_cast<uintptr_t>(s.borrowed);
-    auto it = buffers_.find(address);
-    return it == buffers_.end() ? nullptr : &it->second;
+    for (const auto& [at, storage] : storages_)
+      if (at == address) return &storage;
+    return nullptr;
   }
 
  private:
-  std::map<uintptr_t, at::Tensor> buffers_;
+  std::vector<std::pair<uintptr_t, c10::Storage>> storages_;  // a call makes a few
 };
 
 // The allocator of the call being executed (an eager_call's results join its buffers).
@@ -269,12 +291,12 @@ int register_eager(nb::callable callable) {
   });
 }
 
-// A tensor of `dtype` with t's layout over the buffer's storage (no dispatcher call).
-at::Tensor tensor_over_buffer(const at::Tensor& buffer, const RtTensor& t) {
-  c10::DispatchKeySet keys(buffer.is_cuda() ? c10::DispatchKey::CUDA : c10::DispatchKey::CPU);
+// A tensor of `dtype` with t's layout over the storage (no dispatcher call).
+at::Tensor tensor_over_storage(const c10::Storage& storage, const RtTensor& t) {
+  c10::DispatchKeySet keys(storage.device_type() == c10::DeviceType::CUDA ? c10::DispatchKey::CUDA
+                                                                          : c10::DispatchKey::CPU);
   auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(buffer.storage()), keys,
-      caffe2::TypeMeta::fromScalarType(torch_dtype(t.dtype())));
+      c10::Storage(storage), keys, caffe2::TypeMeta::fromScalarType(torch_dtype(t.dtype())));
   impl->set_sizes_and_strides(std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
                               t.offset);
   return at::Tensor(std::move(impl));
@@ -481,7 +503,8 @@ class JitCache {
     std::vector<RtValue> results;
     try {
       results = execute(program->compiled, call.values,
-                        ExecuteOptions{&allocator, current_stream(call.values), &stats});
+                        ExecuteOptions{&allocator, current_stream(call.values), &stats,
+                                       /*pattern_known=*/true});
     } catch (...) {
       current_allocator = outer;
       throw;
@@ -526,9 +549,9 @@ class JitCache {
                                         t->strides, t->offset);
       return nb::steal(THPVariable_Wrap(view));
     }
-    const at::Tensor* buffer = allocator.buffer_of(*t->storage);
-    KILN_ASSERT(buffer) << "a fresh result is not in memory from PyTorch's allocator";
-    return nb::steal(THPVariable_Wrap(tensor_over_buffer(*buffer, *t)));
+    const c10::Storage* storage = allocator.storage_of(*t->storage);
+    KILN_ASSERT(storage) << "a fresh result is not in memory from PyTorch's allocator";
+    return nb::steal(THPVariable_Wrap(tensor_over_storage(*storage, *t)));
   }
 
   std::unordered_map<CallKey, std::shared_ptr<Program>, CallKeyHash> entries_;
@@ -541,6 +564,9 @@ class JitCache {
 
 NB_MODULE(_C, m) {
   using namespace kiln;
+  // Python does not free every module global at exit, and a kiln.jit function at module level
+  // holds its JitCache: nanobind's exit-time check would report those as leaks to every user.
+  nb::set_leak_warnings(false);
   nb::exception<UserError>(m, "UserError", PyExc_RuntimeError);
   nb::class_<Program>(m, "Program")
       .def_prop_ro("history",

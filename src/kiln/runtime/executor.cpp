@@ -247,6 +247,9 @@ struct PreparedKernels {
   bool cpu_kernels = false;  // KILN_CPU_KERNELS when they were prepared
   cpu::PlanKernels cpu;
   cuda::CudaPlanKernels cuda;
+  // Facts of the program that every call needs (computed once, not per call):
+  std::set<const Value*> inputs_kept;  // outputs and writeback values (read before writebacks)
+  std::set<const Value*> read_later;   // values read after the step that makes them
 };
 
 std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
@@ -262,6 +265,17 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
     p->cuda = cuda::prepare_cuda_kernels(program.plan, device.index);
   else if (cpu_kernels)
     p->cpu = cpu::prepare_cpu_kernels(program.plan);
+  const Trace& trace = program.execution;
+  p->inputs_kept.insert(trace.outputs().begin(), trace.outputs().end());
+  for (const auto& wb : trace.writebacks)
+    p->inputs_kept.insert(wb.second);
+  p->read_later.insert(trace.outputs().begin(), trace.outputs().end());
+  for (const Step& step : program.plan.steps) {
+    p->read_later.insert(step.inputs.begin(), step.inputs.end());
+    if (step.kind == Step::Kind::kCopy)
+      for (const auto& wb : step.writebacks)
+        p->read_later.insert(wb.second);
+  }
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
   return p;
@@ -332,7 +346,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   const Trace& trace = program.execution;
   KILN_CHECK(args.size() == pattern.inputs.size()) << "the program takes " << pattern.inputs.size()
                                                    << " arguments but got " << args.size() << ".";
-  KILN_CHECK(alias_pattern_of(args) == pattern)
+  KILN_CHECK(options.pattern_known || alias_pattern_of(args) == pattern)
       << "the arguments share memory differently from the call the program was compiled for; "
          "compile it for this alias pattern.";
 
@@ -382,17 +396,13 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     memory.copy(*destination(target), *std::get<TensorHandle>(value));
   };
 
+  std::shared_ptr<const PreparedKernels> prepared = prepared_kernels(program, memory.device());
   std::map<const Value*, RtValue> env;
   for (size_t i = 0; i < inputs.size(); ++i)
     env[trace.inputs()[i]] = inputs[i];
   // An input that is itself an output or a writeback value is read before any writeback runs.
-  {
-    std::set<const Value*> kept(trace.outputs().begin(), trace.outputs().end());
-    for (const auto& wb : trace.writebacks)
-      kept.insert(wb.second);
-    for (const Value* in : trace.inputs())
-      if (kept.contains(in)) env[in] = detach(env.at(in));
-  }
+  for (const Value* in : trace.inputs())
+    if (prepared->inputs_kept.contains(in)) env[in] = detach(env.at(in));
   if (program.plan.steps.empty()) {
     // No plan (the pipeline stopped before fuse): the functional trace as one step.
     std::set<const Value*> wanted(trace.outputs().begin(), trace.outputs().end());
@@ -420,7 +430,6 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     // an input does it as it runs, so a later step reading that input would see the new data —
     // exactly what place_writebacks must rule out. A fusion step runs as its compiled CPU kernel
     // when it has one (cpu_kernels.h), else in the interpreter.
-    std::shared_ptr<const PreparedKernels> prepared = prepared_kernels(program, memory.device());
     const cpu::PlanKernels& kernels = prepared->cpu;
     const cuda::CudaPlanKernels& cuda_kernels = prepared->cuda;
     // The kernel of step s, if it has one.
@@ -433,13 +442,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     };
     // Values read after the step that makes them: a value a kernel stored only into the caller's
     // memory is copied out of it when (and only when) it is one of these.
-    std::set<const Value*> read_later(trace.outputs().begin(), trace.outputs().end());
-    for (const Step& step : program.plan.steps) {
-      read_later.insert(step.inputs.begin(), step.inputs.end());
-      if (step.kind == Step::Kind::kCopy)
-        for (const auto& wb : step.writebacks)
-          read_later.insert(wb.second);
-    }
+    const std::set<const Value*>& read_later = prepared->read_later;
     for (size_t s = 0; s < program.plan.steps.size(); ++s) {
       const Step& step = program.plan.steps[s];
       std::set<const Value*> stored;  // writeback targets the kernel stored into
@@ -471,13 +474,17 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
                                                       memory.stream())
                               : cpu::run_cpu_kernel(*kernels.steps[s], step_inputs, buffers);
           if (ran) {
-            std::set<const Value*> bind = read_later;
-            for (const auto& [target, value] : step.writebacks)
-              if (!stored.contains(target)) bind.insert(value);
+            // Read later, or written back by a copy after all.
+            auto bound = [&](const Value* v) {
+              if (read_later.contains(v)) return true;
+              for (const auto& [target, value] : step.writebacks)
+                if (value == v && !stored.contains(target)) return true;
+              return false;
+            };
             for (size_t j = 0; j < buffers.size(); ++j) {
               if (!in_caller[j])
                 env[step.outputs[j]] = buffers[j];
-              else if (bind.contains(step.outputs[j]))
+              else if (bound(step.outputs[j]))
                 env[step.outputs[j]] = detach(buffers[j]);
             }
           } else {

@@ -34,6 +34,9 @@ struct ExecuteOptions {
   Allocator* allocator = nullptr;  // null: kiln's own memory
   void* stream = nullptr;          // the CUDA stream kernels run on (CUstream); null: the default
   ExecutionStats* stats = nullptr;
+  // The caller has established alias_pattern_of(args) == program.pattern (kiln.jit's call key
+  // holds everything the pattern is computed from), so execute need not compute it again.
+  bool pattern_known = false;
 };
 
 // Requires: `args` has the dtypes, shapes and layouts the program was compiled for, and the alias
