@@ -29,4 +29,19 @@ KILN_BLOCK_REDUCE(max)
 KILN_BLOCK_REDUCE(min)
 #undef KILN_BLOCK_REDUCE
 
+// A value combined over the warp (a row nest with a warp per row): every lane passes its partial
+// result and gets the warp's. Every lane of the warp must call it.
+#define KILN_WARP_REDUCE(op)                                                    \
+  template <class T>                                                            \
+  inline T warp_##op(T v) {                                                     \
+    for (int offset = 16; offset > 0; offset >>= 1)                             \
+      v = red_##op(v, static_cast<T>(__shfl_xor_sync(0xffffffffu, v, offset))); \
+    return v;                                                                   \
+  }
+KILN_WARP_REDUCE(sum)
+KILN_WARP_REDUCE(prod)
+KILN_WARP_REDUCE(max)
+KILN_WARP_REDUCE(min)
+#undef KILN_WARP_REDUCE
+
 }  // namespace kiln::kernel

@@ -101,12 +101,17 @@ struct NestBody {
 };
 
 // How a nest runs: CPU loops (one per dim), one flat CUDA grid-stride loop over its elements, or
-// CUDA rows (a block per row of the dims before the last, its threads over the last dim; the
-// reductions at row level are computed by the whole block together).
+// CUDA rows (a block or a warp per row of the dims before the last, its threads over the last
+// dim; the reductions at row level are computed by the row's threads together).
 enum class NestMode { kCpuLoops, kFlat, kRows };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
+// Rows of at most this many elements run a warp per row, longer ones a block per row. A block per
+// row of 1024 kept only 8 rows (32 KB of f32) in flight per SM, and between its loads it waited on
+// barriers: normalization ran at 1.36x its byte floor in f32 and, with half the bytes per row, at
+// the same time in bf16 (2.72x). A warp per row needs no barrier and keeps 64 rows in flight.
+constexpr int64_t kWarpRowMax = 4096;
 
 class KernelEmitter {
  public:
@@ -503,6 +508,8 @@ class KernelEmitter {
                              KernelNest& nest, std::string* entries) {
     std::vector<std::vector<StorageWindow>> windows = windows_;
     std::vector<bool> whole = whole_storage_;
+    row_threads_ = !shape.empty() && shape.back() <= kWarpRowMax ? 32 : kCudaBlock;
+    nest.rows_per_block = kCudaBlock / row_threads_;
     NestBody rows = emit_body(shape, k, is_last, NestMode::kRows);
     if (is_last) record_last_nest_loads(shape, k);
     windows_ = windows;
@@ -513,15 +520,22 @@ class KernelEmitter {
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                       "_rows(const Args& a) {\n" + cuda_decls(k);
     src += "  const I rows = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
-    src +=
-        "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
-        "static_cast<I>(gridDim.x)) {\n";
+    if (nest.rows_per_block == 1) {
+      src +=
+          "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
+          "static_cast<I>(gridDim.x)) {\n";
+    } else {  // a warp per row: the loop is uniform over each warp, whose lanes reduce together
+      std::string per = std::to_string(nest.rows_per_block);
+      src += "  for (I row = static_cast<I>(blockIdx.x) * " + per +
+             " + static_cast<I>(threadIdx.x >> 5); row < rows; row += static_cast<I>(gridDim.x) * " +
+             per + ") {\n";
+    }
     src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
     for (size_t d = 0; d < shape.size(); ++d)
       src += indented(rows.levels[d], 2);
     if (shape.empty() || shape.back() == 1) {
       src += indented(rows.levels[shape.size()], 2);
-      src += "    if (threadIdx.x == 0) {\n" + indented(rows.stores, 3) + "    }\n";
+      src += "    if (" + row_thread() + " == 0) {\n" + indented(rows.stores, 3) + "    }\n";
     } else {
       BlockLoop loop = block_loop("i" + std::to_string(shape.size() - 1), "I", shape.back());
       src += indented(loop.open + rows.levels[shape.size()] + rows.stores + loop.close, 2);
@@ -537,28 +551,36 @@ class KernelEmitter {
     return src;
   }
 
-  // A loop of the block's threads over [0, count): thread t takes t, t + kCudaBlock, ... Its trip
-  // count is a constant, so the compiler unrolls it and issues the loads of every trip before it
-  // waits for the first. (A loop stepping by blockDim.x issued one load at a time, and the row
-  // nests ran at about twice their byte floor on the H200: bench/NOTES.md.)
+  // A loop of the row's threads (a block's or a warp's) over [0, count): thread t takes t,
+  // t + threads, ... Its trip count is a constant, so the compiler unrolls it and issues the loads
+  // of every trip before it waits for the first. (A loop stepping by blockDim.x issued one load at
+  // a time, and the row nests ran at about twice their byte floor on the H200: bench/NOTES.md.)
   struct BlockLoop {
     std::string open, close;  // the body goes between, as complete lines
   };
-  static BlockLoop block_loop(const std::string& var, const std::string& type, int64_t count) {
-    int64_t trips = (count + kCudaBlock - 1) / kCudaBlock;
+  BlockLoop block_loop(const std::string& var, const std::string& type, int64_t count) const {
+    int64_t trips = (count + row_threads_ - 1) / row_threads_;
     std::string trip = var + "_trip";
     BlockLoop loop;
-    loop.open = std::string(trips <= 16 ? "#pragma unroll\n" : "#pragma unroll 4\n") + "for (int " +
+    loop.open = std::string(trips <= 32 ? "#pragma unroll\n" : "#pragma unroll 4\n") + "for (int " +
                 trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip + ") {\n" +
-                "const " + type + " " + var + " = static_cast<" + type +
-                ">(threadIdx.x) + static_cast<" + type + ">(" + trip + ") * " +
-                std::to_string(kCudaBlock) + ";\n";
+                "const " + type + " " + var + " = static_cast<" + type + ">(" + row_thread() +
+                ") + static_cast<" + type + ">(" + trip + ") * " + std::to_string(row_threads_) +
+                ";\n";
     loop.close = "}\n";
-    if (count % kCudaBlock != 0) {
+    if (count % row_threads_ != 0) {
       loop.open += "if (" + var + " < " + std::to_string(count) + ") {\n";
       loop.close += "}\n";
     }
     return loop;
+  }
+  // This thread's place among its row's threads.
+  std::string row_thread() const {
+    return row_threads_ == kCudaBlock ? "threadIdx.x" : "(threadIdx.x & 31)";
+  }
+  // The function that combines a row's partial results: block_<op> or warp_<op>.
+  std::string row_combine(const std::string& op) const {
+    return (row_threads_ == kCudaBlock ? "block_" : "warp_") + op;
   }
 
   // The nest's device functions and their entries (appended to `entries`).
@@ -1059,7 +1081,8 @@ class KernelEmitter {
   // the reduced dims, as the interpreter groups them), floats accumulated in double and integers
   // in wrapping int64, each element first converted to the output dtype. The loop sits at the
   // level of the output index, so a row statistic is computed once per row; in a CUDA row nest a
-  // reduction at row level is split over the block's threads and combined with block_<op>.
+  // reduction at row level is split over the row's threads and combined with block_<op> or
+  // warp_<op>.
   Val reduction(const Node& node, const Index& at) {
     const Value* self = node.input(0);
     const TensorType& in = self->tensor_type();
@@ -1163,7 +1186,7 @@ class KernelEmitter {
 
     std::string acc = fresh("acc");
     auto finish = [&](const std::string& op) {
-      if (cooperative) emit(depth, acc + " = block_" + op + "(" + acc + ");");
+      if (cooperative) emit(depth, acc + " = " + row_combine(op) + "(" + acc + ");");
     };
     std::string result;
     switch (id) {
@@ -1213,7 +1236,7 @@ class KernelEmitter {
           std::string dev = "(" + x + " - " + mean + ")";
           return m2 + " = red_sum(" + m2 + ", " + dev + " * " + dev + ");";
         });
-        if (cooperative) emit(depth, m2 + " = block_sum(" + m2 + ");");
+        if (cooperative) emit(depth, m2 + " = " + row_combine("sum") + "(" + m2 + ");");
         // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
         std::string divisor = fresh("n");
         std::string excess = "(" + std::to_string(count) + ".0 - " + correction.as_double + ")";
@@ -1433,6 +1456,7 @@ class KernelEmitter {
   std::unordered_map<std::string, int> level_of_;  // the level of every variable defined so far
   int nest_rank_ = 0;
   NestMode mode_ = NestMode::kCpuLoops;
+  int row_threads_ = kCudaBlock;  // a row nest's threads per row: a block's or a warp's
   int row_reductions_ = 0;  // reductions at row level (below the nest's last dim) so far
   int reductions_ = 0;      // reductions in the nest so far
   std::unordered_map<std::string, Val> memo_;

@@ -425,8 +425,9 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
       vector = vector && contiguous_over(t, nest.shape) && aligned(t, nest.vector_width);
     }
     int64_t per_thread = vector ? nest.vector_width : 1;
-    // A row nest runs a block per row (its loop strides over rows by the grid).
-    unsigned grid = nest.rows > 0 ? grid_for(nest.rows * kBlock, k.device)
+    // A row nest runs a block or a warp per row (its loop strides over rows by the grid).
+    int64_t row_blocks = (nest.rows + nest.rows_per_block - 1) / nest.rows_per_block;
+    unsigned grid = nest.rows > 0 ? grid_for(row_blocks * kBlock, k.device)
                                   : grid_for((nest.numel + per_thread - 1) / per_thread, k.device);
     int64_t threads = int64_t{grid} * kBlock * per_thread;
     bool narrow = fits_32 && nest.numel + threads < (int64_t{1} << 31) - 1;
