@@ -107,11 +107,12 @@ enum class NestMode { kCpuLoops, kFlat, kRows };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
-// Rows of at most this many elements run a warp per row, longer ones a block per row. A block per
-// row of 1024 kept only 8 rows (32 KB of f32) in flight per SM, and between its loads it waited on
-// barriers: normalization ran at 1.36x its byte floor in f32 and, with half the bytes per row, at
-// the same time in bf16 (2.72x). A warp per row needs no barrier and keeps 64 rows in flight.
-constexpr int64_t kWarpRowMax = 4096;
+// Rows of at most this many elements run a warp per row, longer ones a block per row. A warp per
+// row needs no barrier, but each lane holds the loads of all its trips in registers: on the H200
+// the softmax of rows of 512 went from 5.5x to 3.9x its byte floor with a warp per row, while the
+// normalization of rows of 1024 (32 trips, three loads each) needed 174 registers a thread, one
+// block per SM, and went from 1.36x to 1.83x (ncu; bench/NOTES.md).
+constexpr int64_t kWarpRowMax = 512;
 
 class KernelEmitter {
  public:
@@ -562,7 +563,7 @@ class KernelEmitter {
     int64_t trips = (count + row_threads_ - 1) / row_threads_;
     std::string trip = var + "_trip";
     BlockLoop loop;
-    loop.open = std::string(trips <= 32 ? "#pragma unroll\n" : "#pragma unroll 4\n") + "for (int " +
+    loop.open = std::string(trips <= 16 ? "#pragma unroll\n" : "#pragma unroll 4\n") + "for (int " +
                 trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip + ") {\n" +
                 "const " + type + " " + var + " = static_cast<" + type + ">(" + row_thread() +
                 ") + static_cast<" + type + ">(" + trip + ") * " + std::to_string(row_threads_) +
