@@ -445,7 +445,7 @@ TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int
                           int64_t offset, int64_t storage_numel, Device device, bool zero,
                           Allocator* allocator, Stream stream) {
   KILN_ASSERT(device.kind == Device::Kind::kCuda) << "cuda_strided for " << device.str();
-  use_device(device.index);
+  if (!allocator || zero) use_device(device.index);  // (PyTorch's allocator sets its own device)
   auto storage = std::make_shared<Storage>();
   storage->dtype = dtype;
   storage->device = device;

@@ -36,6 +36,7 @@ struct Driver {
   CUresult (*DeviceGetName)(char*, int, CUdevice) = nullptr;
   CUresult (*DevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*CtxSetCurrent)(CUcontext) = nullptr;
+  CUresult (*CtxGetCurrent)(CUcontext*) = nullptr;
   CUresult (*CtxSynchronize)() = nullptr;
   CUresult (*MemAlloc)(DevicePtr*, size_t) = nullptr;
   CUresult (*MemFree)(DevicePtr) = nullptr;
@@ -86,6 +87,7 @@ const Driver& driver() {
               bind(d.handle, "cuDeviceGetName", &d.DeviceGetName) &&
               bind(d.handle, "cuDevicePrimaryCtxRetain", &d.DevicePrimaryCtxRetain) &&
               bind(d.handle, "cuCtxSetCurrent", &d.CtxSetCurrent) &&
+              bind(d.handle, "cuCtxGetCurrent", &d.CtxGetCurrent) &&
               bind(d.handle, "cuCtxSynchronize", &d.CtxSynchronize) &&
               bind(d.handle, "cuMemAlloc_v2", &d.MemAlloc) &&
               bind(d.handle, "cuMemFree_v2", &d.MemFree) &&
@@ -181,7 +183,11 @@ void use_device(int index) {
       ctx = it->second;
     }
   }
-  check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
+  // Every call of a kernel comes here: reading the thread's current context is cheaper than
+  // setting it (PyTorch makes the same primary context current, so it usually is already).
+  CUcontext current = nullptr;
+  check(d.CtxGetCurrent(&current), "cuCtxGetCurrent");
+  if (current != ctx) check(d.CtxSetCurrent(ctx), "cuCtxSetCurrent");
 }
 
 const DeviceInfo& device_info(int index) {
