@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -473,13 +474,140 @@ bool schedule(std::vector<Step>& steps, const std::vector<std::pair<size_t, size
   return true;
 }
 
+// The part of its base a slice_scatter / select_scatter / as_strided_scatter writes, or a slice /
+// select / as_strided views.
+std::optional<Step::Window> window_of(const Node& n) {
+  const TensorType& self = n.input(0)->tensor_type();
+  Step::Window w;
+  if (n.id() == OpId::kAsStridedScatter || n.id() == OpId::kAsStrided) {
+    w.kind = Step::Window::Kind::kAsStrided;
+    w.sizes = n.arg("size").as_ints();
+    w.strides = n.arg("stride").as_ints();
+    w.offset = n.arg("storage_offset").as_optional_int();
+    return w;
+  }
+  bool select = n.id() == OpId::kSelectScatter || n.id() == OpId::kSelect;
+  if (!select && n.id() != OpId::kSliceScatter && n.id() != OpId::kSlice) return std::nullopt;
+  w.dim = wrap_dim(n.arg("dim").as_int(), self.rank());
+  int64_t size = self.shape[static_cast<size_t>(w.dim)];
+  if (select) {
+    int64_t index = n.arg("index").as_int();
+    w.kind = Step::Window::Kind::kSelect;
+    w.start = index < 0 ? index + size : index;
+    return w;
+  }
+  int64_t end = 0;
+  normalize_slice(size, n.arg("start").as_optional_int(), n.arg("end").as_optional_int(), &w.start,
+                  &end);
+  w.step = n.arg("step").as_int();
+  w.length = slice_length(w.start, end, w.step);
+  return w;
+}
+std::optional<Step::Window> scatter_window(const Node& n) {
+  return n.op->kind == OpKind::kScatter ? window_of(n) : std::nullopt;
+}
+std::optional<Step::Window> view_window(const Node& n) {
+  return n.op->kind == OpKind::kView ? window_of(n) : std::nullopt;
+}
+
+// A writeback of `slice_scatter(target, src, dim, start, end, step)` computed by a region of only
+// that (`x[:, :512] = v`; a key over several dims nests one scatter per dim, each into the slice
+// the one around it replaces): it changes only the slice. The region would read and rewrite all
+// of the target; a copy of src into the target's slice does the same with the slice's bytes.
+//   (t12,) = kilnFusion1(x, t8)  # writes x <- t12
+//     # t0 = ltorch.slice(x, 0, 0, 64)
+//     # t11 = ltorch.slice_scatter(t0, t8, 1, 0, 512)
+//     # t12 = ltorch.slice_scatter(x, t11, 0, 0, 64)
+// becomes
+//   writeback(t8)  # writes x[slice 0, 0::1][slice 1, 0::1] <- t8
+// Returns the copy step, or nothing when the writeback is not of that form.
+std::optional<Step> windowed_copy(const Trace& functional, const ExecutionPlan& plan,
+                                  const Value* target, const Value* value) {
+  auto producer = std::find_if(plan.steps.begin(), plan.steps.end(),
+                               [&](const Step& s) { return defines(s, value); });
+  if (producer == plan.steps.end() || producer->kind != Step::Kind::kFusion ||
+      producer->outputs.size() != 1)
+    return std::nullopt;
+  const Trace& body = producer->body;
+  auto outer = [&](const Value* inner) -> Value* {  // the step input behind a body input
+    const auto& ins = body.inputs();
+    auto at = std::find(ins.begin(), ins.end(), inner);
+    return at == ins.end() ? nullptr : producer->inputs[static_cast<size_t>(at - ins.begin())];
+  };
+  // Peel the scatters from the outside in: each writes into `base` (the target, then the slice
+  // of it the scatter around replaces) at one window.
+  std::vector<Step::Window> window;
+  const Value* base = nullptr;
+  const Value* at = body.outputs().front();
+  size_t nodes = 0;
+  Value* src = nullptr;
+  while (true) {
+    const Node* scatter = at->producer();
+    if (!scatter) return std::nullopt;
+    ++nodes;
+    const Value* scatter_base = scatter->input(0);
+    if (base == nullptr) {
+      if (outer(scatter_base) != target) return std::nullopt;
+    } else if (scatter_base != base) {
+      return std::nullopt;
+    }
+    std::optional<Step::Window> w = scatter_window(*scatter);
+    // (as_strided addresses the storage: only as the outermost window)
+    if (!w || (w->kind == Step::Window::Kind::kAsStrided && !window.empty())) return std::nullopt;
+    window.push_back(*w);
+    const Value* inner = scatter->input(1);
+    if ((src = outer(inner)) != nullptr) break;
+    // An inner scatter must write into exactly this window of this base: the matching view.
+    const Node* next = inner->producer();
+    if (!next || !scatter_window(*next)) return std::nullopt;
+    const Node* view = next->input(0)->producer();
+    if (!view || view->input(0) != scatter_base || view_window(*view) != *w) return std::nullopt;
+    ++nodes;
+    base = next->input(0);
+    at = inner;
+  }
+  // Only those nodes: anything else in the region would be computed for nothing.
+  if (body.nodes().size() != nodes) return std::nullopt;
+  // src computed by a step into memory of its own: an input of the program lives in the caller's
+  // memory, which another writeback may change before the copies run (x[-1] = y; y.tanh_()).
+  if (std::none_of(plan.steps.begin(), plan.steps.end(),
+                   [&](const Step& s) { return defines(s, src); }))
+    return std::nullopt;
+  // The scattered value itself must be needed only by the writeback.
+  for (const Value* out : functional.outputs())
+    if (out == value) return std::nullopt;
+  for (const Step& s : plan.steps)
+    if (reads(s, value)) return std::nullopt;
+  Step copy;
+  copy.kind = Step::Kind::kCopy;
+  copy.name = "writeback";
+  copy.inputs = {src};
+  copy.writebacks = {{const_cast<Value*>(target), src}};
+  copy.window = std::move(window);
+  return copy;
+}
+
 }  // namespace
 
 WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
   WritebackCounts counts;
   std::vector<std::pair<size_t, size_t>> constraints;
   std::vector<std::pair<Value*, Value*>> temporaries;
+  // Windowed copies first: they remove steps, which the constraints below number.
+  std::vector<Step> windowed;
+  std::set<const Value*> copied_in_window;  // writeback values they take care of
   for (const auto& [target, value] : functional.writebacks) {
+    if (std::optional<Step> copy = windowed_copy(functional, plan, target, value)) {
+      auto producer = std::find_if(plan.steps.begin(), plan.steps.end(),
+                                   [&](const Step& s) { return defines(s, value); });
+      plan.steps.erase(producer);
+      windowed.push_back(std::move(*copy));
+      copied_in_window.insert(value);
+      ++counts.with_temporary;
+    }
+  }
+  for (const auto& [target, value] : functional.writebacks) {
+    if (copied_in_window.contains(value)) continue;
     auto in_kernel = [&]() -> std::optional<size_t> {
       size_t r = 0;
       while (r < plan.steps.size() && !defines(plan.steps[r], value))
@@ -518,6 +646,8 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
   bool ok = schedule(plan.steps, constraints);
   KILN_ASSERT(ok) << "place_writebacks could not order the steps it accepted";
   // Copies after everything: every reader of old contents has run by then.
+  for (Step& copy : windowed)
+    plan.steps.push_back(std::move(copy));
   for (const auto& wb : temporaries) {
     Step copy;
     copy.kind = Step::Kind::kCopy;

@@ -1,6 +1,7 @@
 #include "kiln/passes/plan.h"
 
 #include <cstdio>
+#include <string>
 
 #include "kiln/ir/printer.h"
 
@@ -29,8 +30,19 @@ std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
       line += "(" + names(step.outputs) + (step.outputs.size() == 1 ? ",) = " : ") = ");
     line += step.name + "(" + names(step.inputs) + ")";
     std::string writes;
-    for (const auto& [target, value] : step.writebacks)
-      writes += (writes.empty() ? "" : ", ") + target->name() + " <- " + value->name();
+    for (const auto& [target, value] : step.writebacks) {
+      writes += (writes.empty() ? "" : ", ") + target->name();
+      for (const Step::Window& w : step.window) {
+        if (w.kind == Step::Window::Kind::kSelect)
+          writes += "[select " + std::to_string(w.dim) + ", " + std::to_string(w.start) + "]";
+        else if (w.kind == Step::Window::Kind::kSlice)
+          writes += "[slice " + std::to_string(w.dim) + ", " + std::to_string(w.start) + "::" +
+                    std::to_string(w.step) + "]";
+        else
+          writes += "[as_strided]";
+      }
+      writes += " <- " + value->name();
+    }
     if (!writes.empty()) line += "  # writes " + writes;
     out += line + "\n";
     for (const auto& node : step.body.nodes()) {

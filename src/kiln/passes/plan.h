@@ -3,6 +3,7 @@
 // each writeback happens and orders the steps.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,21 @@ struct Step {
   // Writebacks this step performs: (functional-trace input, value). For kCopy the value was
   // computed by an earlier step into a temporary; for kFusion the region stores it itself.
   std::vector<std::pair<Value*, Value*>> writebacks;
+  // kCopy only: the value goes into this part of the input (views applied in order), the rest of
+  // which keeps its contents (a writeback of slice_scatter(input, value, ...), select_scatter or
+  // as_strided_scatter, as `x[:, :512] = v` and `x[2] = v` make). Empty: the whole input.
+  struct Window {
+    enum class Kind { kSlice, kSelect, kAsStrided };
+    Kind kind = Kind::kSlice;
+    int64_t dim = 0;     // slice, select: normalized to [0, rank)
+    int64_t start = 0;   // slice, select: the first index (normalized)
+    std::optional<int64_t> offset;        // as_strided: its storage offset (none: the input's)
+    int64_t length = 0;  // slice
+    int64_t step = 1;    // slice
+    std::vector<int64_t> sizes, strides;  // as_strided: the first window only (storage-level)
+    bool operator==(const Window&) const = default;
+  };
+  std::vector<Window> window;
 };
 
 struct ExecutionPlan {

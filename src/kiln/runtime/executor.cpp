@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "kiln/runtime/cpu/cpu_kernels.h"
@@ -392,8 +393,37 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
                ? make_view(base.caller, {pattern.groups[g].numel}, {1}, base.start)
                : base.caller;
   };
-  auto write_back = [&](const Value* target, const RtValue& value) {
-    memory.copy(*destination(target), *std::get<TensorHandle>(value));
+  auto write_back = [&](const Value* target, const RtValue& value,
+                        const std::vector<Step::Window>& window = {}) {
+    const RtTensor& v = *std::get<TensorHandle>(value);
+    TensorHandle dest = destination(target);
+    // Only the part of the target that the value replaces (plan.h).
+    for (const Step::Window& w : window) {
+      if (w.kind == Step::Window::Kind::kAsStrided) {
+        // Storage offsets: of the group's storage extent for a synthetic base (its element 0 is
+        // the extent's), of the caller's storage otherwise.
+        size_t g = 0;
+        while (trace.inputs()[g] != target)
+          ++g;
+        int64_t origin = pattern.groups[g].synthetic ? bases[g].start : 0;
+        dest = make_view(bases[g].caller, w.sizes, w.strides,
+                         w.offset ? origin + *w.offset : dest->offset);
+        continue;
+      }
+      auto d = static_cast<size_t>(w.dim);
+      Shape sizes = dest->sizes;
+      std::vector<int64_t> strides = dest->strides;
+      int64_t offset = dest->offset + w.start * strides[d];
+      if (w.kind == Step::Window::Kind::kSelect) {
+        sizes.erase(sizes.begin() + w.dim);
+        strides.erase(strides.begin() + w.dim);
+      } else {
+        sizes[d] = w.length;
+        strides[d] *= w.step;
+      }
+      dest = make_view(dest, sizes, strides, offset);
+    }
+    memory.copy(*dest, v);
   };
 
   std::shared_ptr<const PreparedKernels> prepared = prepared_kernels(program, memory.device());
@@ -518,7 +548,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
       }
       for (const auto& [target, value] : step.writebacks) {
         if (stored.contains(target)) continue;
-        write_back(target, env.at(value));
+        write_back(target, env.at(value), step.window);
         ++stats->writebacks_copied;
       }
     }
