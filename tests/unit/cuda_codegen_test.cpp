@@ -93,6 +93,16 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
   EXPECT_GT(row_nests, 5);  // normalizations and other row statistics
 }
 
+// The strided copy every CUDA writeback through a temporary and every clone runs: not generated
+// per program, so no region above compiles it.
+TEST(CudaCodegen, TheStridedCopyCompilesWithNvrtcForSm90WithoutWarnings) {
+  std::string why;
+  if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << why;
+  cuda::NvrtcOutput out = cuda::nvrtc_compile(cuda::copy_module_source(), kH200, "kiln_copy");
+  EXPECT_FALSE(out.cubin.empty());
+  EXPECT_EQ(out.log, "") << "NVRTC warned";
+}
+
 // A kernel the emitter could not have written: NVRTC's error is an internal error that says
 // where the source was saved.
 TEST(CudaCodegen, ACompileFailureSavesTheSourceAndSaysWhere) {

@@ -160,6 +160,7 @@ struct Args {
   int64_t dst_dtype;
   int64_t src_offset;
   int64_t dst_offset;
+  int64_t narrow;  // every index fits in 31 bits
   int64_t sizes[16];
   int64_t src_strides[16];
   int64_t dst_strides[16];
@@ -202,10 +203,41 @@ inline void store_i(void* p, int64_t d, int64_t i, int64_t v) {
     default: st_f64(p, i, i_f64(v)); break;
   }
 }
+__device__ __forceinline__ void copy_element(const Args& a, int64_t si, int64_t di) {
+  if (a.src_dtype == a.dst_dtype) {  // the bytes, unchanged
+    switch (a.src_dtype) {
+      case 0: static_cast<uint8_t*>(a.dst)[di] = static_cast<const uint8_t*>(a.src)[si]; break;
+      case 1:
+      case 5: static_cast<uint32_t*>(a.dst)[di] = static_cast<const uint32_t*>(a.src)[si]; break;
+      case 3:
+      case 4: static_cast<uint16_t*>(a.dst)[di] = static_cast<const uint16_t*>(a.src)[si]; break;
+      default: static_cast<uint64_t*>(a.dst)[di] = static_cast<const uint64_t*>(a.src)[si]; break;
+    }
+  } else if (floating(a.src_dtype)) {
+    store_f(a.dst, a.dst_dtype, di, load_f(a.src, a.src_dtype, si));
+  } else {
+    store_i(a.dst, a.dst_dtype, di, load_i(a.src, a.src_dtype, si));
+  }
+}
+// An element's place in src and dst from its linear index: in 32-bit arithmetic when every index
+// fits (`narrow`; a 64-bit division per dim made a copy of 2^25 floats compute bound), else 64.
 extern "C" __global__ void kiln_strided_copy(const Args a) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t lin = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; lin < a.numel;
        lin += step) {
+    if (a.narrow) {
+      uint32_t rest = static_cast<uint32_t>(lin);
+      uint32_t si = static_cast<uint32_t>(a.src_offset), di = static_cast<uint32_t>(a.dst_offset);
+      for (int d = static_cast<int>(a.rank) - 1; d >= 0; --d) {
+        const uint32_t size = static_cast<uint32_t>(a.sizes[d]);
+        const uint32_t i = rest % size;
+        rest /= size;
+        si += i * static_cast<uint32_t>(a.src_strides[d]);
+        di += i * static_cast<uint32_t>(a.dst_strides[d]);
+      }
+      copy_element(a, si, di);
+      continue;
+    }
     int64_t rest = lin, si = a.src_offset, di = a.dst_offset;
     for (int64_t d = a.rank - 1; d >= 0; --d) {
       const int64_t i = rest % a.sizes[d];
@@ -213,29 +245,24 @@ extern "C" __global__ void kiln_strided_copy(const Args a) {
       si += i * a.src_strides[d];
       di += i * a.dst_strides[d];
     }
-    if (a.src_dtype == a.dst_dtype) {  // the bytes, unchanged
-      switch (a.src_dtype) {
-        case 0: static_cast<uint8_t*>(a.dst)[di] = static_cast<const uint8_t*>(a.src)[si]; break;
-        case 1:
-        case 5: static_cast<uint32_t*>(a.dst)[di] = static_cast<const uint32_t*>(a.src)[si]; break;
-        case 3:
-        case 4: static_cast<uint16_t*>(a.dst)[di] = static_cast<const uint16_t*>(a.src)[si]; break;
-        default: static_cast<uint64_t*>(a.dst)[di] = static_cast<const uint64_t*>(a.src)[si]; break;
-      }
-    } else if (floating(a.src_dtype)) {
-      store_f(a.dst, a.dst_dtype, di, load_f(a.src, a.src_dtype, si));
-    } else {
-      store_i(a.dst, a.dst_dtype, di, load_i(a.src, a.src_dtype, si));
-    }
+    copy_element(a, si, di);
   }
 }
 }  // namespace kiln_copy
 )KILN";
 }
 
+}  // namespace
+
+std::string copy_module_source() {
+  return std::string(codegen::cuda_kernel_prelude()) + copy_kernel_source();
+}
+
+namespace {
+
 struct CopyArgs {
   uint64_t src, dst;
-  int64_t numel, rank, src_dtype, dst_dtype, src_offset, dst_offset;
+  int64_t numel, rank, src_dtype, dst_dtype, src_offset, dst_offset, narrow;
   int64_t sizes[kMaxCopyRank], src_strides[kMaxCopyRank], dst_strides[kMaxCopyRank];
 };
 
@@ -246,7 +273,7 @@ Function copy_function(int device) {
   auto it = by_device.find(device);
   if (it != by_device.end()) return it->second;
   std::vector<ModuleRequest> requests(1);
-  requests[0].source = std::string(codegen::cuda_kernel_prelude()) + copy_kernel_source();
+  requests[0].source = copy_module_source();
   get_modules(requests, device);
   Function f = get_function(requests[0].module, "kiln_strided_copy");
   by_device[device] = f;
@@ -282,11 +309,16 @@ void launch_copy(const RtTensor& dst, const RtTensor& src, Stream stream) {
   a.src_offset = src.offset;
   a.dst_offset = dst.offset;
   Strides from = broadcast_strides(src, dst.sizes);
+  int64_t src_last = src.offset, dst_last = dst.offset;  // the largest index each side reaches
   for (size_t d = 0; d < dst.sizes.size(); ++d) {
     a.sizes[d] = dst.sizes[d];
     a.src_strides[d] = from[d];
     a.dst_strides[d] = dst.strides[d];
+    src_last += (dst.sizes[d] - 1) * from[d];
+    dst_last += (dst.sizes[d] - 1) * dst.strides[d];
   }
+  constexpr int64_t kNarrow = (int64_t{1} << 31) - 1;
+  a.narrow = numel < kNarrow && src_last < kNarrow && dst_last < kNarrow;
   int device = dst.device().index;
   launch(copy_function(device), grid_for(numel, device), kBlock, &a, sizeof a, stream);
 }

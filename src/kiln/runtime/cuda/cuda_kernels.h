@@ -55,6 +55,9 @@ struct CompiledModule {
   std::string log;
 };
 CompiledModule compile_cuda_kernel(const codegen::Kernel& kernel, int arch);
+// The module source of kiln_strided_copy, the copy kiln's CUDA writebacks and clones run (for
+// the test that compiles it).
+std::string copy_module_source();
 
 // Runs the kernel's nests in order on `stream` (inputs and output buffers as for the CPU kernel).
 // Returns false without running anything when an as_strided read would leave its storage.
