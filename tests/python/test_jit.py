@@ -406,16 +406,17 @@ def _windowed_copies(jitted) -> list[str]:
 @pytest.mark.parametrize(
     "name, fn, make_args",
     [
-        ("softmax into a slice", lambda x: x.__setitem__((slice(None), slice(None, 3)), torch.softmax(x[:, :3], -1)), lambda: [ar(4, 8)]),
+        ("softmax into a slice", lambda x: x.__setitem__((slice(None), slice(None, 2)), torch.softmax(x[:, :2], -1)), lambda: [ar(4, 8)]),
         ("negative start", lambda x: x.__setitem__((slice(None), slice(-2, None)), x[:, :2].tanh()), lambda: [ar(4, 8)]),
-        ("strided rows and columns", lambda x, y: x.__setitem__((slice(1, None), slice(None, None, 2)), torch.softmax(y, 0)), lambda: [ar(4, 8), ar(3, 4)]),
+        ("strided rows and columns", lambda x, y: x.__setitem__((slice(1, None), slice(None, None, 4)), torch.softmax(y, 0)), lambda: [ar(4, 16), ar(3, 4)]),
         ("a selected row", lambda x: x.__setitem__(2, x[0].sin()), lambda: [ar(4, 8)]),
         ("a column of a transposed input", lambda x: x.__setitem__((slice(None), 1), x[:, 0] * 2), lambda: [ar(8, 4).t()]),
     ],
 )
 def test_a_write_into_part_of_an_input_copies_only_that_part(name, fn, make_args):
     # The region of slice_scatter / select_scatter nodes alone is not run (it would rewrite all of
-    # x): the new values are copied into the part of x they replace (place_writebacks.cpp).
+    # x): the new values are copied into the part of x they replace (place_writebacks.cpp). Each
+    # part is under a third of x, where CUDA copies it too.
     jitted = check_against_eager(fn, make_args)
     assert len(_windowed_copies(jitted)) == 1, kiln.last_traces(jitted)[-1]
     assert jitted._cache.last_run_stats["writebacks_copied"] == 1

@@ -568,6 +568,13 @@ std::optional<Step> windowed_copy(const Trace& functional, const ExecutionPlan& 
   }
   // Only those nodes: anything else in the region would be computed for nothing.
   if (body.nodes().size() != nodes) return std::nullopt;
+  // On CUDA the copy is kiln_strided_copy, which moved bytes about 3x slower than the region's
+  // kernel does (H200, 2026-11-30: x[:, :512] = softmax(...) of x [65536, 1024] went from 0.246
+  // to 0.290 ms with the half of x copied): there it pays only for a window under a third of the
+  // target.
+  if (target->tensor_type().device.kind == Device::Kind::kCuda &&
+      3 * shape_numel(src->tensor_type().shape) >= shape_numel(target->tensor_type().shape))
+    return std::nullopt;
   // src computed by a step into memory of its own: an input of the program lives in the caller's
   // memory, which another writeback may change before the copies run (x[-1] = y; y.tanh_()).
   if (std::none_of(plan.steps.begin(), plan.steps.end(),
