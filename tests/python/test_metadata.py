@@ -141,35 +141,19 @@ def test_mean_has_the_metadata_of_eager_mean():
 
 @pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
 def test_a_first_call_does_not_import_dynamo(tmp_path):
+    # The benchmark's workloads (bench/bench.py), each traced and run once in a fresh process.
+    bench_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench")
     program = textwrap.dedent(
-        """
+        f"""
         import sys, torch, kiln
-
-        def s1(a):
-            a.tanh_()
-            return a * a * a * a
-
-        def norm(x, w, b):
-            y = x - x.mean(-1, keepdim=True)
-            y.mul_(w)
-            y.add_(b)
-            return y
-
-        def rms(x, w):
-            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
-            y.mul_(w)
-            return y
-
-        def view(x):
-            v = x[:, ::2]
-            v.mul_(0.5)
-            return x * 2 + 1
+        sys.path.insert(0, {bench_dir!r})
+        from bench import normalization, rms_norm, s1, view
 
         x = torch.randn(4, 64, device=sys.argv[1])
         w = torch.randn(64, device=sys.argv[1])
         kiln.jit(s1)(x.clone())
-        kiln.jit(norm)(x, w, w)
-        kiln.jit(rms)(x, w)
+        kiln.jit(normalization)(x, w, w)
+        kiln.jit(rms_norm)(x, w)
         kiln.jit(view)(x.clone())
         print("torch._dynamo" in sys.modules)
         """
