@@ -527,9 +527,10 @@ class KernelEmitter {
           "static_cast<I>(gridDim.x)) {\n";
     } else {  // a warp per row: the loop is uniform over each warp, whose lanes reduce together
       std::string per = std::to_string(nest.rows_per_block);
-      src += "  for (I row = static_cast<I>(blockIdx.x) * " + per +
-             " + static_cast<I>(threadIdx.x >> 5); row < rows; row += static_cast<I>(gridDim.x) * " +
-             per + ") {\n";
+      src +=
+          "  for (I row = static_cast<I>(blockIdx.x) * " + per +
+          " + static_cast<I>(threadIdx.x >> 5); row < rows; row += static_cast<I>(gridDim.x) * " +
+          per + ") {\n";
     }
     src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
     for (size_t d = 0; d < shape.size(); ++d)
@@ -1458,8 +1459,8 @@ class KernelEmitter {
   int nest_rank_ = 0;
   NestMode mode_ = NestMode::kCpuLoops;
   int row_threads_ = kCudaBlock;  // a row nest's threads per row: a block's or a warp's
-  int row_reductions_ = 0;  // reductions at row level (below the nest's last dim) so far
-  int reductions_ = 0;      // reductions in the nest so far
+  int row_reductions_ = 0;        // reductions at row level (below the nest's last dim) so far
+  int reductions_ = 0;            // reductions in the nest so far
   std::unordered_map<std::string, Val> memo_;
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided

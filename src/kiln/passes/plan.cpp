@@ -36,8 +36,8 @@ std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
         if (w.kind == Step::Window::Kind::kSelect)
           writes += "[select " + std::to_string(w.dim) + ", " + std::to_string(w.start) + "]";
         else if (w.kind == Step::Window::Kind::kSlice)
-          writes += "[slice " + std::to_string(w.dim) + ", " + std::to_string(w.start) + "::" +
-                    std::to_string(w.step) + "]";
+          writes += "[slice " + std::to_string(w.dim) + ", " + std::to_string(w.start) +
+                    "::" + std::to_string(w.step) + "]";
         else
           writes += "[as_strided]";
       }

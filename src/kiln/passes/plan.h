@@ -30,11 +30,11 @@ struct Step {
   struct Window {
     enum class Kind { kSlice, kSelect, kAsStrided };
     Kind kind = Kind::kSlice;
-    int64_t dim = 0;     // slice, select: normalized to [0, rank)
-    int64_t start = 0;   // slice, select: the first index (normalized)
+    int64_t dim = 0;                      // slice, select: normalized to [0, rank)
+    int64_t start = 0;                    // slice, select: the first index (normalized)
     std::optional<int64_t> offset;        // as_strided: its storage offset (none: the input's)
-    int64_t length = 0;  // slice
-    int64_t step = 1;    // slice
+    int64_t length = 0;                   // slice
+    int64_t step = 1;                     // slice
     std::vector<int64_t> sizes, strides;  // as_strided: the first window only (storage-level)
     bool operator==(const Window&) const = default;
   };

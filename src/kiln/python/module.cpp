@@ -176,9 +176,9 @@ class TorchAllocator : public Allocator {
  public:
   Block allocate(Device device, size_t bytes) override {
     bool cuda = device.kind == Device::Kind::kCuda;
-    c10::Device where = cuda ? c10::Device(c10::DeviceType::CUDA,
-                                           static_cast<c10::DeviceIndex>(device.index))
-                             : c10::Device(c10::DeviceType::CPU);
+    c10::Device where =
+        cuda ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device.index))
+             : c10::Device(c10::DeviceType::CPU);
     c10::Allocator* allocator = c10::GetAllocator(where.type());
     // At least 16 bytes, so that a zero-size tensor still gets an address.
     bytes = std::max<size_t>(bytes, 16);

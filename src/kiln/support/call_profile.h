@@ -16,13 +16,13 @@
 namespace kiln::call_profile {
 
 enum class Phase : int {
-  kKey,              // the specialization key of the call and its cache lookup
-  kArguments,        // the caller's tensors as kiln tensors
-  kExecute,          // the executor's whole run, including the three below
-  kAllocate,         // new buffers (PyTorch's allocator)
-  kKernel,           // a CUDA kernel step: its parameter block, grid, variant and launch
-  kLaunch,           // inside cuLaunchKernel
-  kResults,          // the results as Python objects
+  kKey,        // the specialization key of the call and its cache lookup
+  kArguments,  // the caller's tensors as kiln tensors
+  kExecute,    // the executor's whole run, including the three below
+  kAllocate,   // new buffers (PyTorch's allocator)
+  kKernel,     // a CUDA kernel step: its parameter block, grid, variant and launch
+  kLaunch,     // inside cuLaunchKernel
+  kResults,    // the results as Python objects
   kCount,
 };
 
