@@ -107,12 +107,23 @@ enum class NestMode { kCpuLoops, kFlat, kRows };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
-// Rows of at most this many elements run a warp per row, longer ones a block per row. A warp per
-// row needs no barrier, but each lane holds the loads of all its trips in registers: on the H200
-// the softmax of rows of 512 went from 5.5x to 3.9x its byte floor with a warp per row, while the
-// normalization of rows of 1024 (32 trips, three loads each) needed 174 registers a thread, one
-// block per SM, and went from 1.36x to 1.83x (ncu; bench/NOTES.md).
-constexpr int64_t kWarpRowMax = 512;
+// The threads that run one row of a row nest: a warp for rows of up to 512 elements, 128 threads
+// for rows of up to 2048, else the block. A row's threads hold its elements in registers (the row
+// cache, KernelEmitter::row_cached_load), at most kRowCacheTrips a thread: fewer threads a row
+// keep more rows, and more bytes, in flight on an SM. On the H200 the normalization of rows of
+// 1024 with a block per row and no row cache was latency bound: 8 rows in flight per SM, and bf16
+// took the time f32 took (bench/NOTES.md). A warp per row without the cache needed 174 registers
+// a thread at rows of 1024 (32 trips, loads of x, w and b each).
+int row_threads_for(int64_t length) {
+  if (length <= 512) return 32;
+  if (length <= 2048) return 128;
+  return kCudaBlock;
+}
+// Trips of a row loop (elements per thread) up to which the loop is unrolled completely, so its
+// row cache is held in registers.
+constexpr int64_t kRowCacheTrips = 16;
+// The most 32-bit registers a thread spends on row caches.
+constexpr int64_t kRowCacheWords = 64;
 
 class KernelEmitter {
  public:
@@ -240,8 +251,18 @@ class KernelEmitter {
     nest_rank_ = static_cast<int>(shape.size());
     mode_ = mode;
     row_reductions_ = 0;
+    row_reduce_count_ = 0;
     reductions_ = 0;
     lanes_ = lanes;
+    row_positions_.clear();
+    row_caches_.clear();
+    row_fills_.clear();
+    row_cache_words_ = 0;
+    if (mode == NestMode::kRows && !shape.empty() && shape.back() > 1) {
+      std::string last = "i" + std::to_string(shape.size() - 1);  // the row loop's (block_loop)
+      row_positions_[last] = RowPosition{last + "_trip", shape.back()};
+      level_of_[last + "_trip"] = static_cast<int>(shape.size());
+    }
     Index at = loop_index(shape);
     std::vector<std::pair<size_t, Val>> values;
     for (size_t j = 0; j < k.outputs.size(); ++j) {
@@ -260,6 +281,7 @@ class KernelEmitter {
       stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
     }
     lanes_ = nullptr;
+    levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
     return NestBody{levels_, stores};
   }
 
@@ -509,7 +531,8 @@ class KernelEmitter {
                              KernelNest& nest, std::string* entries) {
     std::vector<std::vector<StorageWindow>> windows = windows_;
     std::vector<bool> whole = whole_storage_;
-    row_threads_ = !shape.empty() && shape.back() <= kWarpRowMax ? 32 : kCudaBlock;
+    const int64_t length = !shape.empty() && shape.back() > 1 ? shape.back() : row_reduce_count_;
+    row_threads_ = row_threads_for(length);
     nest.rows_per_block = kCudaBlock / row_threads_;
     NestBody rows = emit_body(shape, k, is_last, NestMode::kRows);
     if (is_last) record_last_nest_loads(shape, k);
@@ -525,12 +548,11 @@ class KernelEmitter {
       src +=
           "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
           "static_cast<I>(gridDim.x)) {\n";
-    } else {  // a warp per row: the loop is uniform over each warp, whose lanes reduce together
+    } else {  // a group of threads per row: the loop is uniform over each group (row_combine)
       std::string per = std::to_string(nest.rows_per_block);
-      src +=
-          "  for (I row = static_cast<I>(blockIdx.x) * " + per +
-          " + static_cast<I>(threadIdx.x >> 5); row < rows; row += static_cast<I>(gridDim.x) * " +
-          per + ") {\n";
+      src += "  for (I row = static_cast<I>(blockIdx.x) * " + per +
+             " + static_cast<I>(threadIdx.x / " + std::to_string(row_threads_) +
+             "); row < rows; row += static_cast<I>(gridDim.x) * " + per + ") {\n";
     }
     src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
     for (size_t d = 0; d < shape.size(); ++d)
@@ -578,11 +600,15 @@ class KernelEmitter {
   }
   // This thread's place among its row's threads.
   std::string row_thread() const {
-    return row_threads_ == kCudaBlock ? "threadIdx.x" : "(threadIdx.x & 31)";
+    return row_threads_ == kCudaBlock ? "threadIdx.x"
+                                      : "(threadIdx.x & " + std::to_string(row_threads_ - 1) + ")";
   }
-  // The function that combines a row's partial results: block_<op> or warp_<op>.
+  // The function that combines a row's partial results: block_<op>, warp_<op> or
+  // group_<op><threads> (cuda_block_reduce.cuh).
   std::string row_combine(const std::string& op) const {
-    return (row_threads_ == kCudaBlock ? "block_" : "warp_") + op;
+    if (row_threads_ == kCudaBlock) return "block_" + op;
+    if (row_threads_ == 32) return "warp_" + op;
+    return "group_" + op + "<" + std::to_string(row_threads_) + ">";
   }
 
   // The nest's device functions and their entries (appended to `entries`).
@@ -832,7 +858,82 @@ class KernelEmitter {
           << "a vector input loaded away from its element";
       return define(t.dtype, "ld_" + suffix(t.dtype) + "(lane_in" + n + ", l)");
     }
+    if (std::optional<Val> cached = row_cached_load(k, at)) return *cached;
     return define(t.dtype, "ld_" + suffix(t.dtype) + "(in" + n + ", " + address.text + ")");
+  }
+
+  // The row cache of a CUDA row nest: an input read along the row at a row loop's position, at
+  // an index that otherwise depends only on the row, is loaded once per row into registers, each
+  // thread its own positions (those of block_loop), before the row's first reduction. Every later
+  // pass over the row reads the registers: the normalization's mean pass and its final loop load
+  // x once, and w and b are loaded before the mean's barrier instead of after it.
+  //   float rc3[8];
+  //   for (int rc3_t = 0; rc3_t < 8; ++rc3_t) { const I rc3_j = (threadIdx.x & 127) + rc3_t * 128;
+  //     rc3[rc3_t] = ld_f32(in0, o0 + i0*s0_0 + rc3_j*s0_1); }
+  //   ... acc5 = red_sum(acc5, rc3[rl4_trip]) ...   v9 = rc3[i1_trip]
+  // Only where every loop over those positions is unrolled completely (the registers are indexed
+  // by constants), within kRowCacheWords registers a thread, and where the index is inside the
+  // tensor wherever the row runs (so loading it unconditionally is safe).
+  std::optional<Val> row_cached_load(size_t k, const Index& at) {
+    if (mode_ != NestMode::kRows || at.empty()) return std::nullopt;
+    auto position = row_positions_.find(at.back().text);
+    if (position == row_positions_.end()) return std::nullopt;
+    const TensorType& t = body_.inputs()[k]->tensor_type();
+    const int64_t count = position->second.count;
+    const int64_t trips = (count + row_threads_ - 1) / row_threads_;
+    if (trips > kRowCacheTrips || !inside_shape(at, t.shape)) return std::nullopt;
+    Index prefix(at.begin(), at.end() - 1);
+    for (const IndexExpr& e : prefix)
+      if (!uses_only_row_indices(e.text)) return std::nullopt;
+    std::string key = std::to_string(k) + "@" + index_key(prefix) + "#" + std::to_string(count);
+    auto cache = row_caches_.find(key);
+    if (cache == row_caches_.end()) {
+      const std::string type = reg(t.dtype);
+      const int64_t words = trips * (type == "float" ? 1 : 2);
+      if (row_cache_words_ + words > kRowCacheWords) return std::nullopt;
+      row_cache_words_ += words;
+      std::string array = fresh("rc"), n = std::to_string(k), trip = array + "_t", j = array + "_j";
+      IndexExpr address = IndexExpr::var("o" + n);
+      for (size_t d = 0; d + 1 < at.size(); ++d)
+        address = address + mul(at[d], "s" + n + "_" + std::to_string(d));
+      address = address + mul(IndexExpr::var(j), "s" + n + "_" + std::to_string(at.size() - 1));
+      std::string element = "ld_" + suffix(t.dtype) + "(in" + n + ", " + address.text + ")";
+      if (count % row_threads_ != 0)
+        element = j + " < " + std::to_string(count) + " ? " + element + " : " + type + "(0)";
+      row_fills_ += type + " " + array + "[" + std::to_string(trips) +
+                    "];\n#pragma unroll\nfor (int " + trip + " = 0; " + trip + " < " +
+                    std::to_string(trips) + "; ++" + trip + ") {\n  const I " + j +
+                    " = static_cast<I>(" + row_thread() + ") + static_cast<I>(" + trip + ") * " +
+                    std::to_string(row_threads_) + ";\n  " + array + "[" + trip + "] = " + element +
+                    ";\n}\n";
+      cache = row_caches_.emplace(key, array).first;
+    }
+    return define(t.dtype, cache->second + "[" + position->second.trip + "]");
+  }
+  // Whether `text` names no variable but the row nest's row indices i0 ... i<rank - 2> (which
+  // decompose declares before any level's code, where the row cache is filled).
+  bool uses_only_row_indices(const std::string& text) const {
+    for (size_t at = 0; at < text.size();) {
+      char c = text[at];
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        size_t end = at;
+        while (end < text.size() &&
+               (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_'))
+          ++end;
+        std::string name = text.substr(at, end - at);
+        if (name.size() < 2 || name[0] != 'i' ||
+            !std::all_of(name.begin() + 1, name.end(), [](char d) { return std::isdigit(d); }) ||
+            std::stoll(name.substr(1)) + 1 >= nest_rank_)
+          return false;
+        at = end;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        while (at < text.size() && std::isalnum(static_cast<unsigned char>(text[at])))
+          ++at;  // a number literal (3, 1LL)
+      } else {
+        ++at;
+      }
+    }
+    return true;
   }
 
   // as_strided reads its input's storage: storage_offset + sum(index * stride). Of a region input
@@ -1106,7 +1207,10 @@ class KernelEmitter {
     const int depth = depth_of(at);
     // In a CUDA nest, a reduction below the last dim makes the nest a row nest (cuda_rows_nest).
     const bool row_level = depth < nest_rank_ || nest_rank_ == 0;
-    if (row_level) ++row_reductions_;
+    if (row_level) {
+      ++row_reductions_;
+      row_reduce_count_ = std::max(row_reduce_count_, count);
+    }
     ++reductions_;
     const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
 
@@ -1130,6 +1234,10 @@ class KernelEmitter {
       const int level = static_cast<int>(levels_.size());
       levels_.emplace_back();
       level_of_[rl] = level;
+      if (cooperative) {  // rl runs over the row's positions as block_loop(rl, count) does
+        row_positions_[rl] = RowPosition{rl + "_trip", count};
+        level_of_[rl + "_trip"] = level;
+      }
       Index index(static_cast<size_t>(in.rank()));
       std::string rest = rl;
       size_t k = 0;
@@ -1152,6 +1260,8 @@ class KernelEmitter {
           if (in.shape[static_cast<size_t>(reduced[q])] != 1) last_needed = false;
         if (last_needed) {
           declare("int64_t", var, rest);
+          if (auto p = row_positions_.find(rest); p != row_positions_.end())
+            row_positions_[var] = p->second;  // the only reduced dim: var is rl
         } else {
           declare("int64_t", var, rest + " % " + std::to_string(size));
           std::string next = fresh("rq");
@@ -1460,7 +1570,19 @@ class KernelEmitter {
   NestMode mode_ = NestMode::kCpuLoops;
   int row_threads_ = kCudaBlock;  // a row nest's threads per row: a block's or a warp's
   int row_reductions_ = 0;        // reductions at row level (below the nest's last dim) so far
-  int reductions_ = 0;            // reductions in the nest so far
+  int64_t row_reduce_count_ = 0;  // the most elements a row-level reduction combines
+  // The row cache (row_cached_load): the loop variables that run over a row's positions, by
+  // name, with their loop's trip variable and count; the cached arrays by input, index and count;
+  // the code that fills them; the registers they take.
+  struct RowPosition {
+    std::string trip;
+    int64_t count = 0;
+  };
+  std::unordered_map<std::string, RowPosition> row_positions_;
+  std::map<std::string, std::string> row_caches_;
+  std::string row_fills_;
+  int64_t row_cache_words_ = 0;
+  int reductions_ = 0;  // reductions in the nest so far
   std::unordered_map<std::string, Val> memo_;
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided
