@@ -465,9 +465,9 @@ def test_a_written_slice_whose_whole_result_is_also_read_is_not_narrowed():
 @pytest.mark.parametrize("length", [600, 2048, 3000, 5000])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_row_statistics_over_rows_of_many_lengths(length, dtype):
-    # On CUDA the rows run a warp, 128 threads or a block each, hold up to 16 elements a thread in
-    # registers, and may not fill their last trip (600, 3000) or their last block (3 rows, 2 a
-    # block at 128 threads); at 5000 a thread has too many elements to hold.
+    # On CUDA the rows run a block of 128 or 256 threads each, hold up to 16 elements a thread in
+    # registers, and may not fill their last trip (600, 3000); at 5000 a thread has too many
+    # elements to hold. (The std's and amax's [3, 1] nests are rows with one element.)
     def f(x, w, b):
         y = x - x.mean(-1, keepdim=True)
         y.mul_(w).add_(b)
@@ -475,7 +475,7 @@ def test_row_statistics_over_rows_of_many_lengths(length, dtype):
 
     def make_args():
         g = torch.Generator().manual_seed(length)
-        x, w, b = (torch.randn(s, generator=g) for s in ((3, length), (length,), (length,)))
+        x, w, b = (torch.randn(s, generator=g, device="cpu") for s in ((3, length), (length,), (length,)))
         return [t.to(device=torch.get_default_device(), dtype=dtype) for t in (x, w, b)]
 
     check_against_eager(f, make_args)

@@ -44,33 +44,4 @@ KILN_WARP_REDUCE(max)
 KILN_WARP_REDUCE(min)
 #undef KILN_WARP_REDUCE
 
-// A value combined over a group of `Threads` consecutive threads (a multiple of 32 that divides
-// the block: a row nest with several rows per block). The groups synchronize apart, each on its
-// own named barrier (1 + its place in the block; __syncthreads uses barrier 0), so a group whose
-// row is past the end can leave while the others still reduce. Every thread of the group must
-// call it; calls may follow each other, as for block_<op>.
-#define KILN_GROUP_REDUCE(op)                                                       \
-  template <int Threads, class T>                                                   \
-  inline T group_##op(T v) {                                                        \
-    static_assert(Threads % 32 == 0 && Threads >= 32, "groups of whole warps");     \
-    __shared__ T partial[32];                                                       \
-    for (int offset = 16; offset > 0; offset >>= 1)                                 \
-      v = red_##op(v, static_cast<T>(__shfl_xor_sync(0xffffffffu, v, offset)));     \
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;                     \
-    const int first = (static_cast<int>(threadIdx.x) / Threads) * (Threads / 32);  \
-    const unsigned barrier = 1u + threadIdx.x / Threads, count = Threads;           \
-    asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(count) : "memory");         \
-    if (lane == 0) partial[warp] = v;                                               \
-    asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(count) : "memory");         \
-    v = partial[first];                                                             \
-    for (int w = 1; w < Threads / 32; ++w)                                          \
-      v = red_##op(v, partial[first + w]);                                          \
-    return v;                                                                       \
-  }
-KILN_GROUP_REDUCE(sum)
-KILN_GROUP_REDUCE(prod)
-KILN_GROUP_REDUCE(max)
-KILN_GROUP_REDUCE(min)
-#undef KILN_GROUP_REDUCE
-
 }  // namespace kiln::kernel

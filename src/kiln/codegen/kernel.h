@@ -95,8 +95,9 @@ struct KernelNest {
   Shape shape;
   int64_t numel = 0;
   int64_t rows = 0;  // a nest with a row statistic: its number of rows (no vector variant); 0: none
-  int rows_per_block = 1;  // a row nest's rows run by one block at once: 1, or a warp per row
-  int vector_width = 0;    // elements per thread of the vectorized variant; 0: none
+  int rows_per_block = 1;   // a row nest's rows run by one block at once: 1, or a warp per row
+  int block_threads = 256;  // threads per block (a row nest's block per row may have fewer)
+  int vector_width = 0;     // elements per thread of the vectorized variant; 0: none
   std::vector<int> vector_inputs;   // inputs it loads as vectors: contiguous and aligned
   std::vector<int> vector_outputs;  // outputs it stores as vectors (every output of the nest)
 };

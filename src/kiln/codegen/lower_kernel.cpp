@@ -107,13 +107,15 @@ enum class NestMode { kCpuLoops, kFlat, kRows };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
-// The threads that run one row of a row nest: a warp for rows of up to 512 elements, 128 threads
-// for rows of up to 2048, else the block. A row's threads hold its elements in registers (the row
-// cache, KernelEmitter::row_cached_load), at most kRowCacheTrips a thread: fewer threads a row
-// keep more rows, and more bytes, in flight on an SM. On the H200 the normalization of rows of
-// 1024 with a block per row and no row cache was latency bound: 8 rows in flight per SM, and bf16
-// took the time f32 took (bench/NOTES.md). A warp per row without the cache needed 174 registers
-// a thread at rows of 1024 (32 trips, loads of x, w and b each).
+// The threads that run one row of a row nest: a warp for rows of up to 512 elements (8 rows to a
+// block), a block of 128 threads for rows of up to 2048, else a block of kCudaBlock. A row's
+// threads hold its elements in registers (the row cache, KernelEmitter::row_cached_load), at most
+// kRowCacheTrips a thread: fewer threads a row keep more rows, and more bytes, in flight on an
+// SM. On the H200 the normalization of rows of 1024 with 256 threads a row and no row cache was
+// latency bound: 8 rows in flight per SM, and bf16 took the time f32 took (bench/NOTES.md). A
+// warp per row without the cache needed 174 registers a thread at rows of 1024 (32 trips, loads
+// of x, w and b each). Two rows of 128 threads in one block, each on its own named barrier,
+// limited an SM to 4 blocks (ncu: "Block Limit Barriers"), so a row that is not a warp is a block.
 int row_threads_for(int64_t length) {
   if (length <= 512) return 32;
   if (length <= 2048) return 128;
@@ -533,7 +535,8 @@ class KernelEmitter {
     std::vector<bool> whole = whole_storage_;
     const int64_t length = !shape.empty() && shape.back() > 1 ? shape.back() : row_reduce_count_;
     row_threads_ = row_threads_for(length);
-    nest.rows_per_block = kCudaBlock / row_threads_;
+    nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
+    nest.rows_per_block = nest.block_threads / row_threads_;
     NestBody rows = emit_body(shape, k, is_last, NestMode::kRows);
     if (is_last) record_last_nest_loads(shape, k);
     windows_ = windows;
@@ -548,11 +551,12 @@ class KernelEmitter {
       src +=
           "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
           "static_cast<I>(gridDim.x)) {\n";
-    } else {  // a group of threads per row: the loop is uniform over each group (row_combine)
+    } else {  // a warp per row: the loop is uniform over each warp, whose lanes reduce together
       std::string per = std::to_string(nest.rows_per_block);
-      src += "  for (I row = static_cast<I>(blockIdx.x) * " + per +
-             " + static_cast<I>(threadIdx.x / " + std::to_string(row_threads_) +
-             "); row < rows; row += static_cast<I>(gridDim.x) * " + per + ") {\n";
+      src +=
+          "  for (I row = static_cast<I>(blockIdx.x) * " + per +
+          " + static_cast<I>(threadIdx.x >> 5); row < rows; row += static_cast<I>(gridDim.x) * " +
+          per + ") {\n";
     }
     src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
     for (size_t d = 0; d < shape.size(); ++d)
@@ -567,9 +571,10 @@ class KernelEmitter {
     src += "  }\n}\n";
     for (int bits : {32, 64}) {
       std::string entry = "_n" + std::to_string(index) + "_s" + std::to_string(bits);
-      *entries += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCudaBlock) +
-                  ") KILN_CAT(KILN_KERNEL_NAME, " + entry + ")(const Args a) {\n  " + name +
-                  "_rows<" + (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
+      *entries += "extern \"C\" __global__ void __launch_bounds__(" +
+                  std::to_string(nest.block_threads) + ") KILN_CAT(KILN_KERNEL_NAME, " + entry +
+                  ")(const Args a) {\n  " + name + "_rows<" + (bits == 32 ? "int32_t" : "int64_t") +
+                  ">(a);\n}\n";
     }
     k.nests.push_back(std::move(nest));
     return src;
@@ -600,15 +605,12 @@ class KernelEmitter {
   }
   // This thread's place among its row's threads.
   std::string row_thread() const {
-    return row_threads_ == kCudaBlock ? "threadIdx.x"
-                                      : "(threadIdx.x & " + std::to_string(row_threads_ - 1) + ")";
+    return row_threads_ == 32 ? "(threadIdx.x & 31)" : "threadIdx.x";
   }
-  // The function that combines a row's partial results: block_<op>, warp_<op> or
-  // group_<op><threads> (cuda_block_reduce.cuh).
+  // The function that combines a row's partial results: warp_<op> or block_<op>
+  // (cuda_block_reduce.cuh).
   std::string row_combine(const std::string& op) const {
-    if (row_threads_ == kCudaBlock) return "block_" + op;
-    if (row_threads_ == 32) return "warp_" + op;
-    return "group_" + op + "<" + std::to_string(row_threads_) + ">";
+    return (row_threads_ == 32 ? "warp_" : "block_") + op;
   }
 
   // The nest's device functions and their entries (appended to `entries`).

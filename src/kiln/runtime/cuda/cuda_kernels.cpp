@@ -459,13 +459,14 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
     int64_t per_thread = vector ? nest.vector_width : 1;
     // A row nest runs a block or a warp per row (its loop strides over rows by the grid).
     int64_t row_blocks = (nest.rows + nest.rows_per_block - 1) / nest.rows_per_block;
+    const int block = nest.block_threads;
     unsigned grid = nest.rows > 0 ? grid_for(row_blocks * kBlock, k.device)
                                   : grid_for((nest.numel + per_thread - 1) / per_thread, k.device);
-    int64_t threads = int64_t{grid} * kBlock * per_thread;
+    int64_t threads = int64_t{grid} * block * per_thread;
     bool narrow = fits_32 && nest.numel + threads < (int64_t{1} << 31) - 1;
     const NestEntries& e = k.nests[n];
     Function f = vector ? (narrow ? e.vector32 : e.vector64) : (narrow ? e.scalar32 : e.scalar64);
-    launch(f, grid, kBlock, words.data(), words.size() * 8, stream);
+    launch(f, grid, static_cast<unsigned>(block), words.data(), words.size() * 8, stream);
   }
   return true;
 }
