@@ -479,3 +479,21 @@ def test_row_statistics_over_rows_of_many_lengths(length, dtype):
         return [t.to(device=torch.get_default_device(), dtype=dtype) for t in (x, w, b)]
 
     check_against_eager(f, make_args)
+
+
+@pytest.mark.parametrize("length", [512, 1024])
+def test_row_statistics_of_rows_that_are_not_aligned_or_contiguous(length):
+    # x's rows start at odd offsets and w's elements are strided: on CUDA the row cache then loads
+    # them element by element instead of as vectors; the result x - mean is stored into x itself.
+    def f(x, w):
+        y = x * w
+        x.sub_(y.mean(-1, keepdim=True))
+        return y.softmax(-1)
+
+    def make_args():
+        g = torch.Generator().manual_seed(length)
+        base = torch.randn(5, length + 1, generator=g, device="cpu").to(torch.get_default_device())
+        w = torch.randn(length, 2, generator=g, device="cpu").to(torch.get_default_device())
+        return [base[:, 1:], w[:, 1]]
+
+    check_against_eager(f, make_args)

@@ -260,10 +260,12 @@ class KernelEmitter {
     row_caches_.clear();
     row_fills_.clear();
     row_cache_words_ = 0;
+    const bool lane_stores = mode == NestMode::kRows && !shape.empty() && shape.back() > 1 &&
+                             row_lanes(shape.back()) > 1;
     if (mode == NestMode::kRows && !shape.empty() && shape.back() > 1) {
       std::string last = "i" + std::to_string(shape.size() - 1);  // the row loop's (block_loop)
-      row_positions_[last] = RowPosition{last + "_trip", shape.back()};
-      level_of_[last + "_trip"] = static_cast<int>(shape.size());
+      row_positions_[last] = RowPosition{cache_slot(last, row_lanes(shape.back())), shape.back()};
+      level_of_[last + "_trip"] = level_of_[last + "_lane"] = static_cast<int>(shape.size());
     }
     Index at = loop_index(shape);
     std::vector<std::pair<size_t, Val>> values;
@@ -279,7 +281,10 @@ class KernelEmitter {
       IndexExpr address = IndexExpr::var("oo" + n);
       for (size_t d = 0; d < shape.size(); ++d)
         address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
-      std::string where = lanes ? "lane_out" + n + ", l" : "out" + n + ", " + address.text;
+      std::string where = lanes ? "lane_out" + n + ", l"
+                          : lane_stores
+                              ? "row_out" + n + ", i" + std::to_string(shape.size() - 1) + "_lane"
+                              : "out" + n + ", " + address.text;
       stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
     }
     lanes_ = nullptr;
@@ -537,6 +542,15 @@ class KernelEmitter {
     row_threads_ = row_threads_for(length);
     nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
     nest.rows_per_block = nest.block_threads / row_threads_;
+    // The row vector width: 16 bytes of the kernel's widest tensor dtype.
+    int64_t widest = 1;
+    for (size_t i = 0; i < k.inputs.size(); ++i)
+      if (k.inputs[i].is_tensor)
+        widest = std::max<int64_t>(widest, dtype_size(body_.inputs()[i]->tensor_type().dtype));
+    for (const KernelOutput& o : k.outputs)
+      widest = std::max<int64_t>(widest, dtype_size(o.dtype));
+    row_length_ = length;
+    row_vector_ = static_cast<int>(std::min<int64_t>(8, 16 / widest));
     NestBody rows = emit_body(shape, k, is_last, NestMode::kRows);
     if (is_last) record_last_nest_loads(shape, k);
     windows_ = windows;
@@ -565,8 +579,22 @@ class KernelEmitter {
       src += indented(rows.levels[shape.size()], 2);
       src += "    if (" + row_thread() + " == 0) {\n" + indented(rows.stores, 3) + "    }\n";
     } else {
-      BlockLoop loop = block_loop("i" + std::to_string(shape.size() - 1), "I", shape.back());
-      src += indented(loop.open + rows.levels[shape.size()] + rows.stores + loop.close, 2);
+      std::string var = "i" + std::to_string(shape.size() - 1);
+      BlockLoop loop = block_loop(var, "I", shape.back());
+      const int lanes = row_lanes(shape.back());
+      if (lanes == 1) {
+        src += indented(loop.open + rows.levels[shape.size()] + rows.stores + loop.close, 2);
+      } else {  // the lanes store into registers, then as one vector (row_lane_stores)
+        std::string body = loop.open_trip, flush;
+        for (size_t j = 0; j < k.outputs.size(); ++j) {
+          if (k.outputs[j].shape != shape) continue;
+          body += row_vector_store(j, shape, var, lanes, &flush);
+        }
+        size_t lane_open = loop.open.find("#pragma unroll", loop.open_trip.size());
+        body += loop.open.substr(lane_open) + rows.levels[shape.size()] + rows.stores + "}\n" +
+                flush + loop.close_trip;
+        src += indented(body, 2);
+      }
     }
     src += "  }\n}\n";
     for (int bits : {32, 64}) {
@@ -584,24 +612,76 @@ class KernelEmitter {
   // t + threads, ... Its trip count is a constant, so the compiler unrolls it and issues the loads
   // of every trip before it waits for the first. (A loop stepping by blockDim.x issued one load at
   // a time, and the row nests ran at about twice their byte floor on the H200: bench/NOTES.md.)
+  // Over the row itself with a row vector width V (row_lanes), thread t takes V neighbours at a
+  // time: (t + trip * threads) * V + lane, so that the row cache loads, and the final loop
+  // stores, V elements with one instruction.
   struct BlockLoop {
     std::string open, close;  // the body goes between, as complete lines
+    // With lanes: the trip loop alone (open_trip + lane loop + close_trip is the whole loop).
+    std::string open_trip, close_trip;
   };
   BlockLoop block_loop(const std::string& var, const std::string& type, int64_t count) const {
-    int64_t trips = (count + row_threads_ - 1) / row_threads_;
-    std::string trip = var + "_trip";
+    const int lanes = row_lanes(count);
+    int64_t trips = (count + row_threads_ * lanes - 1) / (row_threads_ * lanes);
+    std::string trip = var + "_trip", threads = std::to_string(row_threads_);
     BlockLoop loop;
-    loop.open = std::string(trips <= 16 ? "#pragma unroll\n" : "#pragma unroll 4\n") + "for (int " +
-                trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip + ") {\n" +
-                "const " + type + " " + var + " = static_cast<" + type + ">(" + row_thread() +
-                ") + static_cast<" + type + ">(" + trip + ") * " + std::to_string(row_threads_) +
-                ";\n";
-    loop.close = "}\n";
-    if (count % row_threads_ != 0) {
+    loop.open_trip =
+        std::string(trips <= kRowCacheTrips ? "#pragma unroll\n" : "#pragma unroll 4\n") +
+        "for (int " + trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip +
+        ") {\n";
+    loop.close_trip = "}\n";
+    std::string first = "static_cast<" + type + ">(" + row_thread() + ") + static_cast<" + type +
+                        ">(" + trip + ") * " + threads;
+    if (lanes == 1) {
+      loop.open = loop.open_trip + "const " + type + " " + var + " = " + first + ";\n";
+      loop.close = loop.close_trip;
+    } else {
+      std::string lane = var + "_lane", v = std::to_string(lanes);
+      std::string lane_open = "#pragma unroll\nfor (int " + lane + " = 0; " + lane + " < " + v +
+                              "; ++" + lane + ") {\nconst " + type + " " + var + " = (" + first +
+                              ") * " + v + " + " + lane + ";\n";
+      loop.open = loop.open_trip + lane_open;
+      loop.close = "}\n" + loop.close_trip;
+    }
+    if (count % (row_threads_ * lanes) != 0) {  // (lanes > 1 divide the row exactly)
       loop.open += "if (" + var + " < " + std::to_string(count) + ") {\n";
-      loop.close += "}\n";
+      loop.close = "}\n" + loop.close;
     }
     return loop;
+  }
+  // The elements a row loop over `count` positions takes at a time: the nest's row vector width
+  // for a loop over its whole row when the row's threads divide it into whole vectors, else 1.
+  int row_lanes(int64_t count) const {
+    if (mode_ != NestMode::kRows || row_vector_ <= 1 || count != row_length_) return 1;
+    return count % (row_threads_ * row_vector_) == 0 ? row_vector_ : 1;
+  }
+  // The position (in the row cache's registers) of a row loop's current element.
+  static std::string cache_slot(const std::string& var, int lanes) {
+    if (lanes == 1) return var + "_trip";
+    return var + "_trip * " + std::to_string(lanes) + " + " + var + "_lane";
+  }
+  // Output j's lanes of a row loop's trip: the registers they are stored into (returned, for the
+  // trip's start) and the code that writes them out after the lanes (appended to `flush`): one
+  // vector store where the output's row is contiguous and aligned, else a store of each lane.
+  std::string row_vector_store(size_t j, const Shape& shape, const std::string& var, int lanes,
+                               std::string* flush) const {
+    const DType d = body_.outputs()[j]->tensor_type().dtype;
+    std::string n = std::to_string(j), v = std::to_string(lanes),
+                size = std::to_string(dtype_size(d));
+    std::string base = "oo" + n, last = "os" + n + "_" + std::to_string(shape.size() - 1);
+    for (size_t dim = 0; dim + 1 < shape.size(); ++dim)
+      if (shape[dim] != 1)
+        base += " + i" + std::to_string(dim) + "*os" + n + "_" + std::to_string(dim);
+    std::string first = "(static_cast<I>(" + row_thread() + ") + static_cast<I>(" + var +
+                        "_trip) * " + std::to_string(row_threads_) + ") * " + v;
+    *flush += "if (" + last + " == 1 && (" + base + ") % " + v +
+              " == 0 && reinterpret_cast<uint64_t>(out" + n + ") % 16 == 0) {\n  vector_store<" +
+              std::to_string(dtype_size(d) * lanes) + ">(static_cast<char*>(out" + n +
+              ") + static_cast<int64_t>(" + base + " + " + first + ") * " + size + ", row_out" + n +
+              ");\n} else {\n" + "  for (int l = 0; l < " + v + "; ++l)\n    st_" + suffix(d) +
+              "(out" + n + ", " + base + " + (" + first + " + l) * " + last + ", ld_" + suffix(d) +
+              "(row_out" + n + ", l));\n}\n";
+    return "alignas(16) " + std::string(storage_type(d)) + " row_out" + n + "[" + v + "];\n";
   }
   // This thread's place among its row's threads.
   std::string row_thread() const {
@@ -683,7 +763,8 @@ class KernelEmitter {
         src +=
             "      alignas(16) " + std::string(storage_type(d)) + " lane_in" + n + "[" + v + "];\n";
         src += "      vector_load<" + std::to_string(dtype_size(d) * width) + ">(lane_in" + n +
-               ", static_cast<const char*>(in" + n + ") + (o" + n + " + base) * " + size + ");\n";
+               ", static_cast<const char*>(in" + n + ") + static_cast<int64_t>(o" + n +
+               " + base) * " + size + ");\n";
       }
       for (size_t j : outs) {
         std::string n = std::to_string(j);
@@ -698,8 +779,8 @@ class KernelEmitter {
         DType d = k.outputs[j].dtype;
         std::string n = std::to_string(j), size = std::to_string(dtype_size(d));
         src += "      vector_store<" + std::to_string(dtype_size(d) * width) +
-               ">(static_cast<char*>(out" + n + ") + (oo" + n + " + base) * " + size +
-               ", lane_out" + n + ");\n";
+               ">(static_cast<char*>(out" + n + ") + static_cast<int64_t>(oo" + n + " + base) * " +
+               size + ", lane_out" + n + ");\n";
       }
       src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" +
              decompose(shape, "        ") + "        {\n" + indented(scalar.flat(), 5) +
@@ -882,7 +963,8 @@ class KernelEmitter {
     if (position == row_positions_.end()) return std::nullopt;
     const TensorType& t = body_.inputs()[k]->tensor_type();
     const int64_t count = position->second.count;
-    const int64_t trips = (count + row_threads_ - 1) / row_threads_;
+    const int64_t per = int64_t{row_threads_} * row_lanes(count);  // elements a trip takes
+    const int64_t trips = (count + per - 1) / per;
     if (trips > kRowCacheTrips || !inside_shape(at, t.shape)) return std::nullopt;
     Index prefix(at.begin(), at.end() - 1);
     for (const IndexExpr& e : prefix)
@@ -891,23 +973,45 @@ class KernelEmitter {
     auto cache = row_caches_.find(key);
     if (cache == row_caches_.end()) {
       const std::string type = reg(t.dtype);
-      const int64_t words = trips * (type == "float" ? 1 : 2);
+      const int lanes = row_lanes(count);
+      const int64_t slots = trips * lanes;
+      const int64_t words = slots * (type == "float" ? 1 : 2);
       if (row_cache_words_ + words > kRowCacheWords) return std::nullopt;
       row_cache_words_ += words;
-      std::string array = fresh("rc"), n = std::to_string(k), trip = array + "_t", j = array + "_j";
-      IndexExpr address = IndexExpr::var("o" + n);
+      std::string array = fresh("rc"), n = std::to_string(k), trip = array + "_t", j = array + "_j",
+                  last = "s" + n + "_" + std::to_string(at.size() - 1);
+      IndexExpr base = IndexExpr::var("o" + n);
       for (size_t d = 0; d + 1 < at.size(); ++d)
-        address = address + mul(at[d], "s" + n + "_" + std::to_string(d));
-      address = address + mul(IndexExpr::var(j), "s" + n + "_" + std::to_string(at.size() - 1));
-      std::string element = "ld_" + suffix(t.dtype) + "(in" + n + ", " + address.text + ")";
-      if (count % row_threads_ != 0)
-        element = j + " < " + std::to_string(count) + " ? " + element + " : " + type + "(0)";
-      row_fills_ += type + " " + array + "[" + std::to_string(trips) +
-                    "];\n#pragma unroll\nfor (int " + trip + " = 0; " + trip + " < " +
-                    std::to_string(trips) + "; ++" + trip + ") {\n  const I " + j +
-                    " = static_cast<I>(" + row_thread() + ") + static_cast<I>(" + trip + ") * " +
-                    std::to_string(row_threads_) + ";\n  " + array + "[" + trip + "] = " + element +
-                    ";\n}\n";
+        base = base + mul(at[d], "s" + n + "_" + std::to_string(d));
+      auto scalar = [&](const std::string& position) {
+        return "ld_" + suffix(t.dtype) + "(in" + n + ", " + base.text + " + " + position + "*" +
+               last + ")";
+      };
+      std::string first = "static_cast<I>(" + row_thread() + ") + static_cast<I>(" + trip + ") * " +
+                          std::to_string(row_threads_);
+      std::string loop = "#pragma unroll\nfor (int " + trip + " = 0; " + trip + " < " +
+                         std::to_string(trips) + "; ++" + trip + ") {\n";
+      std::string fill = type + " " + array + "[" + std::to_string(slots) + "];\n";
+      if (lanes == 1) {
+        std::string element = scalar(j);
+        if (count % row_threads_ != 0)
+          element = j + " < " + std::to_string(count) + " ? " + element + " : " + type + "(0)";
+        fill += loop + "  const I " + j + " = " + first + ";\n  " + array + "[" + trip +
+                "] = " + element + ";\n}\n";
+      } else {  // V neighbours: one vector load where the row is contiguous and aligned
+        std::string v = std::to_string(lanes), size = std::to_string(dtype_size(t.dtype));
+        std::string slot = array + "[" + trip + " * " + v + " + l]";
+        fill += "if (" + last + " == 1 && (" + base.text + ") % " + v +
+                " == 0 && reinterpret_cast<uint64_t>(in" + n + ") % 16 == 0) {\n" + loop +
+                "  alignas(16) " + storage_type(t.dtype) + " raw[" + v + "];\n  vector_load<" +
+                std::to_string(dtype_size(t.dtype) * lanes) + ">(raw, static_cast<const char*>(in" +
+                n + ") + static_cast<int64_t>(" + base.text + " + (" + first + ") * " + v + ") * " +
+                size + ");\n#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " + slot +
+                " = ld_" + suffix(t.dtype) + "(raw, l);\n}\n} else {\n" + loop +
+                "#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " + slot + " = " +
+                scalar("((" + first + ") * " + v + " + l)") + ";\n}\n}\n";
+      }
+      row_fills_ += fill;
       cache = row_caches_.emplace(key, array).first;
     }
     return define(t.dtype, cache->second + "[" + position->second.trip + "]");
@@ -1237,8 +1341,8 @@ class KernelEmitter {
       levels_.emplace_back();
       level_of_[rl] = level;
       if (cooperative) {  // rl runs over the row's positions as block_loop(rl, count) does
-        row_positions_[rl] = RowPosition{rl + "_trip", count};
-        level_of_[rl + "_trip"] = level;
+        row_positions_[rl] = RowPosition{cache_slot(rl, row_lanes(count)), count};
+        level_of_[rl + "_trip"] = level_of_[rl + "_lane"] = level;
       }
       Index index(static_cast<size_t>(in.rank()));
       std::string rest = rl;
@@ -1577,10 +1681,12 @@ class KernelEmitter {
   // name, with their loop's trip variable and count; the cached arrays by input, index and count;
   // the code that fills them; the registers they take.
   struct RowPosition {
-    std::string trip;
+    std::string trip;  // the loop's current register in a row cache (cache_slot)
     int64_t count = 0;
   };
   std::unordered_map<std::string, RowPosition> row_positions_;
+  int64_t row_length_ = 0;  // a row nest's row: the positions its row loops run over
+  int row_vector_ = 1;      // ... and its row vector width (row_lanes)
   std::map<std::string, std::string> row_caches_;
   std::string row_fills_;
   int64_t row_cache_words_ = 0;
