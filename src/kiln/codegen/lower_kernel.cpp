@@ -108,18 +108,23 @@ enum class NestMode { kCpuLoops, kFlat, kRows };
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
 // The threads that run one row of a row nest: a warp for rows of up to 512 elements (8 rows to a
-// block), a block of 128 threads for rows of up to 2048, else a block of kCudaBlock. A row's
-// threads hold its elements in registers (the row cache, KernelEmitter::row_cached_load), at most
-// kRowCacheTrips a thread: fewer threads a row keep more rows, and more bytes, in flight on an
-// SM. On the H200 the normalization of rows of 1024 with 256 threads a row and no row cache was
-// latency bound: 8 rows in flight per SM, and bf16 took the time f32 took (bench/NOTES.md). A
-// warp per row without the cache needed 174 registers a thread at rows of 1024 (32 trips, loads
-// of x, w and b each). Two rows of 128 threads in one block, each on its own named barrier,
-// limited an SM to 4 blocks (ncu: "Block Limit Barriers"), so a row that is not a warp is a block.
-int row_threads_for(int64_t length) {
+// block), else a block of 64 to kCudaBlock threads, the most that still leaves each thread two
+// vectors of `vector` elements (row_lanes). A row's threads hold its elements in registers (the
+// row cache, KernelEmitter::row_cached_load): fewer threads a row keep more rows, and more bytes,
+// in flight on an SM, and spread each row's fixed work (its setup, its barriers) over more
+// elements. On the H200 (bench/NOTES.md):
+// - the normalization of rows of 1024 with 256 threads a row and no row cache was latency bound:
+//   8 rows in flight per SM, and bf16 took the time f32 took;
+// - a warp per row without the cache needed 174 registers a thread at rows of 1024 (32 trips,
+//   loads of x, w and b each);
+// - two rows of 128 threads in one block, each on its own named barrier, limited an SM to 4
+//   blocks (ncu: "Block Limit Barriers"), so a row that is not a warp is a block.
+int row_threads_for(int64_t length, int vector) {
   if (length <= 512) return 32;
-  if (length <= 2048) return 128;
-  return kCudaBlock;
+  int threads = 64;
+  while (threads < kCudaBlock && threads * 2 * vector * 2 <= length)
+    threads *= 2;
+  return threads;
 }
 // Trips of a row loop (elements per thread) up to which the loop is unrolled completely, so its
 // row cache is held in registers.
@@ -539,9 +544,6 @@ class KernelEmitter {
     std::vector<std::vector<StorageWindow>> windows = windows_;
     std::vector<bool> whole = whole_storage_;
     const int64_t length = !shape.empty() && shape.back() > 1 ? shape.back() : row_reduce_count_;
-    row_threads_ = row_threads_for(length);
-    nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
-    nest.rows_per_block = nest.block_threads / row_threads_;
     // The row vector width: 16 bytes of the kernel's widest tensor dtype.
     int64_t widest = 1;
     for (size_t i = 0; i < k.inputs.size(); ++i)
@@ -551,6 +553,9 @@ class KernelEmitter {
       widest = std::max<int64_t>(widest, dtype_size(o.dtype));
     row_length_ = length;
     row_vector_ = static_cast<int>(std::min<int64_t>(8, 16 / widest));
+    row_threads_ = row_threads_for(length, row_vector_);
+    nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
+    nest.rows_per_block = nest.block_threads / row_threads_;
     NestBody rows = emit_body(shape, k, is_last, NestMode::kRows);
     if (is_last) record_last_nest_loads(shape, k);
     windows_ = windows;
@@ -690,7 +695,8 @@ class KernelEmitter {
   // The function that combines a row's partial results: warp_<op> or block_<op>
   // (cuda_block_reduce.cuh).
   std::string row_combine(const std::string& op) const {
-    return (row_threads_ == 32 ? "warp_" : "block_") + op;
+    if (row_threads_ == 32) return "warp_" + op;
+    return "block_" + op + "<" + std::to_string(row_threads_) + ">";
   }
 
   // The nest's device functions and their entries (appended to `entries`).
