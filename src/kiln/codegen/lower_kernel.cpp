@@ -978,10 +978,14 @@ class KernelEmitter {
     std::string key = std::to_string(k) + "@" + index_key(prefix) + "#" + std::to_string(count);
     auto cache = row_caches_.find(key);
     if (cache == row_caches_.end()) {
-      const std::string type = reg(t.dtype);
+      // Half and bfloat16 elements are held as loaded, two to a register (converted where they
+      // are read, a shift each): the normalization of bf16 rows held x, w and b as floats, 48
+      // registers a thread for its 16 elements of each.
+      const bool as_stored = dtype_size(t.dtype) == 2 && is_floating(t.dtype);
+      const std::string type = as_stored ? storage_type(t.dtype) : reg(t.dtype);
       const int lanes = row_lanes(count);
       const int64_t slots = trips * lanes;
-      const int64_t words = slots * (type == "float" ? 1 : 2);
+      const int64_t words = as_stored ? (slots + 1) / 2 : slots * (type == "float" ? 1 : 2);
       if (row_cache_words_ + words > kRowCacheWords) return std::nullopt;
       row_cache_words_ += words;
       std::string array = fresh("rc"), n = std::to_string(k), trip = array + "_t", j = array + "_j",
@@ -990,14 +994,15 @@ class KernelEmitter {
       for (size_t d = 0; d + 1 < at.size(); ++d)
         base = base + mul(at[d], "s" + n + "_" + std::to_string(d));
       auto scalar = [&](const std::string& position) {
-        return "ld_" + suffix(t.dtype) + "(in" + n + ", " + base.text + " + " + position + "*" +
-               last + ")";
+        std::string address = base.text + " + " + position + "*" + last;
+        if (as_stored) return "static_cast<const " + type + "*>(in" + n + ")[" + address + "]";
+        return "ld_" + suffix(t.dtype) + "(in" + n + ", " + address + ")";
       };
       std::string first = "static_cast<I>(" + row_thread() + ") + static_cast<I>(" + trip + ") * " +
                           std::to_string(row_threads_);
       std::string loop = "#pragma unroll\nfor (int " + trip + " = 0; " + trip + " < " +
                          std::to_string(trips) + "; ++" + trip + ") {\n";
-      std::string fill = type + " " + array + "[" + std::to_string(slots) + "];\n";
+      std::string fill = "alignas(16) " + type + " " + array + "[" + std::to_string(slots) + "];\n";
       if (lanes == 1) {
         std::string element = scalar(j);
         if (count % row_threads_ != 0)
@@ -1007,20 +1012,29 @@ class KernelEmitter {
       } else {  // V neighbours: one vector load where the row is contiguous and aligned
         std::string v = std::to_string(lanes), size = std::to_string(dtype_size(t.dtype));
         std::string slot = array + "[" + trip + " * " + v + " + l]";
+        std::string vector = "vector_load<" + std::to_string(dtype_size(t.dtype) * lanes) + ">(";
+        std::string from = "static_cast<const char*>(in" + n + ") + static_cast<int64_t>(" +
+                           base.text + " + (" + first + ") * " + v + ") * " + size + ");\n";
         fill += "if (" + last + " == 1 && (" + base.text + ") % " + v +
-                " == 0 && reinterpret_cast<uint64_t>(in" + n + ") % 16 == 0) {\n" + loop +
-                "  alignas(16) " + storage_type(t.dtype) + " raw[" + v + "];\n  vector_load<" +
-                std::to_string(dtype_size(t.dtype) * lanes) + ">(raw, static_cast<const char*>(in" +
-                n + ") + static_cast<int64_t>(" + base.text + " + (" + first + ") * " + v + ") * " +
-                size + ");\n#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " + slot +
-                " = ld_" + suffix(t.dtype) + "(raw, l);\n}\n} else {\n" + loop +
-                "#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " + slot + " = " +
-                scalar("((" + first + ") * " + v + " + l)") + ";\n}\n}\n";
+                " == 0 && reinterpret_cast<uint64_t>(in" + n + ") % 16 == 0) {\n" + loop;
+        if (as_stored) {
+          fill += "  " + vector + "&" + array + "[" + trip + " * " + v + "], " + from;
+        } else {
+          fill += "  alignas(16) " + std::string(storage_type(t.dtype)) + " raw[" + v + "];\n  " +
+                  vector + "raw, " + from + "#pragma unroll\n  for (int l = 0; l < " + v +
+                  "; ++l) " + slot + " = ld_" + suffix(t.dtype) + "(raw, l);\n";
+        }
+        fill += "}\n} else {\n" + loop + "#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " +
+                slot + " = " + scalar("((" + first + ") * " + v + " + l)") + ";\n}\n}\n";
       }
       row_fills_ += fill;
-      cache = row_caches_.emplace(key, array).first;
+      cache = row_caches_.emplace(key, RowCache{array, as_stored}).first;
     }
-    return define(t.dtype, cache->second + "[" + position->second.trip + "]");
+    const RowCache& c = cache->second;
+    std::string slot = c.array + "[" + position->second.trip + "]";
+    if (c.as_stored)
+      slot = "ld_" + suffix(t.dtype) + "(" + c.array + ", " + position->second.trip + ")";
+    return define(t.dtype, slot);
   }
   // Whether `text` names no variable but the row nest's row indices i0 ... i<rank - 2> (which
   // decompose declares before any level's code, where the row cache is filled).
@@ -1693,7 +1707,11 @@ class KernelEmitter {
   std::unordered_map<std::string, RowPosition> row_positions_;
   int64_t row_length_ = 0;  // a row nest's row: the positions its row loops run over
   int row_vector_ = 1;      // ... and its row vector width (row_lanes)
-  std::map<std::string, std::string> row_caches_;
+  struct RowCache {
+    std::string array;
+    bool as_stored = false;  // holds the elements in their storage type (row_cached_load)
+  };
+  std::map<std::string, RowCache> row_caches_;
   std::string row_fills_;
   int64_t row_cache_words_ = 0;
   int reductions_ = 0;  // reductions in the nest so far
