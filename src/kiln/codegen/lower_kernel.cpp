@@ -817,9 +817,9 @@ class KernelEmitter {
 
   // ---- code placement ----------------------------------------------------------------------
 
-  // The level a piece of code belongs at: the innermost level of the variables it uses.
-  int depth_of(std::string_view text) const {
-    int depth = 0;
+  // The variable names in a piece of C++ text (number literals such as 0x1p+0 or 1LL hold none).
+  static std::vector<std::string_view> variables_in(std::string_view text) {
+    std::vector<std::string_view> names;
     size_t at = 0;
     while (at < text.size()) {
       char c = text[at];
@@ -828,16 +828,24 @@ class KernelEmitter {
         while (end < text.size() &&
                (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_'))
           ++end;
-        auto it = level_of_.find(std::string(text.substr(at, end - at)));
-        if (it != level_of_.end()) depth = std::max(depth, it->second);
+        names.push_back(text.substr(at, end - at));
         at = end;
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         while (at < text.size() && (std::isalnum(static_cast<unsigned char>(text[at])) ||
                                     text[at] == '.' || text[at] == '_'))
-          ++at;  // a number literal (0x1p+0, 1LL): no variable in it
+          ++at;
       } else {
         ++at;
       }
+    }
+    return names;
+  }
+  // The level a piece of code belongs at: the innermost level of the variables it uses.
+  int depth_of(std::string_view text) const {
+    int depth = 0;
+    for (std::string_view name : variables_in(text)) {
+      auto it = level_of_.find(std::string(name));
+      if (it != level_of_.end()) depth = std::max(depth, it->second);
     }
     return depth;
   }
@@ -1039,25 +1047,11 @@ class KernelEmitter {
   // Whether `text` names no variable but the row nest's row indices i0 ... i<rank - 2> (which
   // decompose declares before any level's code, where the row cache is filled).
   bool uses_only_row_indices(const std::string& text) const {
-    for (size_t at = 0; at < text.size();) {
-      char c = text[at];
-      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-        size_t end = at;
-        while (end < text.size() &&
-               (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_'))
-          ++end;
-        std::string name = text.substr(at, end - at);
-        if (name.size() < 2 || name[0] != 'i' ||
-            !std::all_of(name.begin() + 1, name.end(), [](char d) { return std::isdigit(d); }) ||
-            std::stoll(name.substr(1)) + 1 >= nest_rank_)
-          return false;
-        at = end;
-      } else if (std::isdigit(static_cast<unsigned char>(c))) {
-        while (at < text.size() && std::isalnum(static_cast<unsigned char>(text[at])))
-          ++at;  // a number literal (3, 1LL)
-      } else {
-        ++at;
-      }
+    for (std::string_view name : variables_in(text)) {
+      if (name.size() < 2 || name[0] != 'i' ||
+          !std::all_of(name.begin() + 1, name.end(), [](char d) { return std::isdigit(d); }) ||
+          std::stoll(std::string(name.substr(1))) + 1 >= nest_rank_)
+        return false;
     }
     return true;
   }
