@@ -67,6 +67,18 @@ if [ -n "$missing" ] && [ -n "${KILN_PYTHON:-}" ]; then
 fi
 if [ -n "$missing" ]; then
   echo "setup: installing" $missing "into $("$py" -c 'import sys; print(sys.prefix)')"
-  # No pip cache: torch and its CUDA packages are about 2.5 GB of wheels.
+  # No pip cache: torch and its CUDA packages are about 2.5 GB of wheels, held in a temporary
+  # folder while they install into about 4.6 GB; say so before pip fails half way.
+  if grep -q '^torch==' <<<"$missing"; then
+    prefix=$("$py" -c 'import sys; print(sys.prefix)')
+    for dir in "$prefix" "${TMPDIR:-/tmp}"; do
+      free_gb=$(df -Pk "$dir" | awk 'NR==2 {print int($4 / 1048576)}')
+      if [ "$free_gb" -lt 8 ]; then
+        echo "setup: warning: $dir has ${free_gb} GB free; installing torch with its CUDA" \
+          "packages takes about 7.5 GB while it runs (free some space, or set KILN_PYTHON to" \
+          "an interpreter that has torch)" >&2
+      fi
+    done
+  fi
   "$py" -m pip install -q --no-cache-dir $missing
 fi
