@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -589,6 +590,53 @@ TEST(CpuBackend, ShiftedWriteIsCopiedAfterTheKernel) {
   EXPECT_EQ(stats.writebacks_in_kernel + stats.writebacks_copied, 1);
   EXPECT_FALSE(differs(*x, *y).has_value());
   EXPECT_FALSE(differs(*std::get<TensorHandle>(out[0]), *std::get<TensorHandle>(expected[0])));
+}
+
+// A write into part of an input (x[:, :2] = ...): the region that computes the value stores it
+// into that part of x itself where its loads of x are row-local (kernel.h) and x addresses them
+// as the window does; otherwise the executor copies the value into the window after the kernel.
+// Either way the caller sees the interpreter's result, and no region rewrites all of x.
+TEST(CpuBackend, WritesIntoAWindowOfTheInputStoreInTheKernelOnlyWhereTheyMay) {
+  ScopedEnv on("KILN_CPU_KERNELS", "1");
+  struct Case {
+    const char* name;
+    std::function<void(Tensor)> program;
+    bool in_kernel;
+  };
+  std::vector<Case> cases = {
+      // the row's max and sum passes read x[i0, :2] before the row stores; the last loop at the
+      // element it stores
+      {"softmax of the slice it replaces",
+       [](Tensor x) { x.slice(1, 0, 2).copy_(x.slice(1, 0, 2).softmax(-1)); }, true},
+      // the same loads, stored 6 columns away: x and the window address elements differently
+      {"softmax into another slice",
+       [](Tensor x) { x.slice(1, 6, 8).copy_(x.slice(1, 0, 2).softmax(-1)); }, false},
+      // the passes read other rows than the one stored
+      {"softmax of other rows",
+       [](Tensor x) { x.slice(0, 0, 2).copy_(x.slice(0, 2, 4).softmax(-1)); }, false},
+      // the last loop reads x two columns away from the element it stores
+      {"shifted in the last loop",
+       [](Tensor x) {
+         x.slice(1, 0, 2).copy_(x.slice(1, 2, 4) - x.slice(1, 0, 4).amax({-1}, true));
+       },
+       false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TensorHandle x = ar({4, 8});
+    TensorHandle y = clone(*x);
+    Trace t = trace([&](Tensor v) { c.program(v); }, {spec_of(x)});
+    interpret(t, {RtValue(y)});
+    CompiledProgram program = compile(t, alias_pattern_of({RtValue(x)}));
+    std::string printed = print_plan(program.execution, program.plan);
+    EXPECT_EQ(printed.find("slice_scatter"), std::string::npos) << printed;
+    ExecutionStats stats;
+    execute(program, {RtValue(x)}, &stats);
+    EXPECT_EQ(stats.interpreted_steps, 0);
+    EXPECT_EQ(stats.writebacks_in_kernel, c.in_kernel ? 1 : 0) << printed;
+    EXPECT_EQ(stats.writebacks_copied, c.in_kernel ? 0 : 1) << printed;
+    EXPECT_FALSE(differs(*x, *y).has_value());
+  }
 }
 
 // ---- the prelude's conversions are the storages' ------------------------------------------

@@ -71,7 +71,7 @@ TEST(Pipeline, SameIndexHazardsAreNotOneKernel) {
     for (size_t i = 0; i < p.plan.steps.size(); ++i)
       if (!p.plan.steps[i].writebacks.empty()) writer = i;
     ASSERT_LT(writer, p.plan.steps.size());
-    const Value* target = p.plan.steps[writer].writebacks[0].first;
+    const Value* target = p.plan.steps[writer].writebacks[0].target;
     for (size_t i = writer + 1; i < p.plan.steps.size(); ++i) {
       const auto& ins = p.plan.steps[i].inputs;
       EXPECT_EQ(std::find(ins.begin(), ins.end(), target), ins.end())

@@ -50,7 +50,12 @@ TEST(SameIndexRule, InKernelStoresDependOnlyOnTheirOwnElement) {
       continue;  // eager raises (or kiln does not support it): nothing is stored
     }
     for (const Step& step : compiled.plan.steps) {
-      for (const auto& [target, value] : step.writebacks) {
+      for (const Step::Writeback& wb : step.writebacks) {
+        // A store into a window is placed by the plan without rule 4, which the kernel's loads
+        // decide (kernel.h, row-local loads) and executor_test checks.
+        if (!wb.window.empty()) continue;
+        const Value* target = wb.target;
+        const Value* value = wb.value;
         auto found = std::find(step.inputs.begin(), step.inputs.end(), target);
         if (found == step.inputs.end()) continue;  // the region never loads the target
         size_t k = static_cast<size_t>(found - step.inputs.begin());

@@ -71,8 +71,16 @@ struct KernelInput {
   // How the last loop nest reads it: not at all, only at exactly the element the iteration
   // stores into a same-shaped output (the same-index rule's "identity"), at that element except
   // for loads inside a scatter's src (whose values are used only where the scatter's condition
-  // holds; place_writebacks' same-index rule decides those), or otherwise.
-  enum class Loads { kNone, kIdentity, kIdentityOrGuarded, kOther };
+  // holds; place_writebacks' same-index rule decides those), row-local, or otherwise.
+  //
+  // Row-local: an input of the nest's rank read at the iteration's own index, or by a row's pass
+  // (a reduction over the last dim) at any element of the iteration's row. Every such pass ends
+  // before the row stores anything (a CUDA row nest's barrier or a warp's shuffles; a CPU row's
+  // passes run before its last loop in the same thread), so a store into the input through its own
+  // strides and offset never reaches an element some iteration still has to read:
+  //   x[:, :512] = softmax(x[:, :512], -1)   loads x[i0, rl] (the max and sum passes) and x[i0, i1]
+  //                                          stores x[i0, i1]
+  enum class Loads { kNone, kIdentity, kIdentityOrGuarded, kRowLocal, kOther };
   Loads last_nest_loads = Loads::kNone;
   std::vector<StorageWindow> windows;
   // Indexed as a storage (by as_strided_scatter, or as_strided of a value computed from it): the

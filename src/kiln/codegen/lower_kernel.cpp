@@ -187,8 +187,8 @@ class KernelEmitter {
       if (std::find(shapes.begin(), shapes.end(), o.shape) == shapes.end())
         shapes.push_back(o.shape);
     std::map<Shape, int> writebacks_per_shape;
-    for (const auto& [target, value] : step_.writebacks)
-      if (value->is_tensor()) ++writebacks_per_shape[value->tensor_type().shape];
+    for (const Step::Writeback& wb : step_.writebacks)
+      if (wb.value->is_tensor()) ++writebacks_per_shape[wb.value->tensor_type().shape];
     size_t last = shapes.size() - 1;
     int most = 0;
     for (size_t s = 0; s < shapes.size(); ++s) {
@@ -249,6 +249,8 @@ class KernelEmitter {
     loads_.assign(k.inputs.size(), {});
     unguarded_loads_.assign(k.inputs.size(), {});
     guarded_loads_.assign(k.inputs.size(), false);
+    loads_outside_row_passes_.assign(k.inputs.size(), {});
+    row_pass_depth_ = 0;
     raw_loads_.assign(k.inputs.size(), false);
     windows_.resize(k.inputs.size());
     levels_.assign(shape.size() + 1, "");
@@ -408,19 +410,35 @@ class KernelEmitter {
   // Which inputs the last nest reads at other elements than the one it stores (for in-kernel
   // writebacks, DESIGN.md 4).
   void record_last_nest_loads(const Shape& shape, Kernel& k) {
-    std::string identity = index_key(loop_index(shape));
+    const Index loop = loop_index(shape);
+    std::string identity = index_key(loop);
+    // "i0, i1, " of a nest over [A, B, C]: the row indices a row-local load starts with.
+    std::string row = index_key(Index(loop.begin(), loop.end() - (loop.empty() ? 0 : 1)));
+    row += row.empty() ? "" : ", ";
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       if (loads_[i].empty() && !raw_loads_[i]) continue;
-      bool same_shape = body_.inputs()[i]->tensor_type().shape == shape;
+      const Shape& in_shape = body_.inputs()[i]->tensor_type().shape;
+      bool same_shape = in_shape == shape;
       bool same =
           !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == identity && same_shape;
       const std::set<std::string>& unguarded = unguarded_loads_[i];
       bool guarded =
           !raw_loads_[i] && guarded_loads_[i] && same_shape &&
           (unguarded.empty() || (unguarded.size() == 1 && *unguarded.begin() == identity));
-      k.inputs[i].last_nest_loads = same      ? KernelInput::Loads::kIdentity
-                                    : guarded ? KernelInput::Loads::kIdentityOrGuarded
-                                              : KernelInput::Loads::kOther;
+      // Row-local: at the iteration's own index, or in one of its row's passes at an index of
+      // that row (the index starts with the row's indices; its last coordinate is free).
+      bool row_local =
+          !raw_loads_[i] && !guarded_loads_[i] && !shape.empty() && in_shape.size() == shape.size();
+      for (const std::string& key : loads_[i]) {
+        bool own = key == identity;
+        bool in_row = !loads_outside_row_passes_[i].contains(key) && key.starts_with(row) &&
+                      key.find(", ", row.size()) == std::string::npos;
+        row_local = row_local && (own || in_row);
+      }
+      k.inputs[i].last_nest_loads = same        ? KernelInput::Loads::kIdentity
+                                    : guarded   ? KernelInput::Loads::kIdentityOrGuarded
+                                    : row_local ? KernelInput::Loads::kRowLocal
+                                                : KernelInput::Loads::kOther;
     }
   }
 
@@ -946,6 +964,7 @@ class KernelEmitter {
       address = address + mul(at[d], "s" + n + "_" + std::to_string(d));
     std::string key = index_key(at);
     loads_[k].insert(key);
+    if (row_pass_depth_ == 0) loads_outside_row_passes_[k].insert(key);
     if (guard_depth_ > 0)
       guarded_loads_[k] = true;
     else
@@ -1333,6 +1352,13 @@ class KernelEmitter {
     }
     ++reductions_;
     const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
+    // A pass every load of which comes before any store of the row's elements: a CUDA row nest's
+    // pass over the row ends at a barrier (block_<op>) or a warp's shuffles, which every thread of
+    // the row reaches only after its loads; a CPU row's passes run before its last loop, in the
+    // same thread.
+    const bool before_row_stores =
+        row_level && depth + 1 == nest_rank_ &&
+        (cooperative || (mode_ == NestMode::kCpuLoops && target_ == Target::kCpu));
 
     // Sums and products accumulate in double, except CUDA's short reductions of float, half and
     // bfloat16, which accumulate in float as PyTorch's CUDA kernels do: a double accumulator costs
@@ -1390,7 +1416,9 @@ class KernelEmitter {
         }
         index[static_cast<size_t>(d)] = IndexExpr::bounded(var, 0, size - 1);
       }
+      if (before_row_stores) ++row_pass_depth_;
       Val x = eval(self, index);
+      if (before_row_stores) --row_pass_depth_;
       std::string converted = arg || x.dtype == out
                                   ? x.expr  // already exact in `out`, in its register type
                                   : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
@@ -1717,6 +1745,10 @@ class KernelEmitter {
   std::vector<std::set<std::string>> unguarded_loads_;
   std::vector<bool> guarded_loads_;
   int guard_depth_ = 0;  // > 0 while evaluating a scatter's src
+  // Per input: the indices of its loads outside a row's passes (all of them but those a pass that
+  // precedes every store of its row makes while row_pass_depth_ > 0; record_last_nest_loads).
+  std::vector<std::set<std::string>> loads_outside_row_passes_;
+  int row_pass_depth_ = 0;
   std::vector<std::vector<StorageWindow>> windows_;
   std::vector<bool> whole_storage_;  // per input: indexed as its storage (require_whole_storage)
   int next_ = 0;

@@ -513,16 +513,20 @@ std::optional<Step::Window> view_window(const Node& n) {
 // A writeback of `slice_scatter(target, src, dim, start, end, step)` computed by a region of only
 // that (`x[:, :512] = v`; a key over several dims nests one scatter per dim, each into the slice
 // the one around it replaces): it changes only the slice. The region would read and rewrite all
-// of the target; a copy of src into the target's slice does the same with the slice's bytes.
+// of the target; storing src into the target's slice does the same with the slice's bytes.
 //   (t12,) = kilnFusion1(x, t8)  # writes x <- t12
 //     # t0 = ltorch.slice(x, 0, 0, 64)
 //     # t11 = ltorch.slice_scatter(t0, t8, 1, 0, 512)
 //     # t12 = ltorch.slice_scatter(x, t11, 0, 0, 64)
-// becomes
-//   writeback(t8)  # writes x[slice 0, 0::1][slice 1, 0::1] <- t8
-// Returns the copy step, or nothing when the writeback is not of that form.
-std::optional<Step> windowed_copy(const Trace& functional, const ExecutionPlan& plan,
-                                  const Value* target, const Value* value) {
+// is the write of t8 into x[slice 0, 0::1][slice 1, 0::1]. Nothing when the writeback is not of
+// that form.
+struct WindowedWrite {
+  size_t scatter_step = 0;  // the region of only the scatters
+  Value* src = nullptr;     // computed by a step of the plan, into memory of its own
+  std::vector<Step::Window> window;
+};
+std::optional<WindowedWrite> windowed_write(const Trace& functional, const ExecutionPlan& plan,
+                                            const Value* target, const Value* value) {
   auto producer = std::find_if(plan.steps.begin(), plan.steps.end(),
                                [&](const Step& s) { return defines(s, value); });
   if (producer == plan.steps.end() || producer->kind != Step::Kind::kFusion ||
@@ -536,11 +540,11 @@ std::optional<Step> windowed_copy(const Trace& functional, const ExecutionPlan& 
   };
   // Peel the scatters from the outside in: each writes into `base` (the target, then the slice
   // of it the scatter around replaces) at one window.
-  std::vector<Step::Window> window;
+  WindowedWrite write;
+  write.scatter_step = static_cast<size_t>(producer - plan.steps.begin());
   const Value* base = nullptr;
   const Value* at = body.outputs().front();
   size_t nodes = 0;
-  Value* src = nullptr;
   while (true) {
     const Node* scatter = at->producer();
     if (!scatter) return std::nullopt;
@@ -553,10 +557,11 @@ std::optional<Step> windowed_copy(const Trace& functional, const ExecutionPlan& 
     }
     std::optional<Step::Window> w = scatter_window(*scatter);
     // (as_strided addresses the storage: only as the outermost window)
-    if (!w || (w->kind == Step::Window::Kind::kAsStrided && !window.empty())) return std::nullopt;
-    window.push_back(*w);
+    if (!w || (w->kind == Step::Window::Kind::kAsStrided && !write.window.empty()))
+      return std::nullopt;
+    write.window.push_back(*w);
     const Value* inner = scatter->input(1);
-    if ((src = outer(inner)) != nullptr) break;
+    if ((write.src = outer(inner)) != nullptr) break;
     // An inner scatter must write into exactly this window of this base: the matching view.
     const Node* next = inner->producer();
     if (!next || !scatter_window(*next)) return std::nullopt;
@@ -568,30 +573,49 @@ std::optional<Step> windowed_copy(const Trace& functional, const ExecutionPlan& 
   }
   // Only those nodes: anything else in the region would be computed for nothing.
   if (body.nodes().size() != nodes) return std::nullopt;
-  // On CUDA the copy is kiln_strided_copy, which moved bytes about 3x slower than the region's
-  // kernel does (H200, 2026-11-30: x[:, :512] = softmax(...) of x [65536, 1024] went from 0.246
-  // to 0.290 ms with the half of x copied): there it pays only for a window under a third of the
-  // target.
-  if (target->tensor_type().device.kind == Device::Kind::kCuda &&
-      3 * shape_numel(src->tensor_type().shape) >= shape_numel(target->tensor_type().shape))
-    return std::nullopt;
   // src computed by a step into memory of its own: an input of the program lives in the caller's
   // memory, which another writeback may change before the copies run (x[-1] = y; y.tanh_()).
   if (std::none_of(plan.steps.begin(), plan.steps.end(),
-                   [&](const Step& s) { return defines(s, src); }))
+                   [&](const Step& s) { return defines(s, write.src); }))
     return std::nullopt;
   // The scattered value itself must be needed only by the writeback.
   for (const Value* out : functional.outputs())
     if (out == value) return std::nullopt;
   for (const Step& s : plan.steps)
     if (reads(s, value)) return std::nullopt;
-  Step copy;
-  copy.kind = Step::Kind::kCopy;
-  copy.name = "writeback";
-  copy.inputs = {src};
-  copy.writebacks = {{const_cast<Value*>(target), src}};
-  copy.window = std::move(window);
-  return copy;
+  return write;
+}
+
+// Removes step `erased`, renumbering the ordering constraints (none may name it).
+void erase_step(ExecutionPlan& plan, size_t erased,
+                std::vector<std::pair<size_t, size_t>>& constraints) {
+  plan.steps.erase(plan.steps.begin() + static_cast<std::ptrdiff_t>(erased));
+  for (auto& [a, b] : constraints) {
+    KILN_ASSERT(a != erased && b != erased) << "a step with an ordering constraint was removed";
+    a -= a > erased ? 1 : 0;
+    b -= b > erased ? 1 : 0;
+  }
+}
+
+// Rule 5 for a store into `target` by step `r`: every other step that reads its old contents can
+// run first (`skip`: a step about to be removed). The constraints with those added, or nothing.
+std::optional<std::vector<std::pair<size_t, size_t>>> readers_first(
+    const ExecutionPlan& plan, size_t r, const Value* target,
+    const std::vector<std::pair<size_t, size_t>>& constraints,
+    std::optional<size_t> skip = std::nullopt) {
+  std::vector<std::pair<size_t, size_t>> extra = constraints;
+  for (size_t q = 0; q < plan.steps.size(); ++q)
+    if (q != r && q != skip && reads(plan.steps[q], target)) extra.emplace_back(q, r);
+  // The trial numbers the steps as the plan does; a skipped step keeps its place, unlinked.
+  std::vector<Step> trial;
+  for (size_t q = 0; q < plan.steps.size(); ++q) {
+    const Step& s = plan.steps[q];
+    Step light{s.kind, s.name, Trace(), s.inputs, s.outputs, {}};
+    if (q == skip) light.inputs.clear(), light.outputs.clear();
+    trial.push_back(std::move(light));
+  }
+  if (!schedule(trial, extra)) return std::nullopt;
+  return extra;
 }
 
 }  // namespace
@@ -599,22 +623,48 @@ std::optional<Step> windowed_copy(const Trace& functional, const ExecutionPlan& 
 WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
   WritebackCounts counts;
   std::vector<std::pair<size_t, size_t>> constraints;
-  std::vector<std::pair<Value*, Value*>> temporaries;
-  // Windowed copies first: they remove steps, which the constraints below number.
+  std::vector<Step::Writeback> temporaries;
+  // Windowed writes first: they remove steps, which the constraints below number. The region
+  // that computes src stores it into the window itself where every other reader of the target's
+  // old contents can run before it (the kernel and the executor check rule 4 on the loads it
+  // makes, and copy after the step where it fails). Otherwise a copy of src into the window
+  // after everything, except on CUDA for a window of a third of the target or more: the copy is
+  // kiln_strided_copy, which moved bytes about 3x slower than a region's kernel does (H200,
+  // 2026-11-30: x[:, :512] = softmax(...) of x [65536, 1024] went from 0.246 to 0.290 ms with
+  // the half of x copied), so the region of scatters stays.
   std::vector<Step> windowed;
-  std::set<const Value*> copied_in_window;  // writeback values they take care of
+  std::set<const Value*> written_in_window;  // writeback values they take care of
   for (const auto& [target, value] : functional.writebacks) {
-    if (std::optional<Step> copy = windowed_copy(functional, plan, target, value)) {
-      auto producer = std::find_if(plan.steps.begin(), plan.steps.end(),
-                                   [&](const Step& s) { return defines(s, value); });
-      plan.steps.erase(producer);
-      windowed.push_back(std::move(*copy));
-      copied_in_window.insert(value);
-      ++counts.with_temporary;
+    std::optional<WindowedWrite> write = windowed_write(functional, plan, target, value);
+    if (!write) continue;
+    size_t producer = 0;
+    while (!defines(plan.steps[producer], write->src))
+      ++producer;
+    std::optional<std::vector<std::pair<size_t, size_t>>> ordered;
+    if (plan.steps[producer].kind == Step::Kind::kFusion)
+      ordered = readers_first(plan, producer, target, constraints, write->scatter_step);
+    bool small =
+        3 * shape_numel(write->src->tensor_type().shape) < shape_numel(target->tensor_type().shape);
+    if (!ordered && target->tensor_type().device.kind == Device::Kind::kCuda && !small) continue;
+    written_in_window.insert(value);
+    if (ordered) {
+      constraints = *ordered;
+      plan.steps[producer].writebacks.push_back({target, write->src, write->window});
+      erase_step(plan, write->scatter_step, constraints);
+      ++counts.in_kernel;
+      continue;
     }
+    erase_step(plan, write->scatter_step, constraints);
+    Step copy;
+    copy.kind = Step::Kind::kCopy;
+    copy.name = "writeback";
+    copy.inputs = {write->src};
+    copy.writebacks = {{target, write->src, write->window}};
+    windowed.push_back(std::move(copy));
+    ++counts.with_temporary;
   }
   for (const auto& [target, value] : functional.writebacks) {
-    if (copied_in_window.contains(value)) continue;
+    if (written_in_window.contains(value)) continue;
     auto in_kernel = [&]() -> std::optional<size_t> {
       size_t r = 0;
       while (r < plan.steps.size() && !defines(plan.steps[r], value))
@@ -630,23 +680,17 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
         if (step.inputs[k] == target && !same_index(step.body, step.body.inputs()[k], stored))
           return std::nullopt;
       }
-
-      // Rule 5: every other step reading the old contents can run first.
-      std::vector<std::pair<size_t, size_t>> extra = constraints;
-      for (size_t q = 0; q < plan.steps.size(); ++q)
-        if (q != r && reads(plan.steps[q], target)) extra.emplace_back(q, r);
-      std::vector<Step> trial;
-      for (Step& s : plan.steps)
-        trial.push_back(Step{s.kind, s.name, Trace(), s.inputs, s.outputs, {}});
-      if (!schedule(trial, extra)) return std::nullopt;
-      constraints = extra;
+      std::optional<std::vector<std::pair<size_t, size_t>>> ordered =
+          readers_first(plan, r, target, constraints);
+      if (!ordered) return std::nullopt;
+      constraints = *ordered;
       return r;
     }();
     if (in_kernel) {
-      plan.steps[*in_kernel].writebacks.emplace_back(target, value);
+      plan.steps[*in_kernel].writebacks.push_back({target, value, {}});
       ++counts.in_kernel;
     } else {
-      temporaries.emplace_back(target, value);
+      temporaries.push_back({target, value, {}});
       ++counts.with_temporary;
     }
   }
@@ -655,11 +699,11 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
   // Copies after everything: every reader of old contents has run by then.
   for (Step& copy : windowed)
     plan.steps.push_back(std::move(copy));
-  for (const auto& wb : temporaries) {
+  for (const Step::Writeback& wb : temporaries) {
     Step copy;
     copy.kind = Step::Kind::kCopy;
     copy.name = "writeback";
-    copy.inputs = {wb.second};
+    copy.inputs = {wb.value};
     copy.writebacks = {wb};
     plan.steps.push_back(std::move(copy));
   }

@@ -1,5 +1,6 @@
 #include "kiln/passes/plan.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -30,18 +31,20 @@ std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
       line += "(" + names(step.outputs) + (step.outputs.size() == 1 ? ",) = " : ") = ");
     line += step.name + "(" + names(step.inputs) + ")";
     std::string writes;
-    for (const auto& [target, value] : step.writebacks) {
-      writes += (writes.empty() ? "" : ", ") + target->name();
-      for (const Step::Window& w : step.window) {
+    for (const Step::Writeback& wb : step.writebacks) {
+      writes += (writes.empty() ? "" : ", ") + wb.target->name();
+      for (const Step::Window& w : wb.window) {
         if (w.kind == Step::Window::Kind::kSelect)
           writes += "[select " + std::to_string(w.dim) + ", " + std::to_string(w.start) + "]";
         else if (w.kind == Step::Window::Kind::kSlice)
-          writes += "[slice " + std::to_string(w.dim) + ", " + std::to_string(w.start) +
-                    "::" + std::to_string(w.step) + "]";
+          writes += "[slice " + std::to_string(w.dim) + ", " + std::to_string(w.start) + ":" +
+                    std::to_string(w.start + std::max<int64_t>(w.length - 1, 0) * w.step +
+                                   (w.length > 0 ? 1 : 0)) +
+                    (w.step != 1 ? ":" + std::to_string(w.step) : "") + "]";
         else
           writes += "[as_strided]";
       }
-      writes += " <- " + value->name();
+      writes += " <- " + wb.value->name();
     }
     if (!writes.empty()) line += "  # writes " + writes;
     out += line + "\n";

@@ -21,12 +21,10 @@ struct Step {
   Trace body;
   std::vector<Value*> inputs;
   std::vector<Value*> outputs;
-  // Writebacks this step performs: (functional-trace input, value). For kCopy the value was
-  // computed by an earlier step into a temporary; for kFusion the region stores it itself.
-  std::vector<std::pair<Value*, Value*>> writebacks;
-  // kCopy only: the value goes into this part of the input (views applied in order), the rest of
-  // which keeps its contents (a writeback of slice_scatter(input, value, ...), select_scatter or
-  // as_strided_scatter, as `x[:, :512] = v` and `x[2] = v` make). Empty: the whole input.
+  // A writeback may replace only part of its input: the value goes into this window of it (views
+  // applied in order), the rest of which keeps its contents (a writeback of
+  // slice_scatter(input, value, ...), select_scatter or as_strided_scatter, as `x[:, :512] = v`
+  // and `x[2] = v` make). An empty window: the whole input.
   struct Window {
     enum class Kind { kSlice, kSelect, kAsStrided };
     Kind kind = Kind::kSlice;
@@ -38,7 +36,16 @@ struct Step {
     std::vector<int64_t> sizes, strides;  // as_strided: the first window only (storage-level)
     bool operator==(const Window&) const = default;
   };
-  std::vector<Window> window;
+  // A writeback this step performs: `value` goes into `target` (a functional-trace input), or
+  // into its `window`. For kCopy the value was computed by an earlier step into a temporary; for
+  // kFusion the region stores it itself (when the executor finds it may, else it copies it after
+  // the step).
+  struct Writeback {
+    Value* target = nullptr;
+    Value* value = nullptr;
+    std::vector<Window> window;
+  };
+  std::vector<Writeback> writebacks;
 };
 
 struct ExecutionPlan {

@@ -82,6 +82,19 @@ bool injective(const RtTensor& t) {
   return true;
 }
 
+// Whether every element of `inner` is the element of `outer` at the same index, and `outer` has
+// no two elements at one address.
+bool addresses_within(const RtTensor& inner, const RtTensor& outer) {
+  if (inner.storage != outer.storage || inner.sizes.size() != outer.sizes.size() ||
+      inner.offset != outer.offset || !injective(outer))
+    return false;
+  for (size_t d = 0; d < inner.sizes.size(); ++d) {
+    if (inner.sizes[d] > outer.sizes[d]) return false;
+    if (outer.sizes[d] > 1 && inner.strides[d] != outer.strides[d]) return false;
+  }
+  return true;
+}
+
 // Whether output `j` of the kernel may be stored straight into `dest`, the caller's memory of a
 // writeback (DESIGN.md 4). place_writebacks decided the step may do it; this checks it again on
 // the real tensors and on the loads the kernel actually makes: `dest` has the output's dtype and
@@ -113,6 +126,13 @@ bool can_store_in_kernel(const codegen::Kernel& kernel, size_t j, const RtTensor
         if ((t.sizes == dest.sizes && t.strides == dest.strides && t.offset == dest.offset) ||
             disjoint(t, dest))
           continue;
+        return false;
+      case codegen::KernelInput::Loads::kRowLocal:
+        // Loads at the stored element or anywhere in its row before the row stores (kernel.h):
+        // safe where `t` addresses its elements exactly as `dest` does (one offset, one stride
+        // wherever `t` has more than one element, `dest` inside `t`'s sizes) and no two elements
+        // of `t` share an address, so that other rows' stores miss every element of this row.
+        if (disjoint(t, dest) || addresses_within(dest, t)) continue;
         return false;
       case codegen::KernelInput::Loads::kOther:
         if (in.windows.empty() && disjoint(t, dest)) continue;
@@ -274,8 +294,8 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
   for (const Step& step : program.plan.steps) {
     p->read_later.insert(step.inputs.begin(), step.inputs.end());
     if (step.kind == Step::Kind::kCopy)
-      for (const auto& wb : step.writebacks)
-        p->read_later.insert(wb.second);
+      for (const Step::Writeback& wb : step.writebacks)
+        p->read_later.insert(wb.value);
   }
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
@@ -393,11 +413,9 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
                ? make_view(base.caller, {pattern.groups[g].numel}, {1}, base.start)
                : base.caller;
   };
-  auto write_back = [&](const Value* target, const RtValue& value,
-                        const std::vector<Step::Window>& window = {}) {
-    const RtTensor& v = *std::get<TensorHandle>(value);
+  // The part of `target` a writeback replaces (plan.h): its destination, through the window.
+  auto window_of = [&](const Value* target, const std::vector<Step::Window>& window) {
     TensorHandle dest = destination(target);
-    // Only the part of the target that the value replaces (plan.h).
     for (const Step::Window& w : window) {
       if (w.kind == Step::Window::Kind::kAsStrided) {
         // Storage offsets: of the group's storage extent for a synthetic base (its element 0 is
@@ -423,7 +441,11 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
       }
       dest = make_view(dest, sizes, strides, offset);
     }
-    memory.copy(*dest, v);
+    return dest;
+  };
+  auto write_back = [&](const Value* target, const RtValue& value,
+                        const std::vector<Step::Window>& window = {}) {
+    memory.copy(*window_of(target, window), *std::get<TensorHandle>(value));
   };
 
   std::shared_ptr<const PreparedKernels> prepared = prepared_kernels(program, memory.device());
@@ -484,16 +506,16 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         if (const codegen::Kernel* kernel = kernel_of(s)) {
           std::vector<TensorHandle> buffers(step.outputs.size());
           std::vector<bool> in_caller(step.outputs.size(), false);
-          for (const auto& [target, value] : step.writebacks) {
+          for (const Step::Writeback& wb : step.writebacks) {
             size_t j = 0;
-            while (j < step.outputs.size() && (step.outputs[j] != value || buffers[j]))
+            while (j < step.outputs.size() && (step.outputs[j] != wb.value || buffers[j]))
               ++j;
             if (j == step.outputs.size()) continue;
-            TensorHandle dest = destination(target);
+            TensorHandle dest = window_of(wb.target, wb.window);
             if (!can_store_in_kernel(*kernel, j, *dest, step_inputs)) continue;
             buffers[j] = dest;
             in_caller[j] = true;
-            stored.insert(target);
+            stored.insert(wb.target);
           }
           for (size_t j = 0; j < buffers.size(); ++j) {
             if (buffers[j]) continue;
@@ -507,8 +529,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
             // Read later, or written back by a copy after all.
             auto bound = [&](const Value* v) {
               if (read_later.contains(v)) return true;
-              for (const auto& [target, value] : step.writebacks)
-                if (value == v && !stored.contains(target)) return true;
+              for (const Step::Writeback& wb : step.writebacks)
+                if (wb.value == v && !stored.contains(wb.target)) return true;
               return false;
             };
             for (size_t j = 0; j < buffers.size(); ++j) {
@@ -546,9 +568,9 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
             env[step.outputs[k]] = detach(outs[k]);
         }
       }
-      for (const auto& [target, value] : step.writebacks) {
-        if (stored.contains(target)) continue;
-        write_back(target, env.at(value), step.window);
+      for (const Step::Writeback& wb : step.writebacks) {
+        if (stored.contains(wb.target)) continue;
+        write_back(wb.target, env.at(wb.value), wb.window);
         ++stats->writebacks_copied;
       }
     }
