@@ -22,7 +22,7 @@ IntList trailing_dims(int64_t rank, size_t count) {
   return dims;
 }
 
-// f16 and bf16 normalizations compute in f32, as PyTorch's kernels do.
+// f16 and bf16 softmaxes and normalizations compute in f32, as PyTorch's kernels do.
 bool needs_upcast(DType d) {
   return d == DType::kFloat16 || d == DType::kBFloat16;
 }
@@ -33,13 +33,19 @@ std::vector<Value*> decompose_softmax(Builder& b, const Node& n) {
   int64_t dim = n.arg("dim").as_int();
   if (auto d = n.arg("dtype").as_optional_dtype())
     x = b.call1(OpId::kTo, {x, Constant(*d)}, {}, loc);
+  // f16 and bf16 in f32, rounded once at the end, as PyTorch's softmax kernels do (rounding
+  // every step put 2% errors into the bf16 softmax of rows of 8).
+  const DType dtype = type_of(x);
+  if (needs_upcast(dtype)) x = b.call1(OpId::kTo, {x, Constant(DType::kFloat32)}, {}, loc);
   Value* m = b.call1(OpId::kAmax, {x, Constant(IntList{dim}), true}, {}, loc);
   Value* s = b.call1(OpId::kSub, {x, m}, {}, loc);
   Value* e = b.call1(OpId::kExp, {s}, {}, loc);
   Value* z = b.call1(OpId::kSum, {e, Constant(IntList{dim}), true}, {}, loc);
-  if (n.id() == OpId::kSoftmax) return {b.call1(OpId::kDiv, {e, z}, {}, loc)};
-  Value* l = b.call1(OpId::kLog, {z}, {}, loc);
-  return {b.call1(OpId::kSub, {s, l}, {}, loc)};
+  Value* y = n.id() == OpId::kSoftmax
+                 ? b.call1(OpId::kDiv, {e, z}, {}, loc)
+                 : b.call1(OpId::kSub, {s, b.call1(OpId::kLog, {z}, {}, loc)}, {}, loc);
+  if (type_of(y) != dtype) y = b.call1(OpId::kTo, {y, Constant(dtype)}, {}, loc);
+  return {y};
 }
 
 std::vector<Value*> decompose_norm(Builder& b, const Node& n) {
