@@ -11,6 +11,12 @@
 // Then it orders the steps: readers of an input's old contents before the region that writes
 // it; copy steps after the last reader of the old contents.
 //
+// A writeback whose value only scatters a computed value into part of the input (`x[:, :512] =
+// v` makes slice_scatter(x, v, ...)) writes that part alone, never all of the input: on the CPU the
+// region that computes v stores it into the window itself when rule 5 allows (rule 4 is then the
+// kernel's and the executor's: row-local loads, kernel.h), else a copy step does; on CUDA a copy
+// step does for a window under a third of the input, else the region of scatters stays.
+//
 // Requires: a plan from fuse. Ensures: every writeback of the trace is performed by exactly one
 // step; counts in-kernel and temporary writebacks.
 // Tests: tests/lit/passes/place_writebacks*.trace.
