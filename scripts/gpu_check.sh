@@ -5,7 +5,8 @@
 #   cpp:    the `gpu` CTest label (GoogleTest built from KILN_GTEST_SOURCE when given) and the S1
 #           benchmark; KILN_GPU_PROGRAMS=N random programs per seed (default 1000)
 #   python: the extension kiln._C, tests/python on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
-#           the CPU, and examples/seed.py; KILN_RANDOM_PROGRAMS=N (default 1000)
+#           the CPU, and examples/seed.py; KILN_RANDOM_PROGRAMS=N (default 1000),
+#           KILN_PYTEST_JOBS=N processes (default 1), KILN_PYTEST_ARGS (as "-k softmax")
 #   bench:  bench/bench.py (kiln, eager and torch.compile side by side), JSON into $OUT
 #   KILN_PYTHON: the Python that has torch (default python3)
 set -uo pipefail
@@ -44,11 +45,26 @@ if [[ " $phases " == *" python "* ]]; then
   export KILN_RANDOM_PROGRAMS=${KILN_RANDOM_PROGRAMS:-1000}
   "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
     tee "$out/torch.txt"
+  # KILN_PYTEST_JOBS processes share the suite (conftest.py, KILN_TEST_SHARD), each with its own
+  # log; KILN_PYTEST_ARGS adds pytest arguments (a -k selection, say).
+  jobs=${KILN_PYTEST_JOBS:-1}
   for device in ${KILN_PYTEST_DEVICES:-cuda cpu}; do
-    echo "== tests/python on $device"
-    KILN_TEST_DEVICE=$device "$python" -m pytest -q -p no:cacheprovider tests/python \
-      --durations=10 >"$out/pytest_$device.log" 2>&1 || status=1
-    tail -15 "$out/pytest_$device.log"
+    echo "== tests/python on $device ($jobs processes)"
+    pids=()
+    for ((shard = 0; shard < jobs; shard++)); do
+      log="$out/pytest_$device.log"
+      ((jobs > 1)) && log="$out/pytest_${device}_$shard.log"
+      KILN_TEST_SHARD=$shard/$jobs KILN_TEST_DEVICE=$device "$python" -m pytest -q \
+        -p no:cacheprovider tests/python --durations=5 ${KILN_PYTEST_ARGS:-} >"$log" 2>&1 &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+    for ((shard = 0; shard < jobs; shard++)); do
+      log="$out/pytest_$device.log"
+      ((jobs > 1)) && log="$out/pytest_${device}_$shard.log"
+      grep -E "^(FAILED|ERROR)" "$log" | head -20
+      tail -1 "$log"
+    done
   done
   echo "== examples/seed.py"
   PYTHONPATH=python "$python" examples/seed.py >"$out/seed.log" 2>&1 || status=1

@@ -21,3 +21,21 @@ import torch  # noqa: E402
 
 if os.environ.get("KILN_TEST_DEVICE"):
     torch.set_default_device(os.environ["KILN_TEST_DEVICE"])
+
+
+# KILN_TEST_SHARD=i/n keeps every n-th test from the i-th (0 <= i < n), in collection order, so that
+# n processes run the suite together (scripts/gpu_check.sh, KILN_PYTEST_JOBS: most of a CUDA test's
+# time is NVRTC compiling on one core).
+def pytest_collection_modifyitems(config, items):
+    shard = os.environ.get("KILN_TEST_SHARD")
+    if not shard:
+        return
+    try:
+        index, count = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise ValueError(f"KILN_TEST_SHARD={shard!r}: expected i/n, as 0/4") from None
+    if not 0 <= index < count:
+        raise ValueError(f"KILN_TEST_SHARD={shard!r}: the shard index must be in [0, {count})")
+    kept = [item for k, item in enumerate(items) if k % count == index]
+    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % count != index])
+    items[:] = kept
