@@ -534,3 +534,27 @@ def test_a_softmax_stored_into_the_slice_it_reads(length, dtype):
     assert stats["interpreted_steps"] == 0
     if torch.get_default_device().type == "cpu":
         assert (stats["kernel_steps"], stats["writebacks_in_kernel"], stats["writebacks_copied"]) == (1, 1, 0)
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("center", lambda x: x.sub_(x.mean(-1, keepdim=True))),
+        ("standardize", lambda x: x.sub_(x.mean(-1, keepdim=True)).div_(x.std(-1, keepdim=True))),
+        ("softmax in place", lambda x: x.copy_(torch.softmax(x * 2, -1))),
+        ("rms norm in place", lambda x: x.mul_(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))),
+    ],
+)
+def test_a_row_normalized_in_place_is_stored_by_its_kernel(name, fn):
+    # Every reduction reads the row it normalizes, before the row stores anything: on the CPU the
+    # kernel stores into x itself (place_writebacks' row-local rule), with no copy after it. (Not
+    # yet on CUDA, where the value is copied into x: place_writebacks.cpp.)
+    def make_args():
+        g = torch.Generator().manual_seed(7)
+        return [torch.randn(64, 300, generator=g, device="cpu").to(torch.get_default_device())]
+
+    jitted = check_against_eager(fn, make_args)
+    stats = jitted._cache.last_run_stats
+    assert stats["interpreted_steps"] == 0
+    if torch.get_default_device().type == "cpu":
+        assert (stats["writebacks_in_kernel"], stats["writebacks_copied"]) == (1, 0), kiln.last_traces(jitted)[-1]

@@ -592,11 +592,12 @@ TEST(CpuBackend, ShiftedWriteIsCopiedAfterTheKernel) {
   EXPECT_FALSE(differs(*std::get<TensorHandle>(out[0]), *std::get<TensorHandle>(expected[0])));
 }
 
-// A write into part of an input (x[:, :2] = ...): the region that computes the value stores it
-// into that part of x itself where its loads of x are row-local (kernel.h) and x addresses them
-// as the window does; otherwise the executor copies the value into the window after the kernel.
-// Either way the caller sees the interpreter's result, and no region rewrites all of x.
-TEST(CpuBackend, WritesIntoAWindowOfTheInputStoreInTheKernelOnlyWhereTheyMay) {
+// A write into part of an input (x[:, :2] = ...), or into all of it after a reduction over its
+// rows (x -= x.mean(-1)): the region that computes the value stores it into x itself where its
+// loads of x are row-local (kernel.h) and x addresses them as the destination does; otherwise the
+// executor copies the value after the kernel. Either way the caller sees the interpreter's
+// result, and no region rewrites all of x for a write into part of it.
+TEST(CpuBackend, RowLocalWritesStoreInTheKernelOnlyWhereTheyMay) {
   ScopedEnv on("KILN_CPU_KERNELS", "1");
   struct Case {
     const char* name;
@@ -620,6 +621,8 @@ TEST(CpuBackend, WritesIntoAWindowOfTheInputStoreInTheKernelOnlyWhereTheyMay) {
          x.slice(1, 0, 2).copy_(x.slice(1, 2, 4) - x.slice(1, 0, 4).amax({-1}, true));
        },
        false},
+      {"x -= x.mean(-1)", [](Tensor x) { x.sub_(x.mean(IntList{-1}, true)); }, true},
+      {"x = softmax(x * 2)", [](Tensor x) { x.copy_((x * 2).softmax(-1)); }, true},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);

@@ -72,10 +72,11 @@ void reduce(AffineForm& f) {
     c /= g;
 }
 
-AffineIndex identity_index(size_t r) {
+// The iteration's own index over r dims, as forms over `vars` >= r variables.
+AffineIndex identity_index(size_t r, size_t vars) {
   AffineIndex a;
   for (size_t k = 0; k < r; ++k) {
-    a.coef.emplace_back(r, 0);
+    a.coef.emplace_back(vars, 0);
     a.coef.back()[k] = 1;
     a.constant.push_back(0);
   }
@@ -233,19 +234,29 @@ bool reshape_like(const Node& n) {
 }
 
 // Follows one region's values backwards from its outputs, each evaluated at an affine index of
-// the iteration i, and collects the elements of `target` it loads.
+// the iteration i, and collects the elements of `target` it loads. The forms are over the r
+// iteration variables and one more, the position of a reduction over the last dim: the element
+// a row's reduction takes in (nested reductions share it).
+//   t0 = mean(x, [-1], keepdim)   ; x [4, 8], store x <- t1 at (i0, i1)
+//   t1 = sub(x, t0)               -> loads x[i0, i1] (linear 8*i0 + i1), and in a reduction
+//                                    x[i0, r] (row_loads)
 class LoadTracer {
  public:
-  LoadTracer(const Value* target, size_t r) : target_(target), r_(r) {}
+  // r: the iteration's dims; the reduction's position is variable r.
+  LoadTracer(const Value* target, size_t r) : target_(target), r_(r + 1), position_(r) {}
 
   // `v` evaluated at index `at`; false when a load of the target is not affine.
   bool visit(const Value* v, const AffineIndex& at) {
     if (v == target_) {
-      loads.push_back(linear(at, v->tensor_type().shape, r_));
+      if (reduction_depth_ > 0)
+        row_loads.push_back(at);
+      else
+        loads.push_back(linear(at, v->tensor_type().shape, r_));
       return true;
     }
     if (!reaches(v)) return true;
-    std::string key = std::to_string(v->id()) + ":" + key_of(at);
+    std::string key = std::to_string(v->id()) + ":" + key_of(at) +
+                      (reduction_depth_ > 0 ? ":in a reduction" : "");
     if (!visited_.insert(key).second) return true;
     const Node& p = *v->producer();
     size_t output = 0;
@@ -307,12 +318,32 @@ class LoadTracer {
         if (p.id() == OpId::kFill && p.operands[1].is_value() && p.input(1)->is_tensor())
           return visit(p.input(1), AffineIndex{});
         return true;
+      case OpKind::kReduction: {
+        // Over the last dim alone: its input at `at` with that dim at the reduction's position.
+        const Value* self = p.input(0);
+        auto rank = static_cast<int64_t>(self->tensor_type().rank());
+        std::vector<int64_t> dims = reduction_dims(p.arg(1).as_optional_ints(), rank);
+        if (rank == 0 || dims.size() != 1 || dims[0] != rank - 1) return false;
+        AffineIndex in = at;
+        if (p.arg("keepdim").as_bool()) {
+          in.coef.pop_back();
+          in.constant.pop_back();
+        }
+        in.coef.push_back(zeros(r_));
+        in.coef.back()[position_] = in.scale;
+        in.constant.push_back(0);
+        ++reduction_depth_;
+        bool ok = visit(self, in);
+        --reduction_depth_;
+        return ok;
+      }
       default:
-        return false;  // reductions, joins, opaque ops: every element reads many
+        return false;  // other reductions, joins, opaque ops: every element reads many
     }
   }
 
-  std::vector<AffineForm> loads;
+  std::vector<AffineForm> loads;       // outside any reduction: linear over the target
+  std::vector<AffineIndex> row_loads;  // inside a reduction over the last dim
 
  private:
   // Whether the target is among the values `v` is computed from.
@@ -357,7 +388,9 @@ class LoadTracer {
   }
 
   const Value* target_;
-  size_t r_;
+  size_t r_;         // variables of the forms
+  size_t position_;  // the variable of a reduction's position
+  int reduction_depth_ = 0;
   std::set<std::string> visited_;
   std::unordered_map<const Value*, bool> reaches_;
 };
@@ -389,7 +422,7 @@ std::optional<StorePath> store_path(const Value* out) {
 
 // The element of `stored` written at iteration i, as a linear index over the stored value.
 AffineForm store_element(const StorePath& path, const Value* stored, size_t r) {
-  AffineIndex idx = identity_index(r);
+  AffineIndex idx = identity_index(r, r);
   for (const Node* n : path.views) {
     if (reshape_like(*n)) return linear(idx, n->input(0)->tensor_type().shape, r);
     AffineIndex next = idx;
@@ -416,23 +449,47 @@ AffineForm store_element(const StorePath& path, const Value* stored, size_t r) {
   return linear(idx, stored->tensor_type().shape, r);
 }
 
-// Rule 4: in each iteration, every load of `target` in the region reaches the element the store
-// into `target` writes in that iteration.
-bool same_index(const Trace& body, const Value* target, const Value* stored) {
+// Rule 4 for a store of `stored` into `target`: in each iteration, every load of `target` in the
+// region reaches the element the store of that iteration writes (kSameIndex). Or the weaker
+// row-local form (kRowLocal, the kernel's KernelInput::Loads::kRowLocal): loads outside any
+// reduction as before, and loads inside reductions over the last dim at any element of the
+// iteration's own row, where the store is the iteration's own element (no view between). A
+// kernel does a row's reductions before it stores any of the row's elements; it decides itself,
+// on the loads it makes, and the executor copies after it where it cannot.
+enum class StoreIndexRule { kNone, kSameIndex, kRowLocal };
+StoreIndexRule store_index_rule(const Trace& body, const Value* target, const Value* stored) {
   std::optional<StorePath> path = store_path(stored);
-  if (!path) return false;
+  if (!path) return StoreIndexRule::kNone;
   const Shape& domain = path->producer->tensor_type().shape;
   size_t r = domain.size();
   AffineForm store = store_element(*path, stored, r);
+  store.coef.push_back(0);  // the reduction's position
   LoadTracer tracer(target, r);
   // Every output of the region is computed at iteration i from a producer over the domain.
   for (const Value* out : body.outputs()) {
     std::optional<StorePath> p = store_path(out);
-    if (!p || p->producer->tensor_type().shape != domain) return false;
-    if (!tracer.visit(p->producer, identity_index(r))) return false;
+    if (!p || p->producer->tensor_type().shape != domain) return StoreIndexRule::kNone;
+    if (!tracer.visit(p->producer, identity_index(r, r + 1))) return StoreIndexRule::kNone;
   }
-  return std::all_of(tracer.loads.begin(), tracer.loads.end(),
-                     [&](const AffineForm& f) { return f == store; });
+  if (!std::all_of(tracer.loads.begin(), tracer.loads.end(),
+                   [&](const AffineForm& f) { return f == store; }))
+    return StoreIndexRule::kNone;
+  if (tracer.row_loads.empty()) return StoreIndexRule::kSameIndex;
+  // Row-local: the store at the iteration's own element of the target, and every load in a
+  // reduction at the iteration's row (its index i0 .. i_{r-2} on every dim but the last).
+  bool own_element = r > 0 && stored->tensor_type().shape == domain &&
+                     std::all_of(path->views.begin(), path->views.end(), [](const Node* n) {
+                       return n->id() == OpId::kAlias || n->id() == OpId::kDetach;
+                     });
+  if (!own_element) return StoreIndexRule::kNone;
+  AffineIndex row = identity_index(r, r + 1);
+  for (const AffineIndex& load : tracer.row_loads) {
+    if (load.rank() != r || load.scale != 1) return StoreIndexRule::kNone;
+    for (size_t d = 0; d + 1 < r; ++d)
+      if (domain[d] != 1 && (load.coef[d] != row.coef[d] || load.constant[d] != 0))
+        return StoreIndexRule::kNone;
+  }
+  return StoreIndexRule::kRowLocal;
 }
 
 bool reads(const Step& s, const Value* v) {
@@ -679,8 +736,12 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
       while (step.outputs[out_k] != value)
         ++out_k;
       const Value* stored = step.body.outputs()[out_k];
+      // Row-local stores on the CPU only, as windowed ones (above).
+      const bool cuda = target->tensor_type().device.kind == Device::Kind::kCuda;
       for (size_t k = 0; k < step.inputs.size(); ++k) {
-        if (step.inputs[k] == target && !same_index(step.body, step.body.inputs()[k], stored))
+        if (step.inputs[k] != target) continue;
+        StoreIndexRule rule = store_index_rule(step.body, step.body.inputs()[k], stored);
+        if (rule == StoreIndexRule::kNone || (rule == StoreIndexRule::kRowLocal && cuda))
           return std::nullopt;
       }
       std::optional<std::vector<std::pair<size_t, size_t>>> ordered =

@@ -6,7 +6,9 @@
 //   3. the store is injective (the input has no overlapping elements);
 //   4. every load of the input in that region uses exactly the store's index (an identity read,
 //      in the region's iteration space) — a broadcast, shifted, transposed, gathered or reduced
-//      read fails this;
+//      read fails this — or, on the CPU, is row-local: loads in reductions over the last dim of
+//      the stored element's own row, which a kernel makes before it stores any of the row
+//      (x -= x.mean(-1, keepdim=True); kernel.h, KernelInput::Loads::kRowLocal);
 //   5. every other region that reads the input's old contents can run before it.
 // Then it orders the steps: readers of an input's old contents before the region that writes
 // it; copy steps after the last reader of the old contents.
