@@ -63,6 +63,12 @@ Corpus corpus(int random_programs) {
 }
 
 TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The release build runs it. Under the sanitizers it adds 3 minutes of NVRTC (not instrumented)
+  // to CI, and once LeakSanitizer's exit-time scan crashed after it had passed ("Tracer caught
+  // signal 11", 2026-11-30, with the machine loaded).
+  GTEST_SKIP() << "a compile check of generated source; the release build runs it";
+#endif
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << why;
   Corpus c = corpus(150);
