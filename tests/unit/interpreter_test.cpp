@@ -180,6 +180,55 @@ TEST(RtTensor, StridedHelpers) {
   EXPECT_THROW(make_view(base, {2, 2}, {3, 1}, 3), UserError);  // reaches element 7 of 6
 }
 
+// The executor's fast copy agrees with copy_into (the interpreter's copy_) on every layout it
+// takes, and declines what it does not: another dtype or shape, overlapping bytes.
+TEST(RtTensor, DisjointSameDtypeCopyAgreesWithCopyInto) {
+  struct Layout {
+    Shape sizes;
+    std::vector<int64_t> strides;
+    int64_t offset;
+  };
+  const std::vector<Layout> layouts = {
+      {{}, {}, 3},                        // a scalar
+      {{7}, {1}, 0},                      // dense
+      {{7}, {3}, 2},                      // strided
+      {{3, 4}, {4, 1}, 0},                // dense rows
+      {{3, 4}, {1, 3}, 1},                // transposed
+      {{3, 4}, {9, 2}, 1},                // both strided
+      {{2, 3, 2}, {12, 4, 1}, 5},         // dense rows of a bigger tensor
+      {{2, 1, 3, 2}, {13, 99, 4, 1}, 0},  // a size-1 dim with any stride
+      {{2, 0, 3}, {3, 3, 1}, 0},          // empty
+  };
+  for (DType dtype : {DType::kBool, DType::kFloat16, DType::kFloat32, DType::kInt64}) {
+    for (size_t a = 0; a < layouts.size(); ++a) {
+      for (size_t b = 0; b < layouts.size(); ++b) {
+        const Layout& dl = layouts[a];
+        const Layout& sl = layouts[b];
+        if (dl.sizes != sl.sizes) continue;
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " layouts " + std::to_string(a) + " <- " +
+                     std::to_string(b));
+        TensorHandle src = make_strided(dtype, sl.sizes, sl.strides, sl.offset, 64);
+        for (int64_t i = 0; i < 64; ++i)
+          src->storage->store_double(i, static_cast<double>((i * 7) % 5));
+        TensorHandle fast = make_strided(dtype, dl.sizes, dl.strides, dl.offset, 64);
+        TensorHandle slow = make_strided(dtype, dl.sizes, dl.strides, dl.offset, 64);
+        ASSERT_TRUE(copy_disjoint_same_dtype(*fast, *src));
+        copy_into(*slow, *src);
+        EXPECT_EQ(fast->storage->bytes, slow->storage->bytes);  // untouched elements included
+      }
+    }
+  }
+  TensorHandle x = f32({8}, iota(8));
+  TensorHandle y = make_strided(DType::kFloat32, {4}, {1}, 0, 4);
+  EXPECT_FALSE(copy_disjoint_same_dtype(*make_view(x, {4}, {1}, 2), *make_view(x, {4}, {1}, 0)));
+  EXPECT_FALSE(copy_disjoint_same_dtype(*y, *make_view(x, {2}, {1}, 0)));  // another shape
+  TensorHandle i64 = make_strided(DType::kInt64, {4}, {1}, 0, 4);
+  EXPECT_FALSE(copy_disjoint_same_dtype(*i64, *make_view(x, {4}, {1}, 0)));  // another dtype
+  EXPECT_EQ(to_vector(*y), std::vector<double>(4, 0.0));                     // nothing copied
+  EXPECT_TRUE(copy_disjoint_same_dtype(*make_view(x, {4}, {1}, 4), *make_view(x, {4}, {1}, 0)));
+  EXPECT_EQ(to_vector(*x), (std::vector<double>{0, 1, 2, 3, 0, 1, 2, 3}));  // disjoint halves
+}
+
 // ---- elementwise: every op
 // -----------------------------------------------------------------------
 

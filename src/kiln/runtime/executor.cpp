@@ -165,8 +165,8 @@ class DeviceMemoryOps {
   void copy(RtTensor& dst, const RtTensor& src) const {
     if (cuda())
       cuda::cuda_copy_into(dst, src, stream_);
-    else
-      copy_into(dst, src);
+    else if (!injective(dst) || !copy_disjoint_same_dtype(dst, src))
+      copy_into(dst, src);  // (which raises eager's error for a dst with repeated elements)
   }
   TensorHandle empty(DType dtype, const Shape& shape) const {
     call_profile::Scope timed(call_profile::Phase::kAllocate);
@@ -187,6 +187,7 @@ class DeviceMemoryOps {
     }
     TensorHandle out =
         host_tensor(value.dtype(), g.sizes, g.strides, g.offset, storage_numel, !covers);
+    if (copy_disjoint_same_dtype(*out, value)) return out;
     for (int64_t i = 0; i < out->numel(); ++i)
       copy_element(*value.storage, value.storage_index_of_linear(i), *out->storage,
                    out->storage_index_of_linear(i));

@@ -314,6 +314,87 @@ void copy_into(RtTensor& dst, const RtTensor& src) {
     copy_element(staged, static_cast<int64_t>(k), *dst.storage, to[k]);
 }
 
+namespace {
+
+// The bytes [first, last) the elements of `t` occupy (strides are non-negative here).
+std::pair<const std::byte*, const std::byte*> byte_range(const RtTensor& t) {
+  int64_t last = t.offset;
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    last += (t.sizes[d] - 1) * t.strides[d];
+  const auto size = static_cast<size_t>(dtype_size(t.dtype()));
+  const std::byte* base = t.storage->data();
+  return {base + static_cast<size_t>(t.offset) * size, base + static_cast<size_t>(last + 1) * size};
+}
+
+template <class T>
+void copy_row(std::byte* to, int64_t to_stride, const std::byte* from, int64_t from_stride,
+              int64_t n) {
+  auto* d = reinterpret_cast<T*>(to);
+  const auto* s = reinterpret_cast<const T*>(from);
+  for (int64_t k = 0; k < n; ++k)
+    std::memcpy(d + k * to_stride, s + k * from_stride, sizeof(T));
+}
+
+}  // namespace
+
+bool copy_disjoint_same_dtype(RtTensor& dst, const RtTensor& src) {
+  if (dst.dtype() != src.dtype() || dst.sizes != src.sizes || dst.storage->on_device() ||
+      src.storage->on_device())
+    return false;
+  const int64_t n = dst.numel();
+  if (n == 0) return true;
+  for (const RtTensor* t : {static_cast<const RtTensor*>(&dst), &src}) {
+    if (t->offset < 0) return false;
+    for (int64_t st : t->strides)
+      if (st < 0) return false;
+  }
+  auto [d0, d1] = byte_range(dst);
+  auto [s0, s1] = byte_range(src);
+  if (d0 < s1 && s0 < d1) return false;  // overlapping bytes: copy_into stages them
+  KILN_ASSERT(d1 <= dst.storage->data() + dst.storage->numel() * dtype_size(dst.dtype()) &&
+              s1 <= src.storage->data() + src.storage->numel() * dtype_size(src.dtype()))
+      << "a tensor reaches past its storage";
+  const auto size = static_cast<size_t>(dtype_size(dst.dtype()));
+  const size_t rank = dst.sizes.size();
+  const int64_t inner = rank == 0 ? 1 : dst.sizes[rank - 1];
+  const int64_t dst_step = rank == 0 ? 1 : dst.strides[rank - 1];
+  const int64_t src_step = rank == 0 ? 1 : src.strides[rank - 1];
+  std::vector<int64_t> at(rank == 0 ? 0 : rank - 1, 0);  // the row's index over the outer dims
+  int64_t dst_at = dst.offset, src_at = src.offset;
+  for (int64_t row = 0; row < n / inner; ++row) {
+    std::byte* to = dst.storage->data() + static_cast<size_t>(dst_at) * size;
+    const std::byte* from = src.storage->data() + static_cast<size_t>(src_at) * size;
+    if (dst_step == 1 && src_step == 1) {
+      std::memcpy(to, from, static_cast<size_t>(inner) * size);
+    } else {
+      switch (size) {
+        case 1:
+          copy_row<uint8_t>(to, dst_step, from, src_step, inner);
+          break;
+        case 2:
+          copy_row<uint16_t>(to, dst_step, from, src_step, inner);
+          break;
+        case 4:
+          copy_row<uint32_t>(to, dst_step, from, src_step, inner);
+          break;
+        default:
+          copy_row<uint64_t>(to, dst_step, from, src_step, inner);
+          break;
+      }
+    }
+    // The next row: an odometer over the outer dims, offsets kept incrementally.
+    for (size_t d = at.size(); d-- > 0;) {
+      dst_at += dst.strides[d];
+      src_at += src.strides[d];
+      if (++at[d] < dst.sizes[d]) break;
+      dst_at -= dst.strides[d] * dst.sizes[d];
+      src_at -= src.strides[d] * src.sizes[d];
+      at[d] = 0;
+    }
+  }
+  return true;
+}
+
 TensorHandle empty_strided(DType dtype, const Shape& shape, const std::vector<int64_t>& strides,
                            Device device) {
   TensorHandle t = new_tensor(dtype, {required_storage_numel(shape, strides, 0)}, device);

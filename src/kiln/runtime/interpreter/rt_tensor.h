@@ -109,5 +109,10 @@ TensorHandle clone(const RtTensor& t);
 // nothing happens when src is dst's exact memory; user errors when dst has internal overlap or
 // src partially overlaps it. All of src is read before dst is written.
 void copy_into(RtTensor& dst, const RtTensor& src);
+// The executor's copy between host tensors of one dtype and one shape whose bytes do not overlap:
+// a strided loop over the rows (a memcpy each where both rows are dense), at memory speed, where
+// copy_into stages every element through index vectors (about 40 ns an element: a writeback of
+// 2^24 floats took 0.64 s). False, and nothing copied, when it does not apply.
+bool copy_disjoint_same_dtype(RtTensor& dst, const RtTensor& src);
 
 }  // namespace kiln
