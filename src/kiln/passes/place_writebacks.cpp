@@ -606,16 +606,17 @@ std::optional<WindowedWrite> windowed_write(const Trace& functional, const Execu
     const Node* scatter = at->producer();
     if (!scatter) return std::nullopt;
     ++nodes;
+    // (a region of a creation op has no tensor operand 0: `a.copy_(torch.ones(1, 1))`)
+    std::optional<Step::Window> w = scatter_window(*scatter);
+    // (as_strided addresses the storage: only as the outermost window)
+    if (!w || (w->kind == Step::Window::Kind::kAsStrided && !write.window.empty()))
+      return std::nullopt;
     const Value* scatter_base = scatter->input(0);
     if (base == nullptr) {
       if (outer(scatter_base) != target) return std::nullopt;
     } else if (scatter_base != base) {
       return std::nullopt;
     }
-    std::optional<Step::Window> w = scatter_window(*scatter);
-    // (as_strided addresses the storage: only as the outermost window)
-    if (!w || (w->kind == Step::Window::Kind::kAsStrided && !write.window.empty()))
-      return std::nullopt;
     write.window.push_back(*w);
     const Value* inner = scatter->input(1);
     if ((write.src = outer(inner)) != nullptr) break;
