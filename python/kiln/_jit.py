@@ -25,6 +25,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from ._errors import UnsupportedError
+from ._state import ImplicitInputs
 from ._tracer import TracedProgram, trace_call
 
 try:
@@ -92,14 +93,18 @@ def _output_form(traced: TracedProgram) -> tuple[int, Callable | None]:
 class JitFunction:
     """What kiln.jit returns: calls run the compiled program for the call's key."""
 
-    def __init__(self, fn: Callable, fallback: bool = True) -> None:
+    def __init__(self, fn: Callable, fallback: bool = True, module: torch.nn.Module | None = None) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.fallback = fallback
         self._cache = _C.JitCache() if _C is not None else None
+        # Parameters, buffers, globals and captured tensors the function reads (kiln._state).
+        self._implicit = ImplicitInputs(fn, module)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         cache = self._cache
+        if not self._implicit.empty():
+            return self._call_with_state(args, kwargs)
         if not kwargs:
             # The fast path: positional tensors and scalars are their own leaves.
             out = cache.run(len(args), args, _MISS) if cache is not None else _MISS
@@ -116,11 +121,32 @@ class JitFunction:
                 return out
         return self._compile_and_run(args, kwargs, leaves, structure)
 
+    def _call_with_state(self, args: tuple, kwargs: dict) -> Any:
+        """A call of a function with implicit inputs: their current values follow the
+        arguments' leaves, and the modules' flags join the key."""
+        if self._cache is None:
+            raise UnsupportedError("kiln.jit needs the C++ extension kiln._C, which is not built.")
+        values, guards = self._implicit.read()
+        if not kwargs and not any(_is_container(a) for a in args):
+            leaves, structure = list(args), len(args)
+        else:
+            leaves, structure = _flat_arguments(self.fn, args, kwargs)
+        out = self._cache.run((structure, guards), leaves + values, _MISS)
+        if out is not _MISS:
+            return out
+        return self._compile_and_run(args, kwargs, leaves, structure)
+
     def _compile_and_run(self, args: tuple, kwargs: dict, leaves: list, structure: Any) -> Any:
         start = time.perf_counter()
         register = _C.register_eager if self.fallback else None
-        traced = trace_call(self.fn, args, kwargs, register)  # raises eager's errors
+        implicit = self._implicit
+        traced = trace_call(self.fn, args, kwargs, register, implicit)  # raises eager's errors
         trace_seconds = time.perf_counter() - start
+        if not implicit.empty():
+            # The slots found while tracing are inputs too (the program takes them after the
+            # arguments, in the order implicit.slots lists them).
+            values, guards = implicit.read()
+            leaves, structure = leaves + values, (structure, guards)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
             raise UnsupportedError("kiln.jit does not support autograd: an argument requires grad.")
@@ -132,9 +158,30 @@ class JitFunction:
                 "program runs on one device. Move them to one device first (tensor.to(device))."
             )
         form, assemble = _output_form(traced)
+        if traced.rebound_outputs:
+            form, assemble = _ASSEMBLE, _replaying(implicit, traced.rebound_outputs, form, assemble)
         return self._cache.insert_and_run(
             structure, leaves, traced.text, trace_seconds, form, assemble, traced.fallback_ops
         )
+
+
+def _replaying(implicit: ImplicitInputs, count: int, form: int, assemble: Callable | None) -> Callable:
+    """An assemble that stores the program's last `count` results (the values of attributes the
+    function rebinds) into their slots and returns the rest as `form` says."""
+    slots = list(implicit.rebinds)
+
+    def replay_then_assemble(results: list) -> Any:
+        results = list(results)
+        own, rebound = results[: len(results) - count], results[len(results) - count :]
+        for slot, value in zip(slots, rebound):
+            slot.write(value)
+        if form == _SINGLE:
+            return own[0]
+        if form == _TUPLE:
+            return tuple(own)
+        return assemble(own)
+
+    return replay_then_assemble
 
 
 def jit(fn: Callable | None = None, *, fallback: bool = True) -> Any:
@@ -145,11 +192,16 @@ def jit(fn: Callable | None = None, *, fallback: bool = True) -> Any:
     kiln.UnsupportedError naming the op and the line. Usable as @kiln.jit or
     @kiln.jit(fallback=False)."""
     if fn is None:
-        return lambda f: JitFunction(f, fallback)
+        return lambda f: jit(f, fallback=fallback)
+    if isinstance(fn, torch.nn.Module):
+        from ._module import JitModule
+
+        return JitModule(fn, fallback)
     return JitFunction(fn, fallback)
 
 
 def _jitted(fn: Any) -> JitFunction:
+    fn = getattr(fn, "_kiln_forward", fn)  # a JitModule's compiled forward
     if not isinstance(fn, JitFunction):
         raise TypeError("expected a function made by kiln.jit")
     if fn._cache is None:

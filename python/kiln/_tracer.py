@@ -42,7 +42,7 @@ import math
 import operator
 import re
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 import torch.utils._pytree as pytree
@@ -51,6 +51,9 @@ from torch.overrides import TorchFunctionMode
 from . import _metadata
 from ._errors import SourceLocation, TraceError, UnsupportedError, user_location
 from ._ops import OPS, OpSchema
+
+if TYPE_CHECKING:
+    from ._state import ImplicitInputs
 
 # kiln's dtypes (src/kiln/ir/dtype.cpp): short name for types, torch name for constants.
 _DTYPE_NAMES = {
@@ -258,21 +261,97 @@ class TracedProgram:
     output_spec: Any  # a torch.utils._pytree.TreeSpec
     output_is_tensor: list[bool]
     fallback_ops: int = 0  # ops recorded as eager_call (kiln.jit's fallback)
+    # Outputs after the function's own: the new values of attributes it rebound (kiln._state).
+    rebound_outputs: int = 0
 
 
 class Tracer:
     """Collects the statements of one trace and hands out names."""
 
-    def __init__(self, register_eager: Callable[[Callable], int] | None = None) -> None:
+    def __init__(
+        self,
+        register_eager: Callable[[Callable], int] | None = None,
+        implicit: "ImplicitInputs | None" = None,
+    ) -> None:
         # kiln.jit's eager fallback: registers a function that runs one torch op in PyTorch
         # (kiln._C.register_eager) and returns its number; None: an unknown op raises.
         self.register_eager = register_eager
+        # Where tensors the function reaches without taking them as arguments come from
+        # (kiln._state); None: such a tensor raises.
+        self.implicit = implicit
+        self.implicit_proxies: dict[int, Proxy] = {}  # id(tensor) -> its input's proxy
         self.fallback_ops = 0
         self.lines: list[str] = []
         self.input_lines: list[str] = []
         self.input_names: list[str] = []
+        self.input_tensors: list[torch.Tensor] = []  # the real tensors, in input order
         self.used_names: set[str] = set()
         self.next_temp = 0
+        # One meta storage per real storage, so that inputs sharing memory share it here too.
+        self.bases: dict[Any, torch.Tensor] = {}
+
+    def add_input(self, name: str, t: torch.Tensor) -> Proxy:
+        """A proxy for a real input tensor. Inputs that share a storage become views of one
+        meta storage, so that the meta run sees eager's aliasing (and eager's strides and
+        offsets)."""
+        if t.is_meta or t.device.type not in ("cpu", "cuda"):
+            raise UnsupportedError(f"kiln: input '{name}' is on {t.device}; kiln supports cpu and cuda tensors.")
+        if t.layout != torch.strided or t.is_quantized or t.is_nested:
+            raise UnsupportedError(f"kiln: input '{name}' is not a dense strided tensor.")
+        dtype_name(t.dtype)
+        unique, n = name, 1
+        while unique in self.used_names:
+            unique, n = f"{name}_{n}", n + 1
+        name = unique
+        storage = t.untyped_storage()
+        key = (t.device, storage.data_ptr()) if storage.nbytes() else ("empty", id(t))
+        base = self.bases.get(key)
+        if base is None:
+            base = torch.empty(storage.nbytes() // t.element_size(), dtype=t.dtype, device="meta")
+            self.bases[key] = base
+        elif base.dtype != t.dtype:
+            raise UnsupportedError(
+                f"kiln: input '{name}' shares memory with another input of a different dtype "
+                f"({base.dtype} and {t.dtype}); kiln does not support that."
+            )
+        meta = base.as_strided(t.shape, t.stride(), t.storage_offset())
+        # An in-place op on a leaf that requires grad raises in eager; a leaf meta tensor that
+        # requires grad raises the same way. (A non-leaf input that requires grad is traced as
+        # not requiring it, since in-place ops are allowed on it.)
+        proxy = torch.Tensor._make_subclass(Proxy, meta, bool(t.requires_grad and t.is_leaf))
+        proxy._kiln_device = t.device
+        proxy._kiln_tracer = self
+        proxy._kiln_name = name
+        self.used_names.add(name)
+        self.input_names.append(name)
+        self.input_tensors.append(t)
+        self.input_lines.append(f'  # {name}: "{layout_type_str(t, t.device)}"')
+        return proxy
+
+    def add_implicit_inputs(self, named: list[tuple[str, torch.Tensor]]) -> None:
+        """The implicit inputs known before tracing (kiln._state reads them on every call)."""
+        for name, t in named:
+            if id(t) not in self.implicit_proxies:
+                self.implicit_proxies[id(t)] = self.add_input(name, t)
+            else:
+                self.add_input(name, t)  # the same object in two places: an unused input
+
+    def implicit_proxy(self, t: torch.Tensor, call: "Call | None") -> Proxy:
+        """The proxy of a tensor the function reached without taking it as an argument (a
+        parameter, a buffer, a global, a captured variable): an input of the program, read on
+        every call, never a constant."""
+        proxy = self.implicit_proxies.get(id(t))
+        if proxy is not None:
+            return proxy
+        if self.implicit is None:
+            raise _foreign_tensor(call) if call is not None else UnsupportedError(
+                "kiln: the function returns a tensor that is not an argument and was not made "
+                "from one (a global or captured tensor); kiln cannot return it."
+            )
+        name = self.implicit.resolve(t)
+        proxy = self.add_input(name, t)
+        self.implicit_proxies[id(t)] = proxy
+        return proxy
 
     def fresh_name(self) -> str:
         while True:
@@ -581,6 +660,20 @@ def _check_own(call: Call | None, proxy: Proxy) -> None:
         )
 
 
+def _replace_tensors(value: Any, swap: Callable[[torch.Tensor], Proxy]) -> Any:
+    """value with every tensor that is not a proxy replaced by swap(tensor), looking into
+    lists, tuples and dicts (and nothing else, so torch.Size and named tuples stay as they are)."""
+    if isinstance(value, Proxy):
+        return value
+    if isinstance(value, torch.Tensor):
+        return swap(value)
+    if type(value) in (list, tuple):
+        return type(value)(_replace_tensors(v, swap) for v in value)
+    if type(value) is dict:
+        return {k: _replace_tensors(v, swap) for k, v in value.items()}
+    return value
+
+
 def _foreign_tensor(call: Call) -> UnsupportedError:
     return call.unsupported(
         "it uses a tensor that is not an argument of the traced function (a global, a captured "
@@ -611,11 +704,18 @@ class _TracingMode(TorchFunctionMode):
         if key in _lowering.NEEDS_VALUE:
             raise _value_error(call, _lowering.NEEDS_VALUE[key])
         leaves = pytree.tree_leaves((args, kwargs))
+        foreign = False
         for leaf in leaves:
             if isinstance(leaf, Proxy):
                 _check_own(call, leaf)
             elif isinstance(leaf, torch.Tensor):
-                raise _foreign_tensor(call)
+                foreign = True
+        if foreign:
+            # Parameters, buffers, globals, captured tensors: implicit inputs of the program.
+            swap = lambda t: self.tracer.implicit_proxy(t, call)  # noqa: E731
+            args, kwargs = _replace_tensors(tuple(args), swap), _replace_tensors(kwargs, swap)
+            call = Call(self.tracer, func, args, kwargs, loc)
+            leaves = pytree.tree_leaves((args, kwargs))
         if "out" in kwargs and kwargs["out"] is None:
             del kwargs["out"]  # an explicit out=None is the plain call
         rule = _lowering.RULES.get(key)
@@ -629,7 +729,9 @@ class _TracingMode(TorchFunctionMode):
                 if not any(isinstance(r, torch.Tensor) for r in pytree.tree_leaves(result)):
                     return result
             if self.tracer.register_eager is not None:
-                return _eager_fallback(call)
+                from ._fallback import eager_fallback
+
+                return eager_fallback(call)
             raise call.unsupported(
                 "kiln has no lowering for this op yet; rewrite it with supported ops, call it "
                 "outside the compiled function, or let kiln.jit run it eagerly (fallback=True, "
@@ -657,55 +759,6 @@ class _TracingMode(TorchFunctionMode):
             )
         copy = Call(self.tracer, torch.Tensor.copy_, (out, result), {}, call.loc)
         return _lowering.RULES[_func_key(torch.Tensor.copy_)](copy)
-
-
-def _eager_fallback(call: Call) -> Any:
-    """A torch op kiln has no lowering for, recorded as `ltorch.eager_call`: PyTorch runs it on
-    the program's tensors when the program runs (the ops around it still fuse). Its results'
-    dtypes, shapes and strides come from running it on the meta tensors now. Only ops that read
-    their tensor arguments and return new tensors can run this way: one that writes into an
-    argument or returns a view of one would hide a mutation or an alias from kiln."""
-    tracer = call.tracer
-    proxies = call.proxies()
-    versions = [p._version for p in proxies]
-    result = call.run_meta()
-    if any(p._version != v for p, v in zip(proxies, versions)):
-        raise call.unsupported(
-            "kiln has no lowering for this op, and it writes into its arguments, so PyTorch cannot "
-            "run it inside the compiled function either; use its out-of-place form."
-        )
-    flat, spec = pytree.tree_flatten(result)
-    tensors = [r for r in flat if isinstance(r, torch.Tensor)]
-    if not tensors:
-        raise call.unsupported("kiln has no lowering for this op, and it returns no tensor to run it for.")
-    storages = {p.untyped_storage()._cdata for p in proxies}
-    if any(r.untyped_storage()._cdata in storages for r in tensors):
-        raise call.unsupported(
-            "kiln has no lowering for this op, and it returns a view of an argument, so PyTorch "
-            "cannot run it inside the compiled function; rewrite it with supported ops."
-        )
-    device = call.default_device() if proxies else tensors[0].device
-    results = "; ".join(layout_type_str(r, device) for r in tensors)
-    meta_results = [r if not isinstance(r, Proxy) else r.as_subclass(torch.Tensor) for r in tensors]
-
-    arg_leaves, arg_spec = pytree.tree_flatten((call.args, call.kwargs))
-    slots = [i for i, leaf in enumerate(arg_leaves) if isinstance(leaf, Proxy)]
-    func = call.func
-
-    def run(inputs: list) -> list:
-        leaves = list(arg_leaves)
-        for i, t in zip(slots, inputs):
-            leaves[i] = t
-        args, kwargs = pytree.tree_unflatten(leaves, arg_spec)
-        out = func(*args, **kwargs)
-        return [r for r in pytree.tree_leaves(out) if isinstance(r, torch.Tensor)]
-
-    fn_id = tracer.register_eager(run)
-    tracer.fallback_ops += 1
-    made = call.emit("eager_call", [fn_id, proxies, results], results=meta_results)
-    made = list(made) if isinstance(made, (list, tuple)) else [made]
-    it = iter(made)
-    return pytree.tree_unflatten([next(it) if isinstance(r, torch.Tensor) else r for r in flat], spec)
 
 
 def _value_error(call: Call, what: str) -> TraceError:
@@ -740,40 +793,7 @@ def _leaf_name(param: str, path: tuple) -> str:
 
 
 def _make_inputs(tracer: Tracer, named: list[tuple[str, torch.Tensor]]) -> list[Proxy]:
-    """Proxies for the real input tensors. Inputs that share a storage become views of one meta
-    storage, so that the meta run sees eager's aliasing (and eager's strides and offsets)."""
-    bases: dict[Any, torch.Tensor] = {}
-    proxies = []
-    for name, t in named:
-        if t.is_meta or t.device.type not in ("cpu", "cuda"):
-            raise UnsupportedError(f"kiln: input '{name}' is on {t.device}; kiln supports cpu and cuda tensors.")
-        if t.layout != torch.strided or t.is_quantized or t.is_nested:
-            raise UnsupportedError(f"kiln: input '{name}' is not a dense strided tensor.")
-        dtype_name(t.dtype)
-        storage = t.untyped_storage()
-        key = (t.device, storage.data_ptr()) if storage.nbytes() else ("empty", id(t))
-        base = bases.get(key)
-        if base is None:
-            base = torch.empty(storage.nbytes() // t.element_size(), dtype=t.dtype, device="meta")
-            bases[key] = base
-        elif base.dtype != t.dtype:
-            raise UnsupportedError(
-                f"kiln: input '{name}' shares memory with another input of a different dtype "
-                f"({base.dtype} and {t.dtype}); kiln does not support that."
-            )
-        meta = base.as_strided(t.shape, t.stride(), t.storage_offset())
-        # An in-place op on a leaf that requires grad raises in eager; a leaf meta tensor that
-        # requires grad raises the same way. (A non-leaf input that requires grad is traced as
-        # not requiring it, since in-place ops are allowed on it.)
-        proxy = torch.Tensor._make_subclass(Proxy, meta, bool(t.requires_grad and t.is_leaf))
-        proxy._kiln_device = t.device
-        proxy._kiln_tracer = tracer
-        proxy._kiln_name = name
-        tracer.used_names.add(name)
-        tracer.input_names.append(name)
-        tracer.input_lines.append(f'  # {name}: "{layout_type_str(t, t.device)}"')
-        proxies.append(proxy)
-    return proxies
+    return [tracer.add_input(name, t) for name, t in named]
 
 
 def trace_program(fn: Callable, *args: Any, **kwargs: Any) -> TracedProgram:
@@ -781,12 +801,21 @@ def trace_program(fn: Callable, *args: Any, **kwargs: Any) -> TracedProgram:
     return trace_call(fn, args, kwargs)
 
 
-def trace_call(fn: Callable, args: tuple, kwargs: dict, register_eager: Callable[[Callable], int] | None = None) -> TracedProgram:
+def trace_call(
+    fn: Callable,
+    args: tuple,
+    kwargs: dict,
+    register_eager: Callable[[Callable], int] | None = None,
+    implicit: "ImplicitInputs | None" = None,
+) -> TracedProgram:
     """trace_program with kiln.jit's options: `register_eager` turns an op kiln has no lowering
-    for into an eager_call of a function registered with it (see _eager_fallback)."""
+    for into an eager_call of a function registered with it (kiln._fallback); `implicit` makes
+    the tensors the function reaches without taking them as arguments inputs of the program
+    (kiln._state), after the arguments' tensors, and adds the values of attributes the function
+    rebinds to new tensors as outputs after the function's own."""
     signature = inspect.signature(fn)
     bound = signature.bind(*args, **kwargs)
-    tracer = Tracer(register_eager)
+    tracer = Tracer(register_eager, implicit)
     # Tensor leaves of every argument (tensors inside tuples, lists and dicts included) become
     # inputs named after their place: x, xs_0, d_w. Other leaves are constants of this trace.
     named: list[tuple[str, torch.Tensor]] = []
@@ -810,9 +839,16 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, register_eager: Callable
         leaves = [next(proxies) if isinstance(leaf, torch.Tensor) else leaf for leaf in leaves]
         bound.arguments[param] = pytree.tree_unflatten(leaves, spec)
 
+    if implicit is not None:
+        tracer.add_implicit_inputs(implicit.known_inputs())
+        implicit.begin_trace()
     start = time.perf_counter()
-    with _TracingMode(tracer):
-        result = fn(*bound.args, **bound.kwargs)
+    try:
+        with _TracingMode(tracer):
+            result = fn(*bound.args, **bound.kwargs)
+    finally:
+        # Rebound attributes get their tensors back (the rebinding is replayed after each call).
+        rebound = implicit.end_trace() if implicit is not None else []
     elapsed_ms = (time.perf_counter() - start) * 1000
 
     leaves, out_spec = pytree.tree_flatten(result)
@@ -827,13 +863,18 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, register_eager: Callable
             out_names.append(leaf._kiln_name)
             is_tensor.append(True)
         elif isinstance(leaf, torch.Tensor):
-            raise UnsupportedError(
-                "kiln: the function returns a tensor that is not an argument and was not made "
-                "from one (a global or captured tensor); kiln cannot return it."
-            )
+            proxy = tracer.implicit_proxy(leaf, None)  # a returned parameter is the caller's object
+            output_leaves.append(proxy._kiln_name)
+            out_names.append(proxy._kiln_name)
+            is_tensor.append(True)
         else:
             output_leaves.append(leaf)
             is_tensor.append(False)
+
+    for value in rebound:
+        if not isinstance(value, Proxy) or getattr(value, "_kiln_tracer", None) is not tracer:
+            raise TraceError("kiln: the function binds an attribute to a tensor from another trace.")
+        out_names.append(value._kiln_name)
 
     text = [f"# Constructed by trace ({elapsed_ms:.2f} ms)", f"def computation({', '.join(tracer.input_names)}):"]
     text += tracer.input_lines
@@ -847,6 +888,7 @@ def trace_call(fn: Callable, args: tuple, kwargs: dict, register_eager: Callable
         output_spec=out_spec,
         output_is_tensor=is_tensor,
         fallback_ops=tracer.fallback_ops,
+        rebound_outputs=len(rebound),
     )
 
 

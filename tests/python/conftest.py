@@ -13,6 +13,9 @@ os.environ.setdefault(
 # Every traced program also checks kiln's own result-metadata rules (python/kiln/_metadata.py)
 # against PyTorch's meta kernels.
 os.environ.setdefault("KILN_CHECK_METADATA", "1")
+# Every eager step checks that the op wrote into no argument kiln did not find written
+# (python/kiln/_fallback.py): a lost write through any fallback path fails the test that ran it.
+os.environ.setdefault("KILN_CHECK_FALLBACK_WRITES", "1")
 
 # KILN_TEST_DEVICE=cuda runs the same tests on CUDA tensors: it becomes torch's default device, so
 # every tensor the tests and the programs under test make (torch.arange, torch.ones, ...) is on

@@ -1,0 +1,245 @@
+"""Eager fallback: a torch op kiln has no lowering for runs through PyTorch in the middle of the
+program, recorded as `ltorch.eager_call` (the ops around it still fuse).
+
+Requires: a Call whose op the tracing mode found no rule for, and a tracer with register_eager.
+Ensures: the trace stays functional. The registered function receives the current values of the
+op's tensor arguments and returns new tensors only; it never writes into a tensor kiln owns or
+the caller's memory behind kiln's back.
+
+An op that writes into some of its arguments (`x.cumsum_(0)`, `F.batch_norm(x, running_mean,
+running_var, training=True)`, `x.index_add_(0, i, v)`) is made functional here: at run time the
+written arguments are cloned, the op writes into the clones, and the clones come back as extra
+results; the trace then copies each clone into the argument it stands for, which
+functionalization turns into an ordinary write (a writeback when the argument is, or is a view
+of, a program input):
+
+    F.batch_norm(x, rm, rv, training=True)
+    # becomes
+    (t0, t1, t2) = ltorch.eager_call(3, [x, rm, rv], "...")   # t1, t2: rm and rv as written
+    t3 = ltorch.copy_(rm, t1)
+    t4 = ltorch.copy_(rv, t2)
+
+Which arguments an op writes is read from the schemas of the ATen ops it dispatches to while it
+runs on the meta tensors (`Tensor(a!)` arguments), not only from version counters: a meta kernel
+need not touch a running statistic it would update on a real device (that lost write was a silent
+wrong result). Tests: tests/python/test_fallback.py.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable
+
+import torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ._tracer import Call, Proxy, layout_type_str
+
+
+# ATen ops whose schemas do not say what they write: native_batch_norm and its cuDNN and MIOpen
+# forms update running_mean and running_var (arguments 3 and 4) in training mode (argument 5),
+# yet declare them `Tensor?`, not `Tensor(a!)?` (PyTorch's own functionalization special-cases
+# them for the same reason). Each entry: the written argument positions, and the position of the
+# flag that enables the write.
+_UNANNOTATED_WRITES = {
+    "aten::native_batch_norm": ((3, 4), 5),
+    "aten::cudnn_batch_norm": ((3, 4), 5),
+    "aten::miopen_batch_norm": ((3, 4), 5),
+}
+
+# Tests set KILN_CHECK_FALLBACK_WRITES=1: every eager step then checks, on every run, that the op
+# left each argument kiln did not find written exactly as it was (the test that catches a write
+# this module failed to see, whatever the op and however its arguments are laid out).
+CHECK_WRITES = os.environ.get("KILN_CHECK_FALLBACK_WRITES") == "1"
+
+
+class _WrittenArguments(TorchDispatchMode):
+    """Watches the ATen ops a torch function dispatches to and collects the tensors their
+    schemas say they write (alias_info.is_write), in place or as out= arguments."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[torch.Tensor] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        schema = func._schema
+        bound = list(args) + [None] * (len(schema.arguments) - len(args))
+        unannotated, flag = _UNANNOTATED_WRITES.get(schema.name, ((), None))
+        enabled = flag is not None and flag < len(args) and bool(args[flag])
+        for i, a in enumerate(schema.arguments):
+            declared = a.alias_info is not None and a.alias_info.is_write
+            if not declared and not (enabled and i in unannotated):
+                continue
+            value = kwargs.get(a.name, bound[i] if i < len(bound) else None)
+            for leaf in pytree.tree_leaves(value):
+                if isinstance(leaf, torch.Tensor):
+                    self.written.append(leaf)
+        return func(*args, **kwargs)
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """The element range [lo, hi] t addresses in its storage."""
+    lo = hi = t.storage_offset()
+    for size, stride in zip(t.shape, t.stride()):
+        if size == 0:
+            return (0, -1)
+        if stride > 0:
+            hi += (size - 1) * stride
+        else:
+            lo += (size - 1) * stride
+    return lo, hi
+
+
+def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.untyped_storage()._cdata == b.untyped_storage()._cdata
+        and tuple(a.shape) == tuple(b.shape)
+        and a.stride() == b.stride()
+        and a.storage_offset() == b.storage_offset()
+    )
+
+
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.untyped_storage()._cdata != b.untyped_storage()._cdata:
+        return False
+    (alo, ahi), (blo, bhi) = _extent(a), _extent(b)
+    return alo <= bhi and blo <= ahi
+
+
+def _written_proxies(call: Call, proxies: list[Proxy], versions: list[int], written: list[torch.Tensor]) -> list[int]:
+    """Indices (into proxies) of the arguments the op wrote. A write into a tensor that is not
+    one of the arguments but overlaps one (a view the op made of it) is refused: kiln would
+    have to know which of the argument's elements it changed."""
+    out = [i for i, (p, v) in enumerate(zip(proxies, versions)) if p._version != v]
+    for w in written:
+        exact = [i for i, p in enumerate(proxies) if w is p or _same_geometry(w, p)]
+        if exact:
+            out += exact
+            continue
+        if any(_overlaps(w, p) for p in proxies):
+            raise call.unsupported(
+                "kiln has no lowering for this op, and it writes into part of an argument through "
+                "a view it makes itself, which kiln cannot run as a separate step; rewrite it "
+                "with supported ops."
+            )
+    unique: list[int] = []  # one index per object (an object passed twice is one argument)
+    for i in sorted(set(out)):
+        if all(proxies[i] is not proxies[j] for j in unique):
+            unique.append(i)
+    for i in unique:
+        p = proxies[i]
+        if torch._debug_has_internal_overlap(p) == 1:
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to "
+                "a single memory location. Please clone() the tensor before performing the "
+                f"operation.\n(kiln: raised by {call.name} at {call.where()} while tracing)"
+            )
+        for j, q in enumerate(proxies):
+            if j != i and q is not p and _overlaps(p, q):
+                raise call.unsupported(
+                    "kiln has no lowering for this op, and it writes into an argument that shares "
+                    "memory with another of its arguments, which kiln cannot run as a separate "
+                    "step; pass a clone() of one of them."
+                )
+    return unique
+
+
+def _unchanged(t: torch.Tensor, old: torch.Tensor) -> bool:
+    if t.is_floating_point() or t.is_complex():
+        return torch.allclose(t, old, rtol=0, atol=0, equal_nan=True)
+    return torch.equal(t, old)
+
+
+def eager_fallback(call: Call) -> Any:
+    """Records `call` as an eager_call (see the module docstring) and returns its results as
+    proxies; a result that is a written argument itself (an in-place method's `self`) is that
+    argument's proxy, now naming the written value."""
+    tracer = call.tracer
+    # One object may be passed twice (op(x, x)): it is one argument for what is written.
+    arg_leaves, arg_spec = pytree.tree_flatten((call.args, call.kwargs))
+    proxies = [leaf for leaf in arg_leaves if isinstance(leaf, Proxy)]
+    versions = [p._version for p in proxies]
+    geometries = [(tuple(p.shape), p.stride(), p.storage_offset()) for p in proxies]
+    watch = _WrittenArguments()
+    with watch:
+        result = call.run_meta()
+    if any((tuple(p.shape), p.stride(), p.storage_offset()) != g for p, g in zip(proxies, geometries)):
+        raise call.unsupported(
+            "kiln has no lowering for this op, and it changes the shape or strides of an argument, "
+            "which kiln cannot run as a separate step; rewrite it with supported ops."
+        )
+    written = _written_proxies(call, proxies, versions, watch.written)
+    written_objects = {id(proxies[i]) for i in written}
+
+    flat, spec = pytree.tree_flatten(result)
+    returned_written = [isinstance(r, Proxy) and id(r) in written_objects for r in flat]
+    tensors = [r for r, w in zip(flat, returned_written) if isinstance(r, torch.Tensor) and not w]
+    if not tensors and not written:
+        raise call.unsupported("kiln has no lowering for this op, and it returns no tensor to run it for.")
+    storages = {p.untyped_storage()._cdata for p in proxies}
+    if any(r.untyped_storage()._cdata in storages for r in tensors):
+        raise call.unsupported(
+            "kiln has no lowering for this op, and it returns a view of an argument, so PyTorch "
+            "cannot run it inside the compiled function; rewrite it with supported ops."
+        )
+    device = call.default_device() if proxies else tensors[0].device
+    written_metas = [proxies[i].as_subclass(torch.Tensor).clone() for i in written]
+    meta_results = [r.as_subclass(torch.Tensor) if isinstance(r, Proxy) else r for r in tensors] + written_metas
+    results = "; ".join(layout_type_str(r, device) for r in meta_results)
+
+    slots = [i for i, leaf in enumerate(arg_leaves) if isinstance(leaf, Proxy)]
+    # The positions (among the proxies) of the written ones, and of each result that is one.
+    written_slots = list(written)
+    returned_index = [i for i, (r, w) in enumerate(zip(flat, returned_written)) if isinstance(r, torch.Tensor) and not w]
+    func, name = call.func, call.name
+
+    def run(inputs: list) -> list:
+        inputs = list(inputs)
+        clones = {}
+        for k in written_slots:
+            clones[k] = inputs[k].clone(memory_format=torch.preserve_format)
+        # Every occurrence of a written object gets its clone.
+        by_object = {}
+        for k, p in enumerate(proxies):
+            by_object.setdefault(id(p), []).append(k)
+        for k in written_slots:
+            for other in by_object[id(proxies[k])]:
+                inputs[other] = clones[k]
+        leaves = list(arg_leaves)
+        for i, t in zip(slots, inputs):
+            leaves[i] = t
+        args, kwargs = pytree.tree_unflatten(leaves, arg_spec)
+        written_now = {id(c) for c in clones.values()}
+        before = [(t, t.clone()) for t in inputs if id(t) not in written_now] if CHECK_WRITES else []
+        out = func(*args, **kwargs)
+        for t, old in before:
+            if not _unchanged(t, old):
+                raise AssertionError(f"kiln bug: {name}, run by PyTorch as an eager step, wrote into an argument kiln did not find written")
+        out_flat = pytree.tree_leaves(out)
+        fresh = [out_flat[i] for i in returned_index]
+        return [r for r in fresh if isinstance(r, torch.Tensor)] + [clones[k] for k in written_slots]
+
+    fn_id = tracer.register_eager(run)
+    tracer.fallback_ops += 1
+    made = call.emit("eager_call", [fn_id, proxies, results], results=meta_results)
+    made = list(made) if isinstance(made, (list, tuple)) else [made]
+    fresh_made, written_made = made[: len(tensors)], made[len(tensors) :]
+    _copy_written_values(call, [proxies[i] for i in written], written_made)
+    it = iter(fresh_made)
+    out = [r if w else (next(it) if isinstance(r, torch.Tensor) else r) for r, w in zip(flat, returned_written)]
+    return pytree.tree_unflatten(out, spec)
+
+
+def _copy_written_values(call: Call, targets: list[Proxy], values: list[Proxy]) -> None:
+    """`target.copy_(value)` for each written argument, so functionalize sees the write."""
+    from . import _lowering
+
+    copy_rule: Callable[[Call], Any] = _lowering.RULES[_lowering._key(torch.Tensor.copy_)]
+    seen: set[int] = set()
+    for target, value in zip(targets, values):
+        if id(target) in seen:
+            continue
+        seen.add(id(target))
+        copy_rule(Call(call.tracer, torch.Tensor.copy_, (target, value), {}, call.loc))

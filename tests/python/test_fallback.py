@@ -1,0 +1,139 @@
+"""Eager steps (kiln._fallback) that write into their arguments, against eager PyTorch: the write
+lands, whatever way the step receives the written tensor (contiguous, strided, at an offset,
+sharing memory with another argument, a view made inside the program), for an op whose schema
+declares the write (cumsum_) and for one whose schema does not (native_batch_norm's running
+statistics: the lost write this file was written for). conftest.py sets
+KILN_CHECK_FALLBACK_WRITES=1, so every eager step of every test also checks that it wrote into no
+argument kiln did not find written.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from test_cases import ar
+from test_jit import check_against_eager
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+
+def _cumsum_in_place(x, y):
+    x.cumsum_(0)
+    return x * 2 + y
+
+
+def _batch_norm_train(x, running_mean, running_var):
+    return F.batch_norm(x, running_mean, running_var, training=True, momentum=0.3) + 1
+
+
+# How the written argument reaches the step: (make_args for cumsum_, make_args for batch_norm).
+LAYOUTS = {
+    "contiguous": (
+        lambda: [ar(4, 5), ar(4, 5)],
+        lambda: [ar(6, 4) - 1, ar(4), ar(4) + 1],
+    ),
+    "strided": (
+        lambda: [ar(4, 10)[:, ::2], ar(4, 5)],
+        lambda: [ar(6, 4) - 1, ar(8)[::2], (ar(8) + 1)[1::2]],
+    ),
+    "offset": (
+        lambda: [ar(5, 5)[1:], ar(4, 5)],
+        lambda: [ar(6, 4) - 1, ar(6)[2:], ar(7)[3:] + 1],
+    ),
+    # Disjoint parts of one buffer: the written one and another argument.
+    "aliased": (
+        lambda: (lambda b: [b[:4], b[4:]])(ar(8, 5)),
+        lambda: (lambda b: [ar(6, 4) - 1, b[0], b[1]])(ar(2, 4) + 1),
+    ),
+    # A read-only argument that is expanded (stride 0).
+    "expanded": (
+        lambda: [ar(4, 5), ar(5).expand(4, 5)],
+        lambda: [ar(4).expand(6, 4), ar(4), ar(4) + 1],
+    ),
+    # (batch_norm's CPU kernel lays out its result for a transposed input unlike its meta
+    # kernel, which kiln takes the layout from: a difference of strides, not of values or writes.)
+    "transposed": (lambda: [ar(5, 4).t(), ar(4, 5)], None),
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_an_eager_step_that_declares_its_write(layout):
+    jitted = check_against_eager(_cumsum_in_place, LAYOUTS[layout][0])
+    assert kiln.last_stats(jitted)["fallback_ops"] == 1
+
+
+@pytest.mark.parametrize("layout", [k for k, v in LAYOUTS.items() if v[1] is not None])
+def test_an_eager_step_whose_schema_hides_its_write(layout):
+    jitted = check_against_eager(_batch_norm_train, LAYOUTS[layout][1])
+    assert kiln.last_stats(jitted)["fallback_ops"] == 1
+
+
+def test_the_write_lands_on_every_call_not_only_the_first():
+    jitted = kiln.jit(_batch_norm_train)
+    x = ar(6, 4) - 1
+    stats, eager_stats = [ar(8)[::2], ar(8)[1::2] + 1], [ar(8)[::2], ar(8)[1::2] + 1]
+    for _ in range(3):
+        torch.testing.assert_close(jitted(x, *stats), _batch_norm_train(x, *eager_stats))
+        for got, want in zip(stats, eager_stats):
+            torch.testing.assert_close(got, want)
+    assert kiln.last_stats(jitted)["cache_hits"] == 2
+
+
+def test_a_write_into_a_view_the_program_makes_of_an_input():
+    def f(x):
+        v = x[1:, ::2]
+        v.cumsum_(1)
+        return x.sum(0)
+
+    check_against_eager(f, lambda: [ar(4, 6)])
+
+
+def test_a_write_into_an_intermediate_is_seen_by_later_reads():
+    def f(x):
+        y = x * 2
+        y.cumsum_(0)
+        return y + 1, x
+
+    check_against_eager(f, lambda: [ar(3, 4)])
+
+
+def test_an_in_place_method_returns_the_argument_itself():
+    def f(x):
+        y = x.cumsum_(0)
+        return y is x, y
+
+    got, _ = kiln.jit(f)(ar(3, 2))
+    assert got is True
+    check_against_eager(f, lambda: [ar(3, 2)])
+
+
+def test_one_object_passed_twice_to_a_writing_step():
+    # torch.Tensor.cumsum_ of x, and x as the out= of cumsum: one object, written once.
+    def f(x):
+        torch.cumsum(x, 0, out=x)
+        return x + 1
+
+    check_against_eager(f, lambda: [ar(3, 4)])
+
+
+def test_a_written_argument_that_overlaps_another_argument_is_refused():
+    def f(x, y):
+        torch.cumsum(y, 0, out=x)
+        return x
+
+    base = ar(6)
+    with pytest.raises(kiln.UnsupportedError, match="shares memory with another of its arguments"):
+        kiln.jit(f)(base[:4], base[2:])
+
+
+def test_a_write_into_an_expanded_argument_raises_like_eager():
+    def f(x):
+        x.cumsum_(0)
+
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        f(torch.zeros(4).expand(3, 4))
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        kiln.jit(f)(torch.zeros(4).expand(3, 4))
