@@ -193,7 +193,7 @@ def eager_fallback(call: Call) -> Any:
     # The positions (among the proxies) of the written ones, and of each result that is one.
     written_slots = list(written)
     returned_index = [i for i, (r, w) in enumerate(zip(flat, returned_written)) if isinstance(r, torch.Tensor) and not w]
-    func, name = call.func, call.name
+    func, name, where = call.func, call.name, call.where()
 
     def run(inputs: list) -> list:
         inputs = list(inputs)
@@ -213,7 +213,15 @@ def eager_fallback(call: Call) -> Any:
         args, kwargs = pytree.tree_unflatten(leaves, arg_spec)
         written_now = {id(c) for c in clones.values()}
         before = [(t, t.clone()) for t in inputs if id(t) not in written_now] if CHECK_WRITES else []
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except (RuntimeError, IndexError, ValueError, TypeError) as e:
+            # PyTorch's error type and message, with the op and the user's line added.
+            try:
+                err = type(e)(f"{e}\n(kiln: raised by {name} at {where}, run by PyTorch as an eager step)")
+            except Exception:
+                raise e from None
+            raise err from e
         for t, old in before:
             if not _unchanged(t, old):
                 raise AssertionError(f"kiln bug: {name}, run by PyTorch as an eager step, wrote into an argument kiln did not find written")

@@ -1,0 +1,193 @@
+"""Index reads and writes through kiln.jit against eager PyTorch: values, every input and the
+storage behind it afterwards, aliasing of outputs, errors. CASES.md X1-X5, every op of the
+index family with duplicate indices, bool and integer index tensors, non-contiguous, expanded
+and aliased arguments (an index tensor that is a view of another argument included).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from test_cases import ar
+from test_jit import check_against_eager
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+
+def _idx(*values):
+    return torch.tensor(values, dtype=torch.int64)
+
+
+# ---- CASES.md X1-X5 ------------------------------------------------------------------------------
+
+
+def x1(buf, pos, k):
+    buf.index_copy_(1, pos, k)
+    return buf.mean(1)
+
+
+def x2(x, i, v):
+    x.index_put_((i,), v, accumulate=True)
+    return x
+
+
+def x3(s, pad):
+    s.masked_fill_(pad[:, None, :], float("-inf"))
+    return s.softmax(-1)
+
+
+def x4(x):
+    x[x.abs() > 1] = 0
+    return x
+
+
+def x5(x, i):
+    x[i] += 1
+    return x
+
+
+def _pad():
+    return torch.tensor([[True, False, False, True], [False, False, True, False]])
+
+
+CASES = {
+    "X1": (x1, lambda: [ar(2, 16, 8), _idx(3), -ar(2, 1, 8)]),
+    "X2": (x2, lambda: [ar(4, 3), _idx(0, 2, 0), ar(3, 3) + 1]),
+    "X3": (x3, lambda: [ar(2, 4, 4), _pad()]),
+    "X4": (x4, lambda: [ar(3, 8) - 1]),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_index_cases(name):
+    fn, make_args = CASES[name]
+    check_against_eager(fn, make_args)
+
+
+def test_x2_duplicates_sum():
+    x = torch.zeros(4, 3)
+    kiln.jit(x2)(x, _idx(0, 2, 0), torch.ones(3, 3))
+    assert x[0].tolist() == [2.0, 2.0, 2.0]
+
+
+def test_x3_and_x4_fuse_the_mask_into_one_kernel():
+    for fn, make_args in (CASES["X3"], CASES["X4"]):
+        jitted = check_against_eager(fn, make_args)
+        stats = kiln.last_stats(jitted)
+        assert stats["fallback_ops"] == 0 and stats["fusion_regions"] == 1, fn.__name__
+
+
+def test_x5_an_index_out_of_range_raises_and_leaves_the_input_untouched():
+    x = ar(6)
+    with pytest.raises(IndexError, match=r"(?s)out of bounds.*test_index\.py:\d+"):
+        kiln.jit(x5)(x, _idx(4, 9))
+    torch.testing.assert_close(x, ar(6))
+    with pytest.raises(IndexError):
+        x5(ar(6), _idx(4, 9))
+
+
+# ---- the index family ------------------------------------------------------------------------------
+
+OPS = {
+    "index_select": (lambda x, i: torch.index_select(x, 1, i) * 2, lambda: [ar(3, 5), _idx(4, 0, 4)]),
+    "gather": (lambda x, i: x.gather(1, i) + 1, lambda: [ar(3, 4), _idx(0, 3, 3, 1, 2, 0).view(3, 2)]),
+    "take_along_dim": (lambda x, i: torch.take_along_dim(x, i, dim=0), lambda: [ar(3, 4), _idx(2, 0, 1, 1).view(1, 4)]),
+    "embedding": (lambda w, i: F.embedding(i, w).sum(-1), lambda: [ar(10, 4), _idx(1, 9, 1, 0).view(2, 2)]),
+    "scatter_src": (lambda x, i, s: x.scatter(0, i, s), lambda: [ar(3, 4), _idx(2, 0, 1, 1).view(1, 4), -ar(2, 4)]),
+    "scatter_value": (lambda x, i: x.scatter_(1, i, 7.0), lambda: [ar(3, 4), _idx(1, 2, 0).view(3, 1)]),
+    "scatter_reduce_arg": (lambda x, i, s: x.scatter_(0, i, s, reduce="multiply"), lambda: [ar(3, 4) + 1, _idx(2, 2, 0, 1).view(1, 4), ar(1, 4) + 2]),
+    "scatter_add_": (lambda x, i, s: x.scatter_add_(0, i, s), lambda: [ar(3, 4), _idx(0, 0, 2, 0, 1, 1, 0, 0).view(2, 4), ar(2, 4)]),
+    "scatter_add": (lambda x, i, s: torch.scatter_add(x, 0, i, s) * x, lambda: [ar(3, 4), _idx(0, 0, 2, 0).view(1, 4), ar(1, 4)]),
+    "scatter_reduce_amax": (lambda x, i, s: x.scatter_reduce_(0, i, s, "amax", include_self=False), lambda: [ar(3, 2), _idx(0, 0, 2, 0).view(2, 2), -ar(2, 2)]),
+    "scatter_reduce_mean": (lambda x, i, s: x.scatter_reduce(0, i, s, "mean"), lambda: [ar(3, 2), _idx(0, 0, 2, 0).view(2, 2), ar(2, 2)]),
+    "index_copy": (lambda x, i, s: x.index_copy(0, i, s), lambda: [ar(4, 3), _idx(3, 1), -ar(2, 3)]),
+    "index_add_": (lambda x, i, s: x.index_add_(1, i, s, alpha=2), lambda: [ar(2, 4), _idx(0, 0, 3), ar(2, 3)]),
+    "index_fill_": (lambda x, i: x.index_fill_(1, i, -1.0), lambda: [ar(2, 4), _idx(3, 1)]),
+    "index_put": (lambda x, i, j, v: x.index_put((i, j), v), lambda: [ar(3, 4), _idx(0, 2), _idx(3, 3), -ar(2)]),
+    "masked_fill": (lambda x, m: x.masked_fill(m, 2.5) + x, lambda: [ar(2, 4), _pad()]),
+    "masked_fill_int": (lambda x, m: x.masked_fill_(m, 2.7), lambda: [torch.arange(8).view(2, 4), _pad()]),
+    "masked_fill_tensor": (lambda x, m, v: x.masked_fill_(m, v), lambda: [ar(2, 4), _pad(), torch.tensor(-3.0, dtype=torch.float64)]),
+    "masked_scatter_": (lambda x, m, s: x.masked_scatter_(m, s), lambda: [ar(2, 4), _pad(), -ar(8)]),
+    "where": (lambda c, x, y: torch.where(c, x, y) * 2, lambda: [_pad(), ar(2, 4), ar(4)]),
+    "getitem_tensor": (lambda x, i: x[i] * 2, lambda: [ar(4, 3), _idx(3, 0, 3)]),
+    "getitem_list": (lambda x: x[:, [0, 2]] + x[[1, 1]].sum(0)[:2], lambda: [ar(3, 3)]),
+    "getitem_two_tensors_and_a_slice": (lambda x, i, j: x[i, 1:, j], lambda: [ar(3, 4, 5), _idx(0, 2), _idx(4, 1)]),
+    "setitem_tensor": (lambda x, i, v: x.__setitem__(i, v) or x, lambda: [ar(4, 3), _idx(2, 0), -ar(2, 3)]),
+    "setitem_tensor_duplicates": (lambda x, i: x.__setitem__((i, slice(None)), 5.0) or x, lambda: [ar(4, 3), _idx(1, 1, 3)]),
+    "setitem_add": (lambda x, i: x.__setitem__(i, x[i] + 1) or x, lambda: [ar(5), _idx(4, 1)]),
+    "setitem_mask_rows": (lambda x, m: x.__setitem__(m, 0.5) or x, lambda: [ar(4, 3), torch.tensor([True, False, True, False])]),
+    "setitem_mask_tensor_value": (lambda x: x.__setitem__(x > 0.5, torch.tensor(9.0)) or x, lambda: [ar(2, 4)]),
+    "setitem_mask_many_values": (lambda x, v: x.__setitem__(x > 0.5, v) or x, lambda: [ar(2, 4), -ar(2)]),
+    "setitem_list": (lambda x: x.__setitem__([0, 2], 1.0) or x * 2, lambda: [ar(3, 2)]),
+}
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_index_op(name):
+    fn, make_args = OPS[name]
+    check_against_eager(fn, make_args)
+
+
+# The same programs on arguments laid out otherwise: a strided view, an offset, expanded indices.
+def _strided(make_args):
+    def make():
+        return [a.repeat_interleave(2, dim=-1)[..., ::2] if a.is_floating_point() and a.dim() > 0 else a for a in make_args()]
+
+    return make
+
+
+@pytest.mark.parametrize("name", ["index_select", "scatter_add_", "index_add_", "index_fill_", "masked_fill", "setitem_tensor", "getitem_tensor", "X1", "X3"])
+def test_index_op_on_strided_arguments(name):
+    fn, make_args = OPS[name] if name in OPS else CASES[name]
+    check_against_eager(fn, _strided(make_args))
+
+
+def test_an_index_tensor_that_is_a_view_of_another_argument():
+    # i is a view of the int64 buffer that the program also writes into.
+    def f(buf, i):
+        buf.index_fill_(0, i, 0)
+        return buf
+
+    def make():
+        buf = torch.arange(6)
+        return [buf, buf[4:]]  # indices 4, 5: written by index_fill_ itself
+
+    with pytest.raises(kiln.UnsupportedError, match="shares memory"):
+        kiln.jit(f)(*make())
+
+    def g(x, buf):
+        x.index_add_(0, buf[1:3], torch.ones(2))
+        buf.add_(1)
+        return x
+
+    check_against_eager(g, lambda: [ar(4), torch.tensor([9, 0, 3, 7])])
+
+
+def test_expanded_and_aliased_arguments():
+    def f(x, i, v):
+        x.index_add_(0, i, v)
+        return x
+
+    check_against_eager(f, lambda: [ar(4, 3), _idx(1, 1), ar(3).expand(2, 3)])
+    check_against_eager(f, lambda: (lambda b: [b[:4], _idx(0, 3), b[4:]])(ar(6, 3)))
+
+
+def test_a_boolean_mask_read_says_why_it_cannot_be_traced():
+    with pytest.raises(kiln.UnsupportedError, match="size depends on the mask"):
+        kiln.jit(lambda x: x[x > 0])(ar(4))
+
+
+@pytest.mark.parametrize("name", ["index_select", "gather", "index_copy", "scatter_add_"])
+def test_an_index_out_of_range_raises_with_the_op(name):
+    fn, make_args = OPS[name]
+    args = make_args()
+    args = [torch.full_like(a, 99) if a.dtype == torch.int64 else a for a in args]
+    before = [a.clone() for a in args]
+    with pytest.raises((IndexError, RuntimeError)) as info:
+        kiln.jit(fn)(*args)
+    assert "kiln: raised by" in str(info.value)
+    for a, b in zip(args, before):
+        torch.testing.assert_close(a, b)
