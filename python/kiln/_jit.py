@@ -76,15 +76,17 @@ def _output_form(traced: TracedProgram) -> tuple[int, Callable | None]:
     value: the one result, a tuple of them, or `assemble`, which puts back the constant leaves
     and the nesting."""
     spec, is_tensor = traced.output_spec, traced.output_is_tensor
-    if spec.is_leaf() and is_tensor == [True]:
-        return _SINGLE, None
-    if spec.type is tuple and all(is_tensor) and all(spec.child(i).is_leaf() for i in range(spec.num_children)):
-        return _TUPLE, None
     leaves = traced.output_leaves
+    returned = [leaf for leaf, t in zip(leaves, is_tensor) if t]
+    plain = returned == traced.output_names  # each result once, in order, and nothing else
+    if plain and spec.is_leaf() and is_tensor == [True]:
+        return _SINGLE, None
+    if plain and spec.type is tuple and all(is_tensor) and all(spec.child(i).is_leaf() for i in range(spec.num_children)):
+        return _TUPLE, None
+    index = {name: i for i, name in enumerate(traced.output_names)}
 
     def assemble(results: list) -> Any:
-        values = iter(results)
-        out = [next(values) if t else leaf for leaf, t in zip(leaves, is_tensor)]
+        out = [results[index[leaf]] if t else leaf for leaf, t in zip(leaves, is_tensor)]
         return pytree.tree_unflatten(out, spec)
 
     return _ASSEMBLE, assemble
@@ -158,28 +160,30 @@ class JitFunction:
                 "program runs on one device. Move them to one device first (tensor.to(device))."
             )
         form, assemble = _output_form(traced)
-        if traced.rebound_outputs:
-            form, assemble = _ASSEMBLE, _replaying(implicit, traced.rebound_outputs, form, assemble)
+        if traced.rebound_names:
+            form, assemble = _ASSEMBLE, _replaying(implicit, traced, form, assemble)
         return self._cache.insert_and_run(
             structure, leaves, traced.text, trace_seconds, form, assemble, traced.fallback_ops
         )
 
 
-def _replaying(implicit: ImplicitInputs, count: int, form: int, assemble: Callable | None) -> Callable:
-    """An assemble that stores the program's last `count` results (the values of attributes the
-    function rebinds) into their slots and returns the rest as `form` says."""
+def _replaying(implicit: ImplicitInputs, traced: TracedProgram, form: int, assemble: Callable | None) -> Callable:
+    """An assemble that stores the results that are the new values of attributes the function
+    rebinds into their slots, then returns the function's own results as `form` says (those
+    come first among the results: trace_call puts the rebound values last)."""
     slots = list(implicit.rebinds)
+    index = {name: i for i, name in enumerate(traced.output_names)}
+    rebound = [index[name] for name in traced.rebound_names]
+    own = len(traced.output_names) - len(set(traced.rebound_names) - set(traced.output_leaves))
 
     def replay_then_assemble(results: list) -> Any:
-        results = list(results)
-        own, rebound = results[: len(results) - count], results[len(results) - count :]
-        for slot, value in zip(slots, rebound):
-            slot.write(value)
+        for slot, i in zip(slots, rebound):
+            slot.write(results[i])
         if form == _SINGLE:
-            return own[0]
+            return results[0]
         if form == _TUPLE:
-            return tuple(own)
-        return assemble(own)
+            return tuple(results[:own])
+        return assemble(results)
 
     return replay_then_assemble
 

@@ -261,8 +261,10 @@ class TracedProgram:
     output_spec: Any  # a torch.utils._pytree.TreeSpec
     output_is_tensor: list[bool]
     fallback_ops: int = 0  # ops recorded as eager_call (kiln.jit's fallback)
-    # Outputs after the function's own: the new values of attributes it rebound (kiln._state).
-    rebound_outputs: int = 0
+    # The program's outputs (each tensor object once), and the outputs that are the new values
+    # of attributes the function rebound (kiln._state), in the order of its rebinds.
+    output_names: list[str] = dataclasses.field(default_factory=list)
+    rebound_names: list[str] = dataclasses.field(default_factory=list)
 
 
 class Tracer:
@@ -871,10 +873,14 @@ def trace_call(
             output_leaves.append(leaf)
             is_tensor.append(False)
 
+    rebound_names = []
     for value in rebound:
         if not isinstance(value, Proxy) or getattr(value, "_kiln_tracer", None) is not tracer:
             raise TraceError("kiln: the function binds an attribute to a tensor from another trace.")
-        out_names.append(value._kiln_name)
+        rebound_names.append(value._kiln_name)
+    # One output per object: a tensor returned twice (or also bound to an attribute) is one
+    # object in eager, and one result here.
+    out_names = list(dict.fromkeys(out_names + rebound_names))
 
     text = [f"# Constructed by trace ({elapsed_ms:.2f} ms)", f"def computation({', '.join(tracer.input_names)}):"]
     text += tracer.input_lines
@@ -888,7 +894,8 @@ def trace_call(
         output_spec=out_spec,
         output_is_tensor=is_tensor,
         fallback_ops=tracer.fallback_ops,
-        rebound_outputs=len(rebound),
+        output_names=out_names,
+        rebound_names=rebound_names,
     )
 
 

@@ -557,3 +557,35 @@ def test_a_row_normalized_in_place_is_stored_by_its_kernel(name, fn):
     assert stats["interpreted_steps"] == 0
     if torch.get_default_device().type == "cpu":
         assert (stats["writebacks_in_kernel"], stats["writebacks_copied"]) == (1, 0), kiln.last_traces(jitted)[-1]
+
+
+def _storage_groups(outputs) -> list[tuple]:
+    """Which outputs share a storage and which are one object, as index lists (for comparing
+    kiln's outputs with eager's)."""
+    tensors = [o for o in outputs if isinstance(o, torch.Tensor)]
+    same_storage = [tuple(j for j, b in enumerate(tensors) if _same_storage(a, b)) for a in tensors]
+    same_object = [tuple(j for j, b in enumerate(tensors) if a is b) for a in tensors]
+    offsets = [t.storage_offset() for t in tensors]
+    return [tuple(same_storage), tuple(same_object), tuple(offsets)]
+
+
+OUTPUT_ALIASING = {
+    "a view of a fresh tensor": (lambda a: (lambda b: (b, b.view(-1)))(a * 2), lambda: [ar(2, 3)]),
+    "rows of a fresh tensor": (lambda a: (lambda b: (b[1], b, b[0, 1:]))(a.exp()), lambda: [ar(3, 4)]),
+    "one tensor twice": (lambda a: (lambda b: (b, b, a))(a + 1), lambda: [ar(4)]),
+    "a mutated view and its base": (lambda a: (lambda b: (b.t().mul_(2), b))(a + 1), lambda: [ar(2, 3)]),
+    "two views, not the base": (lambda a: (lambda b: (b[0], b[1:]))(a.sin()), lambda: [ar(3, 2)]),
+}
+
+
+@pytest.mark.parametrize("name", OUTPUT_ALIASING)
+def test_outputs_that_alias_each_other_as_in_eager(name):
+    fn, make_args = OUTPUT_ALIASING[name]
+    jitted = check_against_eager(fn, make_args)
+    got, want = jitted(*make_args()), fn(*make_args())
+    assert _storage_groups(got) == _storage_groups(want)
+    # A write through one output is seen through the others.
+    got[0].add_(100)
+    want[0].add_(100)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <numeric>
+#include <set>
 #include <unordered_map>
 
 #include "kiln/analysis/geometry.h"
@@ -490,10 +491,28 @@ class Functionalizer {
 
   // ---- the end: writebacks, returns, metadata ------------------------------------------------
 
+  // Storages the program allocates that hold two or more of its returned tensor objects.
+  std::set<int> shared_fresh_storages() const {
+    std::map<int, std::set<int>> objects;  // storage -> returned objects in it
+    for (const Value* o : eager_.outputs()) {
+      if (!o->is_tensor()) continue;
+      int storage = final_of(o).storage;
+      if (sa_.storage(storage).input_group >= 0 || !states_.contains(storage)) continue;
+      auto obj = object_.find(o);
+      objects[storage].insert(obj != object_.end() ? obj->second : -1 - static_cast<int>(objects.size()));
+    }
+    std::set<int> shared;
+    for (const auto& [storage, objs] : objects)
+      if (objs.size() > 1) shared.insert(storage);
+    return shared;
+  }
+
   void finish() {
     Trace& t = out_.trace;
     std::vector<Value*> values;
     std::vector<std::string> described;
+    std::set<int> shared = shared_fresh_storages();
+    std::map<int, int> storage_value;  // shared storage -> its whole value's index in values
     for (const Value* o : eager_.outputs()) {
       ReturnBinding r;
       auto obj = object_.find(o);
@@ -509,6 +528,17 @@ class Functionalizer {
         r.index = obj->second;
         described.push_back("the caller's " +
                             eager_.inputs()[static_cast<size_t>(r.index)]->name());
+      } else if (shared.contains(final_of(o).storage)) {
+        int storage = final_of(o).storage;
+        auto [at, fresh] = storage_value.try_emplace(storage, static_cast<int>(values.size()));
+        if (fresh) values.push_back(states_.at(storage).current);
+        r.kind = ReturnBinding::Kind::kFreshView;
+        r.index = at->second;
+        r.geometry = final_of(o).geometry;
+        r.storage_numel = sa_.storage(storage).numel;
+        r.storage_geometry = states_.at(storage).canon;
+        described.push_back("a view of " + values[static_cast<size_t>(r.index)]->name() + "'s storage " +
+                            geometry_str(r.geometry));
       } else if (sa_.storage(final_of(o).storage).input_group >= 0) {
         r.kind = ReturnBinding::Kind::kInputView;
         r.index = sa_.storage(final_of(o).storage).input_group;

@@ -30,14 +30,20 @@
 
 namespace kiln {
 
+// kFreshView: one of several outputs that share a storage the program allocates (`b = a * 2;
+// return b, b.view(-1)`): `index` is the trace output holding that storage's whole value, laid
+// out as `storage_geometry` says, and every such output is a view of one fresh buffer, as in
+// eager, so a later write through one is seen through the others.
 struct ReturnBinding {
-  enum class Kind { kValue, kInputObject, kInputView };
+  enum class Kind { kValue, kInputObject, kInputView, kFreshView };
   Kind kind = Kind::kValue;
-  int index = 0;      // kValue: into trace.outputs(); kInputObject: caller argument; kInputView:
-                      // alias group
+  int index = 0;      // kValue, kFreshView: into trace.outputs(); kInputObject: caller argument;
+                      // kInputView: alias group
   Geometry geometry;  // kInputView: the view, relative to the group's base; kValue: the layout
-                      // eager gives the fresh tensor, in a storage of `storage_numel` elements
+                      // eager gives the fresh tensor, in a storage of `storage_numel` elements;
+                      // kFreshView: the view, relative to the fresh storage
   int64_t storage_numel = 0;
+  Geometry storage_geometry;  // kFreshView: the storage's whole value within the storage
 };
 
 struct MetadataUpdate {

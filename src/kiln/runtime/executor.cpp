@@ -597,8 +597,19 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   // What the caller gets back.
   std::vector<RtValue> results;
   std::set<const RtTensor*> handed_out;  // fresh tensors returned as they are
+  std::map<int, TensorHandle> fresh_storages;  // kFreshView: one buffer per shared storage
   for (const ReturnBinding& r : program.interface.returns) {
     switch (r.kind) {
+      case ReturnBinding::Kind::kFreshView: {
+        TensorHandle& buffer = fresh_storages[r.index];
+        if (!buffer) {
+          const auto& value = std::get<TensorHandle>(values.at(static_cast<size_t>(r.index)));
+          buffer = memory.materialize(*value, r.storage_geometry, r.storage_numel);
+        }
+        results.emplace_back(
+            make_view(buffer, r.geometry.sizes, r.geometry.strides, r.geometry.offset));
+        break;
+      }
       case ReturnBinding::Kind::kValue: {
         const RtValue& v = values.at(static_cast<size_t>(r.index));
         const auto* t = std::get_if<TensorHandle>(&v);
