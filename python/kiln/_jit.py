@@ -225,7 +225,9 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     in kiln's reference interpreter); cache_hits/cache_misses: over all calls of fn;
     compile_seconds: tracing plus compiling of the program the last call ran (paid once, on its
     miss; the kernels themselves are prepared during the program's first run, whose whole time
-    is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly."""
+    is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly; host_copies,
+    host_copy_bytes: on CUDA, the storages the last call copied between device and host to
+    interpret a step there, and their bytes (0 when every step ran on the device)."""
     cache = _jitted(fn)._cache
     p = cache.last_program
     run = cache.last_run_stats
@@ -236,6 +238,8 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "fallback_ops": p.fallback_ops,
         "writebacks_in_kernel": p.writebacks_in_kernel,
         "writebacks_with_temporary": p.writebacks_with_temporary,
+        "host_copies": run["host_copies"],
+        "host_copy_bytes": run["host_copy_bytes"],
         "cache_hits": cache.hits,
         "cache_misses": cache.misses,
         "compile_seconds": p.compile_seconds,

@@ -90,6 +90,14 @@ def _sizes(values: tuple) -> list:
 
 
 def _check_write(call: Call, target: Any) -> None:
+    # Eager refuses an in-place op on a leaf that requires grad while grad mode is on; the fast
+    # metadata rules (kiln._metadata) skip the meta kernels that would say so, so it is checked
+    # here, with eager's message.
+    if isinstance(target, torch.Tensor) and target.requires_grad and target.is_leaf and torch.is_grad_enabled():
+        raise RuntimeError(
+            "a leaf Variable that requires grad is being used in an in-place operation."
+            f"\n(kiln: raised by {call.name} at {call.where()} while tracing)"
+        )
     # Eager refuses to write through an expanded (internally overlapping) tensor (CASES.md H3);
     # meta tensors do not check it, so the tracer does, with eager's message.
     if isinstance(target, torch.Tensor) and torch._debug_has_internal_overlap(target) == 1:
@@ -460,8 +468,17 @@ _register(_full, torch.full)
 def _scalar_tensor(call: Call) -> Any:
     # torch.tensor(2.5) and torch.scalar_tensor(2.5): a 0-d tensor of one number.
     value = call.args[0] if call.args else call.kwargs.get("data", call.kwargs.get("s"))
+    if isinstance(value, (list, tuple)) and call.func is torch.tensor and call.tracer.register_eager is not None:
+        # Nested and empty lists: PyTorch makes the tensor on its device on every call (an
+        # eager step without tensor arguments), so its contents are never a baked-in buffer.
+        from ._fallback import eager_fallback
+
+        return eager_fallback(call)
     if isinstance(value, Proxy) or not isinstance(value, (bool, int, float)):
-        raise call.unsupported("kiln makes tensors from a single Python number only (torch.tensor(2.5)).")
+        raise call.unsupported(
+            "kiln.trace makes tensors from a single Python number only (torch.tensor(2.5)); "
+            "kiln.jit also from lists."
+        )
     kw = {k: v for k, v in call.kwargs.items() if k not in ("data", "s")}
     _check_factory_kwargs(call, kw)
     device = _creation_device(call, kw.get("device"))

@@ -67,6 +67,9 @@ def check_against_eager(fn, make_args) -> kiln.JitFunction:
         assert (inp.shape, inp.stride(), inp.storage_offset()) == (einp.shape, einp.stride(), einp.storage_offset()), f"input {k} layout"
         torch.testing.assert_close(inp, einp, msg=lambda m: f"input {k} afterwards: {m}")
         torch.testing.assert_close(_whole_storage(inp), _whole_storage(einp), msg=lambda m: f"storage of input {k}: {m}")
+    # On CUDA every step runs on the device (DESIGN.md 7): nothing goes through host copies.
+    stats = kiln.last_stats(jitted)
+    assert (stats["host_copies"], stats["host_copy_bytes"]) == (0, 0), "steps interpreted on host copies"
     return jitted
 
 

@@ -39,6 +39,14 @@ _FALLBACK_STEPS = [
     "{new} = torch.cumsum({v}, -1)",
     "{new} = torch.flip({v}, [0])",
     "{new} = torch.sort({v}, -1)[0]",
+    # Index reads and writes with index tensors (eager steps; writes on clones, copied back).
+    "{new} = {v}.index_select(-1, torch.tensor([1, 0, 1]))",
+    "{v}.index_fill_(0, torch.tensor([0, -1]), {c})",
+    "{v}[torch.tensor([0, 0])] += {c}",
+    "{v}.index_add_(0, torch.tensor([1, 1]), {v}[:2] * 2)",
+    "{v}.scatter_add_(-1, ({v} > 0).long(), {v}.clone())",
+    "{new} = {v}.gather(-1, ({v} < 0).long())",
+    "{v}.index_put_((torch.tensor([0, 1, 0]),), torch.tensor({c}), accumulate=True)",
 ]
 
 
@@ -62,7 +70,7 @@ def random_program(seed: int, fallback_ops: bool = False) -> tuple[str, Callable
         v, w = rng.choice(tensors), rng.choice(tensors)
         c = rng.choice(["0.5", "2", "-1.25", "3"])
         new = f"v{counter}"
-        choice = rng.randrange(17)
+        choice = rng.randrange(19)
         key = rng.choice(_KEYS)
         value = rng.choice([w, c])
         step = [
@@ -83,9 +91,11 @@ def random_program(seed: int, fallback_ops: bool = False) -> tuple[str, Callable
             f"{new} = torch.where({v} > 0, {v}, {w})",
             f"{v}.copy_({w})",
             f"{v}.{rng.choice(['zero_()', 'fill_(1.5)'])}",
+            f"{v}.masked_fill_({v} {rng.choice('<>')} {w}, {c})",
+            f"{v}[{v} {rng.choice('<>')} 0] = {c}",
         ][choice]
-        if fallback_ops and rng.randrange(6) == 0:
-            step = rng.choice(_FALLBACK_STEPS).format(new=new, v=v)
+        if fallback_ops and rng.randrange(5) == 0:
+            step = rng.choice(_FALLBACK_STEPS).format(new=new, v=v, c=c)
         lines.append(step)
         try:
             replay()

@@ -123,6 +123,10 @@ bool conform(const Param& p, Operand& arg) {
     case ParamKind::kIndex:
       return holds(IndexKey{});
     case ParamKind::kTensorList: {
+      // `[]` reads as an empty list of ints: an empty list of tensors (an eager_call of
+      // torch.tensor([[1, 2]]) has no tensor inputs).
+      if (holds(IntList{}) && std::get<IntList>(arg.constant()).empty())
+        arg = Operand(std::vector<Value*>{});
       if (!arg.is_value_list()) return false;
       return std::all_of(arg.values().begin(), arg.values().end(),
                          [](Value* v) { return v && v->is_tensor(); });

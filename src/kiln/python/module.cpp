@@ -610,6 +610,8 @@ NB_MODULE(_C, m) {
         d["eager_steps"] = s.eager_steps;
         d["writebacks_in_kernel"] = s.writebacks_in_kernel;
         d["writebacks_copied"] = s.writebacks_copied;
+        d["host_copies"] = s.host_copies;
+        d["host_copy_bytes"] = s.host_copy_bytes;
         return d;
       });
 }

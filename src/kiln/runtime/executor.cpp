@@ -195,7 +195,8 @@ class DeviceMemoryOps {
   }
 
   // Runs `body` in the interpreter; on CUDA, on host copies.
-  std::vector<RtValue> interpret_step(const Trace& body, const std::vector<RtValue>& inputs) const {
+  std::vector<RtValue> interpret_step(const Trace& body, const std::vector<RtValue>& inputs,
+                                      ExecutionStats& stats) const {
     if (!cuda()) return interpret(body, inputs);
     // The transfers are synchronous copies outside `stream_`, which may be a non-blocking
     // stream (PyTorch's): wait for the work queued on it before reading, and for the uploads
@@ -210,6 +211,12 @@ class DeviceMemoryOps {
     for (RtValue& v : outs)
       v = to_device_value(v, up);
     cuda::synchronize(device_.index);
+    for (const auto* copies : {&down, &up}) {
+      for (const auto& [from, to] : *copies) {
+        ++stats.host_copies;
+        stats.host_copy_bytes += to->numel() * static_cast<int64_t>(dtype_size(to->dtype));
+      }
+    }
     return outs;
   }
 
@@ -564,7 +571,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           stats->writebacks_in_kernel += static_cast<int>(stored.size());
         } else {
           ++stats->interpreted_steps;
-          std::vector<RtValue> outs = memory.interpret_step(step.body, step_inputs);
+          std::vector<RtValue> outs = memory.interpret_step(step.body, step_inputs, *stats);
           for (size_t k = 0; k < outs.size(); ++k)
             env[step.outputs[k]] = detach(outs[k]);
         }

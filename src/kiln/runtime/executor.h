@@ -28,6 +28,10 @@ struct ExecutionStats {
   int eager_steps = 0;           // torch ops run by PyTorch (eager_call)
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step
+  // CUDA: storages copied between the device and the host to interpret a step there, and their
+  // bytes (both directions). DESIGN.md 7 wants none: every step on the device.
+  int host_copies = 0;
+  int64_t host_copy_bytes = 0;
 };
 
 struct ExecuteOptions {
