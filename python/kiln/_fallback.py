@@ -152,10 +152,12 @@ def _unchanged(t: torch.Tensor, old: torch.Tensor) -> bool:
     return torch.equal(t, old)
 
 
-def eager_fallback(call: Call) -> Any:
+def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = None) -> Any:
     """Records `call` as an eager_call (see the module docstring) and returns its results as
     proxies; a result that is a written argument itself (an in-place method's `self`) is that
-    argument's proxy, now naming the written value."""
+    argument's proxy, now naming the written value. `check(args, kwargs)`, when given, runs
+    before the op on CUDA tensors and raises for arguments PyTorch's CUDA kernel would meet with
+    a device-side assert (which ends the process's CUDA context) instead of an exception."""
     tracer = call.tracer
     # One object may be passed twice (op(x, x)): it is one argument for what is written.
     arg_leaves, arg_spec = pytree.tree_flatten((call.args, call.kwargs))
@@ -214,6 +216,8 @@ def eager_fallback(call: Call) -> Any:
         written_now = {id(c) for c in clones.values()}
         before = [(t, t.clone()) for t in inputs if id(t) not in written_now] if CHECK_WRITES else []
         try:
+            if check is not None and any(t.is_cuda for t in inputs):
+                check(args, kwargs)
             out = func(*args, **kwargs)
         except (RuntimeError, IndexError, ValueError, TypeError) as e:
             # PyTorch's error type and message, with the op and the user's line added.

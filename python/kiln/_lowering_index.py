@@ -21,7 +21,7 @@ The ops with their own torch names (index_select, gather, scatter, index_copy_, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -83,7 +83,7 @@ def _advanced_getitem(call: Call) -> Any:
             "which kiln cannot know while tracing. Keep the shape instead: torch.where(mask, x, 0), "
             "x.masked_fill(~mask, 0), or compute the selection outside the compiled function."
         )
-    return _eager(call, "indexing with tensors or lists")
+    return _eager(call, "indexing with tensors or lists", _check_key)
 
 
 def _advanced_setitem(call: Call) -> Any:
@@ -109,19 +109,130 @@ def _advanced_setitem(call: Call) -> Any:
             value = RULES[_key(torch.Tensor.reshape)](reshape)
         _copy_into(call, self, _emit_masked_fill(call, self, target, value))
         return None
-    _eager(call, "assigning through tensors or lists")
+    _eager(call, "assigning through tensors or lists", _check_key)
     return None
 
 
-def _eager(call: Call, what: str) -> Any:
+def _eager(call: Call, what: str, check: Callable[[tuple, dict], None] | None = None) -> Any:
     if call.tracer.register_eager is None:
         raise call.unsupported(
             f"{what} runs as an eager step, which only kiln.jit can run (kiln.trace alone cannot)."
         )
     from ._fallback import eager_fallback
 
-    return eager_fallback(call)
+    return eager_fallback(call, check)
 
 
 _register(_advanced_getitem, torch.Tensor.__getitem__)
 _register(_advanced_setitem, torch.Tensor.__setitem__)
+
+
+# ---- index bounds on CUDA ----------------------------------------------------------------------
+#
+# PyTorch's CUDA index kernels meet an index out of range with a device-side assert, which ends
+# the process's CUDA context; on the CPU they raise. An eager index step on CUDA checks its
+# indices first and raises as the CPU kernel would (its error type; eager's message). The check
+# reads two numbers back (the smallest and largest index): a synchronization per step, paid only
+# by these steps.
+
+
+def _check_range(index: Any, size: int, dim: int, negative: bool, error: type) -> None:
+    if not isinstance(index, torch.Tensor) or index.numel() == 0 or index.dtype == torch.bool:
+        return
+    lo, hi = torch.stack([index.min(), index.max()]).tolist()
+    low = -size if negative else 0
+    for bad in (lo, hi):
+        if bad < low or bad >= size:
+            raise error(f"index {bad} is out of bounds for dimension {dim} with size {size}")
+
+
+def _size(t: torch.Tensor, dim: int) -> tuple[int, int]:
+    if t.dim() == 0:
+        return 1, 0
+    dim = dim % t.dim()
+    return t.shape[dim], dim
+
+
+# (take_along_dim needs none: it takes its indices modulo the size, on every device.)
+def _dim_check(self_pos: int, dim_pos: int, index_pos: int, negative: bool, error: type, names=("self", "dim", "index")):
+    """An op(self, dim, index, ...) whose index addresses self's dim."""
+
+    def check(args: tuple, kwargs: dict) -> None:
+        def arg(pos: int, name: str) -> Any:
+            return args[pos] if pos < len(args) else kwargs.get(name, kwargs.get("input") if name == "self" else None)
+
+        self, dim, index = arg(self_pos, names[0]), arg(dim_pos, names[1]), arg(index_pos, names[2])
+        size, d = _size(self, dim)
+        _check_range(index, size, d, negative, error)
+
+    return check
+
+
+def _check_embedding(args: tuple, kwargs: dict) -> None:
+    index = args[0] if args else kwargs["input"]
+    weight = args[1] if len(args) > 1 else kwargs["weight"]
+    _check_range(index, weight.shape[0], 0, False, IndexError)
+
+
+def _check_index_tensors(self: torch.Tensor, items: list) -> None:
+    """Tensor items of an advanced key (or index_put's indices), each at the dims it indexes."""
+    consumed = sum(
+        (k.dim() if isinstance(k, torch.Tensor) and k.dtype == torch.bool else 1)
+        for k in items
+        if k is not None and k is not Ellipsis
+    )
+    dim = 0
+    for k in items:
+        if k is Ellipsis:
+            dim += self.dim() - consumed
+        elif k is None:
+            continue
+        elif isinstance(k, torch.Tensor) and k.dtype == torch.bool:
+            dim += k.dim()
+        else:
+            if isinstance(k, torch.Tensor) and dim < self.dim():
+                _check_range(k, self.shape[dim], dim, True, IndexError)
+            dim += 1
+
+
+def _check_key(args: tuple, kwargs: dict) -> None:
+    self, key = args[0], args[1]
+    items = list(key) if isinstance(key, tuple) else [key]
+    if any(isinstance(k, list) for k in items):
+        return  # a list of Python ints is checked by PyTorch on the host
+    _check_index_tensors(self, items)
+
+
+def _check_index_put(args: tuple, kwargs: dict) -> None:
+    self = args[0] if args else kwargs["input"]
+    indices = args[1] if len(args) > 1 else kwargs["indices"]
+    _check_index_tensors(self, list(indices))
+
+
+def _eager_index(what: str, check: Callable[[tuple, dict], None]) -> Callable[[Call], Any]:
+    return lambda call: _eager(call, what, check)
+
+
+_INDEX_OPS: dict[tuple[str, ...], Callable[[tuple, dict], None]] = {
+    ("index_select", "index_copy", "index_copy_"): _dim_check(0, 1, 2, False, IndexError),
+    ("index_add", "index_add_"): _dim_check(0, 1, 2, False, RuntimeError),
+    ("index_fill", "index_fill_"): _dim_check(0, 1, 2, True, IndexError),
+    ("gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"): _dim_check(
+        0, 1, 2, False, RuntimeError
+    ),
+    ("index_put", "index_put_"): _check_index_put,
+}
+# The check of each torch function's eager step (tests compare them with the CPU kernels).
+INDEX_CHECKS: dict[Any, Callable[[tuple, dict], None]] = {
+    torch.Tensor.__getitem__: _check_key,
+    torch.Tensor.__setitem__: _check_key,
+    torch.nn.functional.embedding: _check_embedding,
+}
+for _names, _check in _INDEX_OPS.items():
+    for _name in _names:
+        for _fn in (getattr(torch, _name, None), getattr(torch.Tensor, _name, None)):
+            if _fn is not None:
+                INDEX_CHECKS[_fn] = _check
+for _fn, _check in INDEX_CHECKS.items():
+    if _fn not in (torch.Tensor.__getitem__, torch.Tensor.__setitem__):
+        _register(_eager_index(getattr(_fn, "__name__", "an index op"), _check), _fn)

@@ -191,3 +191,40 @@ def test_an_index_out_of_range_raises_with_the_op(name):
     assert "kiln: raised by" in str(info.value)
     for a, b in zip(args, before):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("bad", [99, -99, -1], ids=["high", "low", "negative"])
+# (Not the ops without index tensors, nor take_along_dim, which takes indices modulo the size.)
+@pytest.mark.parametrize("name", [n for n in OPS if n not in ("where", "masked_fill", "masked_fill_int", "masked_fill_tensor", "masked_scatter_", "getitem_list", "setitem_list", "take_along_dim")])
+def test_the_cuda_index_check_raises_where_the_cpu_kernel_does(name, bad):
+    # On CUDA an eager index step checks its indices itself (PyTorch's CUDA kernels would
+    # device-assert); the check must raise exactly where the CPU kernel raises. (The CPU kernels'
+    # own error types vary with the case: index_select raises IndexError for -1 and RuntimeError
+    # for 99; the check raises one type per op.)
+    from kiln._lowering_index import INDEX_CHECKS
+
+    fn, make_args = OPS[name]
+    args = [torch.full_like(a, bad) if a.dtype == torch.int64 else a for a in make_args()]
+    calls = []
+
+    class Spy(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, a=(), kw=None):
+            if func in INDEX_CHECKS:
+                calls.append((func, a, dict(kw or {})))
+            return func(*a, **(kw or {}))
+
+    try:
+        with Spy():
+            fn(*[a.clone() for a in args])
+        eager_error = None
+    except (IndexError, RuntimeError) as e:
+        eager_error = type(e)
+    assert calls, "no index op seen"
+    check_error = None
+    for func, a, kw in calls:
+        try:
+            INDEX_CHECKS[func](a, kw)
+        except (IndexError, RuntimeError) as e:
+            check_error = type(e)
+            break
+    assert (check_error is None) == (eager_error is None), (check_error, eager_error)

@@ -213,8 +213,10 @@ class DeviceMemoryOps {
     cuda::synchronize(device_.index);
     for (const auto* copies : {&down, &up}) {
       for (const auto& [from, to] : *copies) {
+        int64_t bytes = to->numel() * static_cast<int64_t>(dtype_size(to->dtype));
+        if (bytes == 0) continue;  // an empty tensor moves nothing
         ++stats.host_copies;
-        stats.host_copy_bytes += to->numel() * static_cast<int64_t>(dtype_size(to->dtype));
+        stats.host_copy_bytes += bytes;
       }
     }
     return outs;
