@@ -222,7 +222,8 @@ def last_traces(fn: JitFunction) -> list[str]:
 def last_stats(fn: JitFunction) -> dict[str, Any]:
     """Facts about the last call. fusion_regions, writebacks_*: of the compiled program;
     kernels: fusion steps the last call ran as compiled kernels (interpreted_steps: those it ran
-    in kiln's reference interpreter); cache_hits/cache_misses: over all calls of fn;
+    in kiln's reference interpreter; torch_steps: those without a kernel PyTorch ran op by op,
+    on the device); cache_hits/cache_misses: over all calls of fn;
     compile_seconds: tracing plus compiling of the program the last call ran (paid once, on its
     miss; the kernels themselves are prepared during the program's first run, whose whole time
     is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly; host_copies,
@@ -235,6 +236,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "fusion_regions": p.fusion_regions,
         "kernels": run["kernel_steps"] + run["library_steps"],
         "interpreted_steps": run["interpreted_steps"],
+        "torch_steps": run["torch_steps"],
         "fallback_ops": p.fallback_ops,
         "writebacks_in_kernel": p.writebacks_in_kernel,
         "writebacks_with_temporary": p.writebacks_with_temporary,

@@ -85,8 +85,8 @@ def test_x5_an_index_out_of_range_raises_and_leaves_the_input_untouched():
     with pytest.raises(IndexError, match=r"(?s)out of bounds.*test_index\.py:\d+"):
         kiln.jit(x5)(x, _idx(4, 9))
     torch.testing.assert_close(x, ar(6))
-    with pytest.raises(IndexError):
-        x5(ar(6), _idx(4, 9))
+    with pytest.raises(IndexError):  # eager on the CPU (on CUDA its kernel would device-assert)
+        x5(ar(6).cpu(), _idx(4, 9).cpu())
 
 
 # ---- the index family ------------------------------------------------------------------------------
@@ -204,7 +204,8 @@ def test_the_cuda_index_check_raises_where_the_cpu_kernel_does(name, bad):
     from kiln._lowering_index import INDEX_CHECKS
 
     fn, make_args = OPS[name]
-    args = [torch.full_like(a, bad) if a.dtype == torch.int64 else a for a in make_args()]
+    # On the CPU whatever the test device: eager's CUDA kernels would device-assert.
+    args = [torch.full_like(a, bad).cpu() if a.dtype == torch.int64 else a.cpu() for a in make_args()]
     calls = []
 
     class Spy(torch.overrides.TorchFunctionMode):

@@ -291,6 +291,89 @@ int register_eager(nb::callable callable) {
   });
 }
 
+// ---- steps without a kernel, run by PyTorch op by op (kiln._torch_steps)
+// ---------------------------------
+
+// A constant operand as the Python value its printed form stands for (kiln._torch_steps parses
+// and caches the text: None, 3, 2.5, torch.float32, [1, 2], "floor", (slice(1, None, None), 0)).
+nb::object python_constant(const Constant& c) {
+  if (is_none(c)) return nb::none();
+  if (const auto* b = std::get_if<bool>(&c)) return nb::bool_(*b);
+  if (const auto* i = std::get_if<int64_t>(&c)) return nb::int_(*i);
+  if (const auto* d = std::get_if<double>(&c)) return nb::float_(*d);
+  static nb::object constant = nb::module_::import_("kiln._torch_steps").attr("constant");
+  return constant(constant_str(c));
+}
+
+// Runs a step's nodes in order through PyTorch, on the tensors where they are (device memory
+// included): every step of a CUDA program stays on the device, and a CPU step runs ATen's
+// kernels (a matrix product through its BLAS) instead of kiln's reference interpreter.
+std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs) {
+  nb::gil_scoped_acquire gil;
+  static nb::object run_node = nb::module_::import_("kiln._torch_steps").attr("run_node");
+  static nb::object detached = nb::module_::import_("kiln._torch_steps").attr("detached");
+  std::unordered_map<const Value*, nb::object> env;
+  auto python_value = [](const RtValue& v) -> nb::object {
+    if (const auto* s = std::get_if<RtScalar>(&v))
+      return std::visit([](auto x) { return nb::cast(x); }, *s);
+    return nb::steal(THPVariable_Wrap(torch_view(*std::get<TensorHandle>(v))));
+  };
+  nb::list input_objects;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    env[body.inputs()[i]] = python_value(inputs[i]);
+    input_objects.append(env[body.inputs()[i]]);
+  }
+  for (const auto& node : body.nodes()) {
+    nb::list args;
+    nb::dict kwargs;
+    for (size_t i = 0; i < node->operands.size(); ++i) {
+      const Operand& o = node->operands[i];
+      const Param& p = node->op->params.at(i);
+      nb::object value;
+      if (o.is_value()) {
+        value = env.at(o.value());
+      } else if (o.is_value_list()) {
+        nb::list list;
+        for (const Value* v : o.values())
+          list.append(env.at(v));
+        value = list;
+      } else {
+        value = python_constant(o.constant());
+      }
+      if (p.keyword_only)
+        kwargs[p.name.c_str()] = value;
+      else
+        args.append(value);
+    }
+    nb::object out = run_node(node->op->name, args, kwargs);
+    if (node->outputs.size() == 1) {
+      env[node->outputs[0]] = out;
+    } else {
+      nb::sequence outs = nb::borrow<nb::sequence>(out);
+      for (size_t k = 0; k < node->outputs.size(); ++k)
+        env[node->outputs[k]] = outs[k];
+    }
+  }
+  // Results over memory of the inputs (a view op's output) are copied: the step's values are
+  // SSA values, which later writes into the caller's memory must not change.
+  nb::list outs;
+  for (const Value* o : body.outputs())
+    outs.append(env.at(o));
+  nb::object results = detached(outs, input_objects);
+  std::vector<RtValue> values;
+  for (nb::handle r : results) {
+    if (THPVariable_Check(r.ptr()))
+      values.emplace_back(kiln_view(THPVariable_Unpack(r.ptr())));
+    else if (PyBool_Check(r.ptr()))
+      values.emplace_back(RtScalar(nb::cast<bool>(r)));
+    else if (PyLong_Check(r.ptr()))
+      values.emplace_back(RtScalar(nb::cast<int64_t>(r)));
+    else
+      values.emplace_back(RtScalar(nb::cast<double>(r)));
+  }
+  return values;
+}
+
 // A tensor of `dtype` with t's layout over the storage (no dispatcher call).
 at::Tensor tensor_over_storage(const c10::Storage& storage, const RtTensor& t) {
   c10::DispatchKeySet keys(storage.device_type() == c10::DeviceType::CUDA ? c10::DispatchKey::CUDA
@@ -497,6 +580,7 @@ class JitCache {
     arguments_timed.reset();
     TorchAllocator allocator;
     ExecutionStats stats;
+    static const StepRunner torch_steps = run_step_with_torch;
     auto start = std::chrono::steady_clock::now();
     TorchAllocator* outer = current_allocator;  // an eager_call may run another kiln program
     current_allocator = &allocator;
@@ -504,7 +588,7 @@ class JitCache {
     try {
       results = execute(program->compiled, call.values,
                         ExecuteOptions{&allocator, current_stream(call.values), &stats,
-                                       /*pattern_known=*/true});
+                                       /*pattern_known=*/true, &torch_steps});
     } catch (...) {
       current_allocator = outer;
       throw;
@@ -608,6 +692,7 @@ NB_MODULE(_C, m) {
         d["library_steps"] = s.library_steps;
         d["interpreted_steps"] = s.interpreted_steps;
         d["eager_steps"] = s.eager_steps;
+        d["torch_steps"] = s.torch_steps;
         d["writebacks_in_kernel"] = s.writebacks_in_kernel;
         d["writebacks_copied"] = s.writebacks_copied;
         d["host_copies"] = s.host_copies;

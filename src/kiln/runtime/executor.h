@@ -7,6 +7,7 @@
 // views of the caller's tensors, exactly as eager would.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "kiln/analysis/alias_pattern.h"
@@ -26,6 +27,7 @@ struct ExecutionStats {
   int library_steps = 0;         // opaque steps run by a library (cuBLAS)
   int interpreted_steps = 0;     // steps run in the reference interpreter (for CUDA: on the host)
   int eager_steps = 0;           // torch ops run by PyTorch (eager_call)
+  int torch_steps = 0;           // steps without a kernel run op by op by a StepRunner
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step
   // CUDA: storages copied between the device and the host to interpret a step there, and their
@@ -34,6 +36,12 @@ struct ExecutionStats {
   int64_t host_copy_bytes = 0;
 };
 
+// Runs a step that has no kernel op by op where its tensors are (the Python front end: through
+// PyTorch, on the device), instead of kiln's reference interpreter, which on CUDA works on host
+// copies. Returns the step body's outputs.
+using StepRunner =
+    std::function<std::vector<RtValue>(const Trace& body, const std::vector<RtValue>& inputs)>;
+
 struct ExecuteOptions {
   Allocator* allocator = nullptr;  // null: kiln's own memory
   void* stream = nullptr;          // the CUDA stream kernels run on (CUstream); null: the default
@@ -41,6 +49,7 @@ struct ExecuteOptions {
   // The caller has established alias_pattern_of(args) == program.pattern (kiln.jit's call key
   // holds everything the pattern is computed from), so execute need not compute it again.
   bool pattern_known = false;
+  const StepRunner* step_runner = nullptr;  // null: the reference interpreter runs such steps
 };
 
 // Requires: `args` has the dtypes, shapes and layouts the program was compiled for, and the alias

@@ -1,0 +1,107 @@
+"""Steps without a kernel, run op by op through PyTorch where their tensors are.
+
+A fusion region that does not lower to a kernel (a cat, an integer division, a matrix product
+on the CPU) was run by kiln's reference interpreter, which on CUDA works on host copies of the
+tensors. kiln._C runs such a step here instead: each node of the step's body is the torch
+function of the same name on the same arguments (kiln's ops are torch's, with torch's
+signatures), on the device. DESIGN.md section 7: every CUDA step on the device.
+
+    (t3,) = kilnFusion2(x, y)            run_node("cat", [[x, y], 0], {})
+      # t2 = ltorch.cat([x, y], 0)  ->   run_node("div", [t2, 3], {"rounding_mode": "floor"})
+      # t3 = ltorch.div(t2, 3, rounding_mode="floor")
+
+Requires: the op names and signatures of src/kiln/ir/ops.def (tests/python/test_ops_table.py
+checks every op has a torch function here). Ensures: results that would share memory with a
+step input are copies (a step's outputs are values).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+
+@functools.lru_cache(maxsize=4096)
+def constant(text: str) -> Any:
+    """The Python value of a constant as kiln prints it (src/kiln/ir/constant.cpp)."""
+    return eval(text, {"__builtins__": {}}, {"torch": torch, "slice": slice, "float": float, "Ellipsis": Ellipsis})  # noqa: S307
+
+
+def _reduce(fn: Callable) -> Callable:
+    def call(self: torch.Tensor, dim: Any = None, keepdim: bool = False, **kwargs: Any) -> Any:
+        if dim is None:
+            return fn(self, **kwargs)
+        return fn(self, dim, keepdim, **kwargs)
+
+    return call
+
+
+def _squeeze(self: torch.Tensor, dim: Any = None) -> torch.Tensor:
+    return self.squeeze() if dim is None else self.squeeze(dim)
+
+
+def _full(size: list, fill_value: Any, *, dtype: Any = None, device: Any = "cpu") -> torch.Tensor:
+    return torch.full(size, fill_value, dtype=dtype, device=device)
+
+
+def _var(fn: Callable) -> Callable:
+    def call(self: torch.Tensor, dim: Any = None, *, correction: Any = 1, keepdim: bool = False) -> torch.Tensor:
+        return fn(self, dim, correction=correction, keepdim=keepdim)
+
+    return call
+
+
+# kiln ops whose torch function has another name or form; every other op is torch.<name>,
+# else torch.Tensor.<name>.
+_SPECIAL: dict[str, Callable] = {
+    "getitem": lambda self, index: self[index],
+    "slice": lambda self, dim=0, start=None, end=None, step=1: torch.ops.aten.slice.Tensor(self, dim, start, end, step),
+    "alias": lambda self: torch.ops.aten.alias.default(self),
+    # kiln's empty_like is zeros (reproducible runs); the interpreter and the kernels agree.
+    "empty_like": torch.zeros_like,
+    "full": _full,
+    "sum": _reduce(torch.sum),
+    "mean": _reduce(torch.mean),
+    "prod": _reduce(torch.prod),
+    "argmax": _reduce(torch.argmax),
+    "argmin": _reduce(torch.argmin),
+    "var": _var(torch.var),
+    "std": _var(torch.std),
+    "squeeze": _squeeze,
+    "to": lambda self, dtype: self.to(dtype),
+    "linear": F.linear,
+    "layer_norm": F.layer_norm,
+    "rms_norm": F.rms_norm,
+    "gelu": F.gelu,
+    "silu": F.silu,
+    "view": lambda self, size: self.view(size),
+    "expand": lambda self, size: self.expand(size),
+    "round": torch.round,
+}
+
+
+@functools.lru_cache(maxsize=None)
+def torch_function(op: str) -> Callable:
+    fn = _SPECIAL.get(op) or getattr(torch, op, None) or getattr(torch.Tensor, op, None)
+    if fn is None:
+        raise NotImplementedError(f"kiln bug: no torch function runs kiln's {op}")
+    return fn
+
+
+def run_node(op: str, args: list, kwargs: dict) -> Any:
+    return torch_function(op)(*args, **kwargs)
+
+
+def detached(outputs: list, inputs: list) -> list:
+    """The outputs, each that shares memory with an input copied."""
+    memory = {t.untyped_storage().data_ptr() for t in inputs if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes()}
+    out = []
+    for t in outputs:
+        if isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() and t.untyped_storage().data_ptr() in memory:
+            t = t.clone(memory_format=torch.preserve_format)  # a new storage, whatever t's layout
+        out.append(t)
+    return out
+
