@@ -94,11 +94,12 @@ def _advanced_setitem(call: Call) -> Any:
     if (
         isinstance(mask, Proxy)
         and mask.dtype == torch.bool
-        and 0 < mask.dim() <= self.dim()
+        and mask.dim() <= self.dim()
         and tuple(mask.shape) == tuple(self.shape[: mask.dim()])
         and (isinstance(value, (bool, int, float)) or (isinstance(value, Proxy) and value.numel() == 1))
     ):
-        call.run_meta()
+        if mask.dim() > 0:  # (a 0-dim mask's meta run calls item(); its shape is checked above)
+            call.run_meta()
         _check_write(call, self)
         target = mask
         if mask.dim() < self.dim():  # a mask over the leading dims selects whole rows
@@ -236,3 +237,76 @@ for _names, _check in _INDEX_OPS.items():
 for _fn, _check in INDEX_CHECKS.items():
     if _fn not in (torch.Tensor.__getitem__, torch.Tensor.__setitem__):
         _register(_eager_index(getattr(_fn, "__name__", "an index op"), _check), _fn)
+
+
+# ---- index ops kiln lowers into kernels ----------------------------------------------------------
+#
+# index_select, index_copy and index_add (and embedding, an index_select of the weight's rows)
+# with a one-dim integer index are kiln ops: they fuse, and the executor checks their indices
+# before the kernel runs (kernel.h, IndexCheck). Other forms run as eager steps, as above.
+
+
+def _kernel_index(index: Any) -> bool:
+    return isinstance(index, Proxy) and index.dtype in (torch.int64, torch.int32) and index.dim() <= 1
+
+
+def _index_select(call: Call) -> Any:
+    args = _bind(call, lambda self, dim, index: None)
+    self, dim, index = args["self"], args["dim"], args["index"]
+    result = call.run_meta()
+    if not isinstance(self, Proxy) or not _kernel_index(index):
+        return _eager(call, "index_select", INDEX_CHECKS[torch.index_select])
+    return call.emit("index_select", [self, dim, index], {}, result)
+
+
+def _index_write(op: str) -> Callable[[Call], Any]:
+    def rule(call: Call) -> Any:
+        if op == "index_add":
+            args = _bind(call, lambda self, dim, index, source, *, alpha=1: None)
+        else:
+            args = _bind(call, lambda self, dim, index, source: None)
+        self, dim, index, source = args["self"], args["dim"], args["index"], args["source"]
+        inplace = call.name.endswith("_")
+        result = call.run_meta()  # eager's checks (dtypes, shapes)
+        expected = list(self.shape)
+        if expected:
+            expected[dim % len(expected)] = index.numel() if isinstance(index, torch.Tensor) else -1
+        if (
+            not isinstance(self, Proxy)
+            or not isinstance(source, Proxy)
+            or not _kernel_index(index)
+            or self.dim() == 0
+            or list(source.shape) != expected
+            or source.dtype != self.dtype
+        ):
+            return _eager(call, op, INDEX_CHECKS[getattr(torch.Tensor, op)])
+        if inplace:
+            _check_write(call, self)
+        meta = result if not inplace else call.run_meta(getattr(torch, op), (self, dim, index, source), {k: v for k, v in args.items() if k == "alpha"})
+        kwargs = {"alpha": args["alpha"]} if op == "index_add" and args["alpha"] != 1 else {}
+        value = call.emit(op, [self, dim, index, source], kwargs, meta)
+        return _copy_into(call, self, value) if inplace else value
+
+    return rule
+
+
+def _embedding(call: Call) -> Any:
+    args = _bind(
+        call,
+        lambda input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False: None,
+    )
+    index, weight = args["input"], args["weight"]
+    call.run_meta()
+    # max_norm renormalizes weight's rows in place; the rest only changes the backward pass.
+    if args["max_norm"] is not None or not isinstance(weight, Proxy) or weight.dim() != 2 or not isinstance(index, Proxy) or index.dtype not in (torch.int64, torch.int32):
+        return _eager(call, "embedding", _check_embedding)
+    flat = RULES[_key(torch.Tensor.reshape)](Call(call.tracer, torch.Tensor.reshape, (index, (-1,)), {}, call.loc))
+    rows = call.emit("index_select", [weight, 0, flat], {}, call.run_meta(torch.index_select, (weight, 0, flat), {}))
+    shape = (*index.shape, weight.shape[1])
+    return RULES[_key(torch.Tensor.view)](Call(call.tracer, torch.Tensor.view, (rows, shape), {}, call.loc))
+
+
+_register(_index_select, torch.index_select, torch.Tensor.index_select)
+for _op in ("index_copy", "index_add"):
+    _register(_index_write(_op), getattr(torch, _op), getattr(torch.Tensor, _op), getattr(torch.Tensor, _op + "_"))
+_register(_embedding, torch.nn.functional.embedding)

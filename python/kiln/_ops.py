@@ -165,6 +165,10 @@ ROWS: tuple[Row, ...] = (
     Row("select_scatter", "scatter", "self:T, src:T, dim:int, index:int", False),
     Row("diagonal_scatter", "scatter", "self:T, src:T, offset:int=0, dim1:int=0, dim2:int=1", False),
     Row("as_strided_scatter", "scatter", "self:T, src:T, size:ints, stride:ints, storage_offset:int?=None", False),
+    # index reads and writes
+    Row("index_select", "index", "self:T, dim:int, index:T", False),
+    Row("index_copy", "index", "self:T, dim:int, index:T, source:T", False),
+    Row("index_add", "index", "self:T, dim:int, index:T, source:T, *, alpha:S=1", False),
     # mutation (the in-place elementwise forms come from the rows above)
     Row("fill_", "mutation", "self:T, value:TS", False, 1, "kMutates0"),
     Row("zero_", "mutation", "self:T", False, 1, "kMutates0"),

@@ -92,7 +92,15 @@ def torch_function(op: str) -> Callable:
 
 
 def run_node(op: str, args: list, kwargs: dict) -> Any:
+    if op in _INDEX_OPS and args[0].is_cuda:
+        # PyTorch's CUDA kernels device-assert on an index out of range: check it first.
+        from ._lowering_index import INDEX_CHECKS
+
+        INDEX_CHECKS[getattr(torch, op)](tuple(args), kwargs)
     return torch_function(op)(*args, **kwargs)
+
+
+_INDEX_OPS = {"index_select", "index_copy", "index_add"}
 
 
 def detached(outputs: list, inputs: list) -> list:

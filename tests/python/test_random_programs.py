@@ -59,8 +59,11 @@ def random_program(seed: int, fallback_ops: bool = False) -> tuple[str, Callable
     env: dict = {}
 
     def replay() -> dict:
-        env = {"torch": torch, **dict(zip(names, make_args()))}
-        exec("\n".join(lines), env)
+        # On the CPU whatever the test device: an invalid step (an index out of range) raises
+        # there, where a CUDA kernel would device-assert and end the process's CUDA context.
+        env = {"torch": torch, **dict(zip(names, [a.cpu() for a in make_args()]))}
+        with torch.device("cpu"):
+            exec("\n".join(lines), env)
         return env
 
     counter = 0

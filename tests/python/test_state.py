@@ -263,3 +263,7 @@ def test_a_kv_cache_written_with_index_copy_over_64_positions():
     _check_state(m, eager)
     stats = kiln.last_stats(jm)
     assert stats["cache_misses"] == 1  # one program for every position: pos is an input
+    # index_copy_ is a kernel (no eager step), and the caches are written by their kernels. (The
+    # matrix products are library steps on CUDA, ATen's on the CPU.)
+    assert stats["fallback_ops"] == 0 and stats["interpreted_steps"] == 0
+    assert jm._kiln_forward._cache.last_run_stats["writebacks_in_kernel"] == 2

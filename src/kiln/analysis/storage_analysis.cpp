@@ -272,6 +272,12 @@ void Analyzer::run_node(const Node& node) {
         return define_fresh(node.outputs[0], strides_like(read(node.arg(0)).geometry.sizes,
                                                           read(node.arg(0)).geometry.strides));
       return define_contiguous(node.outputs[0]);
+    case OpKind::kIndex:
+      // index_select allocates its result contiguous; index_copy and index_add are a clone of
+      // self (preserve_format) written into.
+      if (node.id() == OpId::kIndexSelect) return define_contiguous(node.outputs[0]);
+      return define_fresh(node.outputs[0], strides_like(read(node.arg(0)).geometry.sizes,
+                                                        read(node.arg(0)).geometry.strides));
     case OpKind::kOpaque:
       if (node.id() == OpId::kEagerCall) {
         // PyTorch makes these; tracing on meta tensors saw their layouts.

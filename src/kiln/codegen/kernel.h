@@ -110,8 +110,19 @@ struct KernelNest {
   std::vector<int> vector_outputs;  // outputs it stores as vectors (every output of the nest)
 };
 
+// An input a kernel uses as an index (index_select, index_copy, index_add): the executor checks
+// its values are in [0, size) before the kernel runs, so a kernel never reads or writes out of
+// bounds and an error leaves every tensor untouched. `op` names the op and the user's line.
+struct IndexCheck {
+  int input = 0;
+  int64_t size = 0;
+  int64_t dim = 0;
+  std::string op;
+};
+
 struct Kernel {
   Target target = Target::kCpu;
+  std::vector<IndexCheck> index_checks;
   // The function(s), named by the macro KILN_KERNEL_NAME (the module source defines it).
   std::string source;
   std::vector<KernelInput> inputs;    // one per step input

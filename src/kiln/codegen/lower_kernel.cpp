@@ -199,6 +199,12 @@ class KernelEmitter {
                 shapes.begin() + static_cast<int64_t>(last) + 1, shapes.end());
 
     k.source = target_ == Target::kCpu ? cpu_source(shapes, k) : cuda_source(shapes, k);
+    for (const IndexCheck& c : index_checks_) {
+      bool seen = std::any_of(k.index_checks.begin(), k.index_checks.end(), [&](const IndexCheck& o) {
+        return o.input == c.input && o.size == c.size;
+      });
+      if (!seen) k.index_checks.push_back(c);
+    }
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       k.inputs[i].windows = windows_[i];
       k.inputs[i].whole_storage = whole_storage_[i];
@@ -945,6 +951,8 @@ class KernelEmitter {
         return creation(*node, at);
       case OpKind::kScatter:
         return scatter(*node, at);
+      case OpKind::kIndex:
+        return indexed(*node, at);
       case OpKind::kReduction:
         return reduction(*node, at);
       case OpKind::kJoin:
@@ -1566,6 +1574,100 @@ class KernelEmitter {
     }
   }
 
+  // ---- index ops ---------------------------------------------------------------------------
+
+  // index_select reads self with the iteration's coordinate along dim replaced by the index's
+  // value there. index_copy and index_add start from self at the iteration's element and loop
+  // over the index (its length is compiled in): where index[k] is the iteration's coordinate,
+  // source's slice k replaces the value (the last such k wins, as on eager's CPU) or is added to
+  // it (in k's order). The index must be a kernel input: the executor checks its values before
+  // the kernel runs (Kernel::index_checks); the clamp below only keeps a load in bounds.
+  //   t1 = index_copy(c, 2, pos, k)  ->  v = c[i]; for (ik = 0; ik < 1; ++ik)
+  //                                          if (pos[ik] == i2) v = k[i0, i1, ik, i3];
+  Val indexed(const Node& node, const Index& at) {
+    const Value* self = node.input(0);
+    const Value* index = node.input(2);
+    const TensorType& st = self->tensor_type();
+    const int64_t rank = st.rank();
+    const auto dim = static_cast<size_t>(wrap_dim(node.arg(1).as_int(), std::max<int64_t>(rank, 1)));
+    const int64_t size = rank == 0 ? 1 : st.shape[dim];
+    const int64_t count = index->tensor_type().numel();
+    const DType out = node.outputs[0]->tensor_type().dtype;
+    // The index's values are a step input's: the input itself, or a view of all of it (an
+    // embedding's reshape(-1)), whose values the executor can check before the kernel runs.
+    const Value* checked = index;
+    while (!input_index_.contains(checked) && checked->producer() &&
+           checked->producer()->op->kind == OpKind::kView &&
+           checked->producer()->input(0)->tensor_type().numel() == checked->tensor_type().numel())
+      checked = checked->producer()->input(0);
+    auto in = input_index_.find(checked);
+    if (in == input_index_.end())
+      not_lowered(node.op->name + ": an index computed in the same region (it must be checked first)");
+    if (mode_ == NestMode::kRows) not_lowered(node.op->name + ": inside a row nest");
+    std::string where = node.op->name;
+    if (node.loc.line > 0) where += " at " + node.loc.str();
+    index_checks_.push_back({static_cast<int>(in->second), size, static_cast<int64_t>(dim), where});
+    const bool scalar_index = index->tensor_type().rank() == 0;
+    auto index_at = [&](const IndexExpr& k) { return scalar_index ? Index{} : Index{k}; };
+    auto in_range = [&](const Val& j) {
+      std::string c = fresh("ix");
+      declare("int64_t", c,
+              "(" + j.expr + ") < 0 ? 0 : ((" + j.expr + ") > " + std::to_string(size - 1) + " ? " +
+                  std::to_string(size - 1) + " : (" + j.expr + "))");
+      return IndexExpr::bounded(c, 0, size - 1);
+    };
+    if (node.id() == OpId::kIndexSelect) {
+      if (rank == 0) return eval(self, at);
+      Index from = at;
+      from[dim] = in_range(eval(index, index_at(at[dim])));
+      return eval(self, from);
+    }
+    const Value* source = node.input(3);
+    Val base = eval(self, at);
+    if (count == 0) return base;
+    const bool add = node.id() == OpId::kIndexAdd;
+    const bool fl = is_floating(out);
+    const int depth = depth_of(at);
+    std::string acc = fresh("acc");
+    emit(depth, reg(out) + " " + acc + " = " + base.expr + ";", acc);
+    std::string k = fresh("ik");
+    const int level = static_cast<int>(levels_.size());
+    levels_.emplace_back();
+    level_of_[k] = level;
+    IndexExpr kx = IndexExpr::bounded(k, 0, count - 1);
+    Val j = eval(index, index_at(kx));
+    Index slot = at;
+    if (rank == 0)
+      slot = source->tensor_type().rank() == 0 ? Index{} : Index{kx};
+    else
+      slot[dim] = kx;
+    Val v = eval(source, slot);
+    std::string coordinate = rank == 0 ? "0" : at[dim].text;
+    std::string update;
+    if (!add) {
+      update = copy_convert(v, out);
+    } else {
+      Number alpha = number(node.arg("alpha"));
+      update = fl ? "f_" + suffix(out) + "(" + acc + " + static_cast<" + reg(out) + ">(" +
+                        alpha.as_double + ") * " + v.expr + ")"
+                  : "i_" + suffix(out) + "(" + acc + " + " + alpha.as_int + " * " + v.expr + ")";
+    }
+    emit(level, "if ((" + j.expr + ") == (" + coordinate + ")) " + acc + " = " + update + ";");
+    std::string body = levels_.back();
+    levels_.pop_back();
+    for (auto it = memo_.begin(); it != memo_.end();) {
+      auto l = level_of_.find(it->second.expr);
+      it = l != level_of_.end() && l->second >= level ? memo_.erase(it) : std::next(it);
+    }
+    for (auto it = level_of_.begin(); it != level_of_.end();)
+      it = it->second >= level ? level_of_.erase(it) : std::next(it);
+    emit(depth, "for (int64_t " + k + " = 0; " + k + " < " + std::to_string(count) + "; ++" + k +
+                    ") {");
+    levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
+    emit(depth, "}");
+    return define(out, acc);
+  }
+
   // fill(self, t) with a 0-dim tensor: item() then store_scalar.
   static std::string copy_convert_item(const Val& v, DType out) {
     return v.floating() ? "f_" + suffix(out) + "(" + v.expr + ")"
@@ -1738,6 +1840,7 @@ class KernelEmitter {
   int64_t row_cache_words_ = 0;
   int reductions_ = 0;  // reductions in the nest so far
   std::unordered_map<std::string, Val> memo_;
+  std::vector<IndexCheck> index_checks_;  // of the index ops lowered so far (one per use)
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided
   // Per input: the indices of its loads outside any scatter's src, and whether it is loaded

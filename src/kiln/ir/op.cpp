@@ -34,6 +34,8 @@ std::string_view op_kind_name(OpKind kind) {
       return "opaque";
     case OpKind::kComposite:
       return "composite";
+    case OpKind::kIndex:
+      return "index";
   }
   return "?";
 }

@@ -37,6 +37,7 @@ enum class OpKind : uint8_t {
   kJoin,
   kOpaque,
   kComposite,
+  kIndex,  // index_select, index_copy, index_add: positions along a dim from an index tensor
 };
 std::string_view op_kind_name(OpKind kind);
 

@@ -301,7 +301,9 @@ nb::object python_constant(const Constant& c) {
   if (const auto* b = std::get_if<bool>(&c)) return nb::bool_(*b);
   if (const auto* i = std::get_if<int64_t>(&c)) return nb::int_(*i);
   if (const auto* d = std::get_if<double>(&c)) return nb::float_(*d);
-  static nb::object constant = nb::module_::import_("kiln._torch_steps").attr("constant");
+  // Never released: a static nb::object would be destroyed after the interpreter at exit.
+  static nb::handle constant =
+      nb::object(nb::module_::import_("kiln._torch_steps").attr("constant")).release();
   return constant(constant_str(c));
 }
 
@@ -310,8 +312,8 @@ nb::object python_constant(const Constant& c) {
 // kernels (a matrix product through its BLAS) instead of kiln's reference interpreter.
 std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs) {
   nb::gil_scoped_acquire gil;
-  static nb::object run_node = nb::module_::import_("kiln._torch_steps").attr("run_node");
-  static nb::object detached = nb::module_::import_("kiln._torch_steps").attr("detached");
+  static nb::handle run_node = nb::object(nb::module_::import_("kiln._torch_steps").attr("run_node")).release();
+  static nb::handle detached = nb::object(nb::module_::import_("kiln._torch_steps").attr("detached")).release();
   std::unordered_map<const Value*, nb::object> env;
   auto python_value = [](const RtValue& v) -> nb::object {
     if (const auto* s = std::get_if<RtScalar>(&v))
@@ -652,6 +654,7 @@ NB_MODULE(_C, m) {
   // holds its JitCache: nanobind's exit-time check would report those as leaks to every user.
   nb::set_leak_warnings(false);
   nb::exception<UserError>(m, "UserError", PyExc_RuntimeError);
+  nb::exception<IndexOutOfRange>(m, "IndexOutOfRangeError", PyExc_IndexError);
   nb::class_<Program>(m, "Program")
       .def_prop_ro("history",
                    [](const Program& p) {

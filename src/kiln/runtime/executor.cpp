@@ -351,6 +351,26 @@ bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
   return true;
 }
 
+// Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
+// an index out of range is an error that leaves every tensor as it was before the step. On CUDA
+// the index is read back to the host (a synchronization; an index is short).
+void check_indices(const codegen::Kernel& kernel, const std::vector<RtValue>& inputs) {
+  for (const codegen::IndexCheck& c : kernel.index_checks) {
+    const RtTensor& t = *std::get<TensorHandle>(inputs.at(static_cast<size_t>(c.input)));
+    TensorHandle host;
+    if (t.storage->on_device()) {
+      cuda::synchronize(t.device().index);
+      host = cuda::to_host(t);
+    }
+    for (int64_t v : to_int_vector(host ? *host : t)) {
+      if (v >= 0 && v < c.size) continue;
+      throw IndexOutOfRange(c.op + ": index " + std::to_string(v) +
+                            " is out of bounds for dimension " + std::to_string(c.dim) +
+                            " with size " + std::to_string(c.size) + ".");
+    }
+  }
+}
+
 // An opaque step that runs a torch op through PyTorch (ops.def, eager_call).
 bool is_eager_call(const Step& step) {
   if (step.kind != Step::Kind::kOpaque) return false;
@@ -514,6 +534,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           step_inputs.push_back(env.at(v));
         bool ran = false;
         if (const codegen::Kernel* kernel = kernel_of(s)) {
+          check_indices(*kernel, step_inputs);
           std::vector<TensorHandle> buffers(step.outputs.size());
           std::vector<bool> in_caller(step.outputs.size(), false);
           for (const Step::Writeback& wb : step.writebacks) {

@@ -30,6 +30,13 @@ class UnsupportedError : public UserError {
   using UserError::UserError;
 };
 
+// An index tensor holds a position outside the dim it indexes (index_select, index_copy, ...):
+// raised before the kernel that would use it runs. Python sees an IndexError, as eager raises.
+class IndexOutOfRange : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 // A bug in kiln itself.
 class InternalError : public std::logic_error {
  public:

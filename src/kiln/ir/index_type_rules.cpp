@@ -1,0 +1,65 @@
+// The type rules of the index ops (ops.def, "index reads and writes"): shapes and dtypes as
+// PyTorch's index_select, index_copy and index_add compute them, and PyTorch's checks of the
+// arguments as user errors. The index values themselves are checked where they exist, before a
+// kernel runs (executor.cpp).
+#include <span>
+#include <vector>
+
+#include "kiln/ir/trace.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+
+const TensorType& tensor_arg(std::span<const Operand> args, size_t i) {
+  return args[i].value()->tensor_type();
+}
+
+// The dim an index op addresses (a 0-dim self has one position, as in PyTorch), and the index's
+// checks: integers, at most one dim, on self's device.
+int64_t index_dim(const OpInfo& op, const TensorType& self, int64_t dim, const TensorType& index) {
+  KILN_CHECK(index.dtype == DType::kInt64 || index.dtype == DType::kInt32)
+      << op.name << " expects an int64 or int32 index tensor, got " << dtype_name(index.dtype)
+      << "; convert the index with .long().";
+  KILN_CHECK(index.rank() <= 1) << op.name << " expects an index of at most one dim, got "
+                                << index.rank() << " dims; flatten it with .reshape(-1).";
+  KILN_CHECK(index.device == self.device)
+      << op.name << " expects its index on " << self.device.str() << ", got "
+      << index.device.str() << ".";
+  return wrap_dim(dim, std::max<int64_t>(self.rank(), 1));
+}
+
+}  // namespace
+
+// index_select(self, dim, index): self's shape with dim replaced by the index's length.
+std::vector<TensorType> infer_index_select(const OpInfo& op, std::span<const Operand> args) {
+  const TensorType& self = tensor_arg(args, 0);
+  const TensorType& index = tensor_arg(args, 2);
+  int64_t d = index_dim(op, self, args[1].as_int(), index);
+  Shape shape = self.shape;
+  if (!shape.empty()) shape[static_cast<size_t>(d)] = index.numel();
+  return {TensorType{self.dtype, shape, self.device, std::nullopt}};
+}
+
+// index_copy / index_add(self, dim, index, source): self's type; source has self's shape with
+// dim of the index's length (a 0-dim self takes a 0-dim or one-element source).
+std::vector<TensorType> infer_index_write(const OpInfo& op, std::span<const Operand> args) {
+  const TensorType& self = tensor_arg(args, 0);
+  const TensorType& index = tensor_arg(args, 2);
+  const TensorType& source = tensor_arg(args, 3);
+  int64_t d = index_dim(op, self, args[1].as_int(), index);
+  KILN_CHECK(source.dtype == self.dtype)
+      << op.name << " expects source of self's dtype " << dtype_name(self.dtype) << ", got "
+      << dtype_name(source.dtype) << "; convert it with .to(self.dtype).";
+  Shape expected = self.shape;
+  if (!expected.empty()) expected[static_cast<size_t>(d)] = index.numel();
+  bool scalar_like = self.rank() == 0 && source.numel() == index.numel() && source.rank() <= 1;
+  KILN_CHECK(source.shape == expected || scalar_like)
+      << op.name << " expects source of shape " << shape_str(expected) << " (self's shape with dim "
+      << d << " of the index's length " << index.numel() << "), got " << shape_str(source.shape)
+      << ".";
+  return {TensorType{self.dtype, self.shape, self.device, std::nullopt}};
+}
+
+}  // namespace kiln

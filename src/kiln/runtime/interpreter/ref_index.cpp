@@ -1,0 +1,135 @@
+// The index ops (ops.def, "index reads and writes") as eager runs them on the CPU: positions
+// along one dim picked by an integer index tensor; an index out of range is the user's error,
+// raised before anything is written (eager's message).
+#include "kiln/runtime/interpreter/reference_ops.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+
+// The index's values, each checked against the size of the dim it addresses.
+std::vector<int64_t> checked_indices(const Node& node, const RtTensor& index, int64_t size,
+                                     int64_t dim) {
+  std::vector<int64_t> values = to_int_vector(index);
+  for (int64_t v : values)
+    KILN_CHECK(v >= 0 && v < size) << node.op->name << ": index " << v
+                                   << " is out of bounds for dimension " << dim << " with size "
+                                   << size << ".";
+  return values;
+}
+
+int64_t dim_of(const Node& node, const RtTensor& self) {
+  return wrap_dim(node.arg("dim").as_int(), std::max<int64_t>(self.rank(), 1));
+}
+int64_t size_at(const RtTensor& t, int64_t dim) {
+  return t.rank() == 0 ? 1 : t.sizes[static_cast<size_t>(dim)];
+}
+
+// Calls f(out_linear, in_linear) for every element of `shape` (row-major), where the element's
+// coordinate along `dim` goes through `map` to give the element of a tensor of `in_shape`.
+template <typename F>
+void for_each_mapped(const Shape& shape, const Shape& in_shape, int64_t dim,
+                     const std::vector<int64_t>& map, F f) {
+  int64_t n = shape_numel(shape);
+  std::vector<int64_t> at(shape.size(), 0);
+  for (int64_t linear = 0; linear < n; ++linear) {
+    int64_t in = 0;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      int64_t c = static_cast<int64_t>(d) == dim ? map[static_cast<size_t>(at[d])] : at[d];
+      in = in * in_shape[d] + c;
+    }
+    f(linear, in);
+    for (size_t d = shape.size(); d-- > 0;) {
+      if (++at[d] < shape[d]) break;
+      at[d] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+void ref_IndexSelect(Env& env, const Node& node) {
+  const RtTensor& self = *env.tensor(node.arg(0));
+  int64_t dim = dim_of(node, self);
+  std::vector<int64_t> index =
+      checked_indices(node, *env.tensor(node.arg(2)), size_at(self, dim), dim);
+  const TensorType& type = node.outputs[0]->tensor_type();
+  TensorHandle out = empty_strided(type.dtype, type.shape, contiguous_strides(type.shape));
+  if (self.rank() == 0) {
+    for (int64_t i = 0; i < out->numel(); ++i)
+      copy_element(*self.storage, self.offset, *out->storage, i);
+  } else {
+    for_each_mapped(type.shape, self.sizes, dim, index, [&](int64_t o, int64_t in) {
+      copy_element(*self.storage, self.storage_index_of_linear(in), *out->storage, o);
+    });
+  }
+  env.bind(node.outputs[0], out);
+}
+
+namespace {
+
+// index_copy and index_add: a contiguous copy of self, then each source slice i written into
+// (or added to) self's slice index[i], in order.
+void index_write(Env& env, const Node& node, bool add) {
+  const RtTensor& self = *env.tensor(node.arg(0));
+  const RtTensor& source = *env.tensor(node.arg(3));
+  int64_t dim = dim_of(node, self);
+  std::vector<int64_t> index =
+      checked_indices(node, *env.tensor(node.arg(2)), size_at(self, dim), dim);
+  TensorHandle out = clone(self);
+  RtScalar alpha = add ? env.number(node.arg("alpha")) : RtScalar(int64_t{1});
+  bool floating = is_floating(self.dtype());
+  auto write = [&](int64_t src_linear, int64_t out_linear) {
+    int64_t si = source.storage_index_of_linear(src_linear);
+    if (!add) {
+      copy_element(*source.storage, si, *out->storage, out_linear);
+    } else if (floating) {
+      out->storage->store_double(out_linear, out->storage->load_double(out_linear) +
+                                                 scalar_to_double(alpha) *
+                                                     source.storage->load_double(si));
+    } else {
+      out->storage->store_int(out_linear, out->storage->load_int(out_linear) +
+                                              scalar_to_int(alpha) * source.storage->load_int(si));
+    }
+  };
+  if (self.rank() == 0) {
+    for (int64_t i = 0; i < static_cast<int64_t>(index.size()); ++i)
+      write(i, 0);
+  } else {
+    // Source slice by slice (index order), each element to its place in out.
+    const Shape& shape = source.sizes;
+    int64_t slices = static_cast<int64_t>(index.size());
+    for (int64_t i = 0; i < slices; ++i) {
+      Shape one = shape;
+      one[static_cast<size_t>(dim)] = 1;
+      std::vector<int64_t> to_out = {index[static_cast<size_t>(i)]};
+      for_each_mapped(one, self.sizes, dim, to_out, [&](int64_t o, int64_t out_linear) {
+        // The same element of `one`, read from source at slice i.
+        std::vector<int64_t> at(one.size());
+        int64_t rest = o;
+        for (size_t d = one.size(); d-- > 0;) {
+          at[d] = rest % one[d];
+          rest /= one[d];
+        }
+        int64_t src_linear = 0;
+        for (size_t d = 0; d < shape.size(); ++d)
+          src_linear = src_linear * shape[d] + (static_cast<int64_t>(d) == dim ? i : at[d]);
+        write(src_linear, out_linear);
+      });
+    }
+  }
+  env.bind(node.outputs[0], out);
+}
+
+}  // namespace
+
+void ref_IndexCopy(Env& env, const Node& node) {
+  index_write(env, node, false);
+}
+
+void ref_IndexAdd(Env& env, const Node& node) {
+  index_write(env, node, true);
+}
+
+}  // namespace kiln
