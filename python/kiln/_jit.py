@@ -142,7 +142,7 @@ class JitFunction:
         start = time.perf_counter()
         register = _C.register_eager if self.fallback else None
         implicit = self._implicit
-        traced = trace_call(self.fn, args, kwargs, register, implicit)  # raises eager's errors
+        traced = trace_call(self.fn, args, kwargs, register, implicit, unique_outputs=True)  # raises eager's errors
         trace_seconds = time.perf_counter() - start
         if not implicit.empty():
             # The slots found while tracing are inputs too (the program takes them after the

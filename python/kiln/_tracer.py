@@ -809,6 +809,7 @@ def trace_call(
     kwargs: dict,
     register_eager: Callable[[Callable], int] | None = None,
     implicit: "ImplicitInputs | None" = None,
+    unique_outputs: bool = False,
 ) -> TracedProgram:
     """trace_program with kiln.jit's options: `register_eager` turns an op kiln has no lowering
     for into an eager_call of a function registered with it (kiln._fallback); `implicit` makes
@@ -878,9 +879,10 @@ def trace_call(
         if not isinstance(value, Proxy) or getattr(value, "_kiln_tracer", None) is not tracer:
             raise TraceError("kiln: the function binds an attribute to a tensor from another trace.")
         rebound_names.append(value._kiln_name)
-    # One output per object: a tensor returned twice (or also bound to an attribute) is one
-    # object in eager, and one result here.
-    out_names = list(dict.fromkeys(out_names + rebound_names))
+    # kiln.jit: one output per object (a tensor returned twice, or also bound to an attribute,
+    # is one object in eager, and one result of the program). The trace alone lists every
+    # returned leaf, as kiln-opt reports them.
+    out_names = list(dict.fromkeys(out_names + rebound_names)) if unique_outputs else out_names + rebound_names
 
     text = [f"# Constructed by trace ({elapsed_ms:.2f} ms)", f"def computation({', '.join(tracer.input_names)}):"]
     text += tracer.input_lines

@@ -286,11 +286,12 @@ enum class Move {
   kMatmul,
   kNorm,
   kAsStrided,
+  kIndex,
   kCount
 };
 
 constexpr double kMoveWeights[] = {10, 11, 12, 12, 4, 3, 6, 16, 2, 3, 4,
-                                   2,  7,  5,  3,  2, 3, 2, 1,  1, 1};
+                                   2,  7,  5,  3,  2, 3, 2, 1,  1, 1, 3};
 static_assert(std::size(kMoveWeights) == static_cast<size_t>(Move::kCount));
 
 const std::vector<OpId>& unary_ops() {
@@ -1289,6 +1290,42 @@ class Generator {
     return emit(step(stack ? OpId::kStack : OpId::kCat, {list, C(d)}), fresh());
   }
 
+  // index_select / index_copy / index_add along a dim, with an index made by arange: a run of
+  // positions, or all of them reversed (index ops, ops.def), written back in place half the time
+  // (x.index_copy_(...) as the tracer records it: the functional op, then copy_).
+  bool move_index() {
+    auto h = pick_any();
+    if (!h || rank_of(*h) == 0) return false;
+    const Shape shape = shape_of(*h);
+    int64_t d = random_dim(rank_of(*h));
+    int64_t n = shape[static_cast<size_t>(d < 0 ? d + rank_of(*h) : d)];
+    if (n == 0) return false;
+    std::vector<std::pair<std::string, StepArg>> kw = {{"dtype", Constant(DType::kInt64)}};
+    bool reversed = rng_.chance(0.4);
+    int64_t start = reversed ? n - 1 : rng_.uniform(0, n - 1);
+    int64_t end = reversed ? -1 : rng_.uniform(start + 1, n);
+    if (!emit(step(OpId::kArange, {C(start), C(end), C(reversed ? -1 : 1)}, kw), fresh()))
+      return false;
+    int index = r_.steps.back().results.at(0);
+    if (!emit(step(OpId::kIndexSelect, {HandleRef{*h}, C(d), HandleRef{index}}), fresh()))
+      return false;
+    if (rng_.chance(0.4)) return true;
+    // The selected rows, changed, written back at the same positions.
+    int rows = r_.steps.back().results.at(0);
+    if (!emit(step(OpId::kNeg, {HandleRef{rows}}), fresh())) return false;
+    int source = r_.steps.back().results.at(0);
+    bool add = rng_.chance(0.5);
+    std::vector<std::pair<std::string, StepArg>> alpha;
+    if (add && rng_.chance(0.5)) alpha.emplace_back("alpha", C(2));
+    if (!emit(step(add ? OpId::kIndexAdd : OpId::kIndexCopy,
+                   {HandleRef{*h}, C(d), HandleRef{index}, HandleRef{source}}, alpha),
+              fresh()))
+      return false;
+    if (rng_.chance(0.5)) return true;
+    int written = r_.steps.back().results.at(0);
+    return emit(step(OpId::kCopy_, {HandleRef{*h}, HandleRef{written}}), fresh());
+  }
+
   bool move_softmax() {
     auto h = pick_any();
     if (!h) return false;
@@ -1424,6 +1461,8 @@ class Generator {
         return move_norm();
       case Move::kAsStrided:
         return move_as_strided();
+      case Move::kIndex:
+        return move_index();
       case Move::kCount:
         break;
     }

@@ -200,9 +200,9 @@ class KernelEmitter {
 
     k.source = target_ == Target::kCpu ? cpu_source(shapes, k) : cuda_source(shapes, k);
     for (const IndexCheck& c : index_checks_) {
-      bool seen = std::any_of(k.index_checks.begin(), k.index_checks.end(), [&](const IndexCheck& o) {
-        return o.input == c.input && o.size == c.size;
-      });
+      bool seen =
+          std::any_of(k.index_checks.begin(), k.index_checks.end(),
+                      [&](const IndexCheck& o) { return o.input == c.input && o.size == c.size; });
       if (!seen) k.index_checks.push_back(c);
     }
     for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -1589,7 +1589,8 @@ class KernelEmitter {
     const Value* index = node.input(2);
     const TensorType& st = self->tensor_type();
     const int64_t rank = st.rank();
-    const auto dim = static_cast<size_t>(wrap_dim(node.arg(1).as_int(), std::max<int64_t>(rank, 1)));
+    const auto dim =
+        static_cast<size_t>(wrap_dim(node.arg(1).as_int(), std::max<int64_t>(rank, 1)));
     const int64_t size = rank == 0 ? 1 : st.shape[dim];
     const int64_t count = index->tensor_type().numel();
     const DType out = node.outputs[0]->tensor_type().dtype;
@@ -1602,7 +1603,8 @@ class KernelEmitter {
       checked = checked->producer()->input(0);
     auto in = input_index_.find(checked);
     if (in == input_index_.end())
-      not_lowered(node.op->name + ": an index computed in the same region (it must be checked first)");
+      not_lowered(node.op->name +
+                  ": an index computed in the same region (it must be checked first)");
     if (mode_ == NestMode::kRows) not_lowered(node.op->name + ": inside a row nest");
     std::string where = node.op->name;
     if (node.loc.line > 0) where += " at " + node.loc.str();
@@ -1661,8 +1663,8 @@ class KernelEmitter {
     }
     for (auto it = level_of_.begin(); it != level_of_.end();)
       it = it->second >= level ? level_of_.erase(it) : std::next(it);
-    emit(depth, "for (int64_t " + k + " = 0; " + k + " < " + std::to_string(count) + "; ++" + k +
-                    ") {");
+    emit(depth,
+         "for (int64_t " + k + " = 0; " + k + " < " + std::to_string(count) + "; ++" + k + ") {");
     levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
     emit(depth, "}");
     return define(out, acc);
@@ -1840,7 +1842,7 @@ class KernelEmitter {
   int64_t row_cache_words_ = 0;
   int reductions_ = 0;  // reductions in the nest so far
   std::unordered_map<std::string, Val> memo_;
-  std::vector<IndexCheck> index_checks_;  // of the index ops lowered so far (one per use)
+  std::vector<IndexCheck> index_checks_;      // of the index ops lowered so far (one per use)
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided
   // Per input: the indices of its loads outside any scatter's src, and whether it is loaded

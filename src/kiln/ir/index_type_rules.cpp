@@ -25,8 +25,8 @@ int64_t index_dim(const OpInfo& op, const TensorType& self, int64_t dim, const T
   KILN_CHECK(index.rank() <= 1) << op.name << " expects an index of at most one dim, got "
                                 << index.rank() << " dims; flatten it with .reshape(-1).";
   KILN_CHECK(index.device == self.device)
-      << op.name << " expects its index on " << self.device.str() << ", got "
-      << index.device.str() << ".";
+      << op.name << " expects its index on " << self.device.str() << ", got " << index.device.str()
+      << ".";
   return wrap_dim(dim, std::max<int64_t>(self.rank(), 1));
 }
 

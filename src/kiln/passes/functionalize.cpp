@@ -499,7 +499,8 @@ class Functionalizer {
       int storage = final_of(o).storage;
       if (sa_.storage(storage).input_group >= 0 || !states_.contains(storage)) continue;
       auto obj = object_.find(o);
-      objects[storage].insert(obj != object_.end() ? obj->second : -1 - static_cast<int>(objects.size()));
+      objects[storage].insert(obj != object_.end() ? obj->second
+                                                   : -1 - static_cast<int>(objects.size()));
     }
     std::set<int> shared;
     for (const auto& [storage, objs] : objects)
@@ -537,8 +538,8 @@ class Functionalizer {
         r.geometry = final_of(o).geometry;
         r.storage_numel = sa_.storage(storage).numel;
         r.storage_geometry = states_.at(storage).canon;
-        described.push_back("a view of " + values[static_cast<size_t>(r.index)]->name() + "'s storage " +
-                            geometry_str(r.geometry));
+        described.push_back("a view of " + values[static_cast<size_t>(r.index)]->name() +
+                            "'s storage " + geometry_str(r.geometry));
       } else if (sa_.storage(final_of(o).storage).input_group >= 0) {
         r.kind = ReturnBinding::Kind::kInputView;
         r.index = sa_.storage(final_of(o).storage).input_group;

@@ -312,8 +312,10 @@ nb::object python_constant(const Constant& c) {
 // kernels (a matrix product through its BLAS) instead of kiln's reference interpreter.
 std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs) {
   nb::gil_scoped_acquire gil;
-  static nb::handle run_node = nb::object(nb::module_::import_("kiln._torch_steps").attr("run_node")).release();
-  static nb::handle detached = nb::object(nb::module_::import_("kiln._torch_steps").attr("detached")).release();
+  static nb::handle run_node =
+      nb::object(nb::module_::import_("kiln._torch_steps").attr("run_node")).release();
+  static nb::handle detached =
+      nb::object(nb::module_::import_("kiln._torch_steps").attr("detached")).release();
   std::unordered_map<const Value*, nb::object> env;
   auto python_value = [](const RtValue& v) -> nb::object {
     if (const auto* s = std::get_if<RtScalar>(&v))

@@ -631,7 +631,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   }
   // What the caller gets back.
   std::vector<RtValue> results;
-  std::set<const RtTensor*> handed_out;  // fresh tensors returned as they are
+  std::set<const RtTensor*> handed_out;        // fresh tensors returned as they are
   std::map<int, TensorHandle> fresh_storages;  // kFreshView: one buffer per shared storage
   for (const ReturnBinding& r : program.interface.returns) {
     switch (r.kind) {

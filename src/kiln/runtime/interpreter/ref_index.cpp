@@ -13,9 +13,9 @@ std::vector<int64_t> checked_indices(const Node& node, const RtTensor& index, in
                                      int64_t dim) {
   std::vector<int64_t> values = to_int_vector(index);
   for (int64_t v : values)
-    KILN_CHECK(v >= 0 && v < size) << node.op->name << ": index " << v
-                                   << " is out of bounds for dimension " << dim << " with size "
-                                   << size << ".";
+    KILN_CHECK(v >= 0 && v < size)
+        << node.op->name << ": index " << v << " is out of bounds for dimension " << dim
+        << " with size " << size << ".";
   return values;
 }
 
@@ -85,9 +85,9 @@ void index_write(Env& env, const Node& node, bool add) {
     if (!add) {
       copy_element(*source.storage, si, *out->storage, out_linear);
     } else if (floating) {
-      out->storage->store_double(out_linear, out->storage->load_double(out_linear) +
-                                                 scalar_to_double(alpha) *
-                                                     source.storage->load_double(si));
+      out->storage->store_double(out_linear,
+                                 out->storage->load_double(out_linear) +
+                                     scalar_to_double(alpha) * source.storage->load_double(si));
     } else {
       out->storage->store_int(out_linear, out->storage->load_int(out_linear) +
                                               scalar_to_int(alpha) * source.storage->load_int(si));
