@@ -473,6 +473,9 @@ def _scalar_tensor(call: Call) -> Any:
         # eager step without tensor arguments), so its contents are never a baked-in buffer.
         from ._fallback import eager_fallback
 
+        if call.kwargs.get("device") is None:
+            # The device it is made on when the program runs is the one it was traced for.
+            call.kwargs["device"] = _creation_device(call, None)
         return eager_fallback(call)
     if isinstance(value, Proxy) or not isinstance(value, (bool, int, float)):
         raise call.unsupported(

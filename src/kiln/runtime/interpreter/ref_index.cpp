@@ -55,7 +55,8 @@ void ref_IndexSelect(Env& env, const Node& node) {
   std::vector<int64_t> index =
       checked_indices(node, *env.tensor(node.arg(2)), size_at(self, dim), dim);
   const TensorType& type = node.outputs[0]->tensor_type();
-  TensorHandle out = empty_strided(type.dtype, type.shape, contiguous_strides(type.shape));
+  TensorHandle out =
+      empty_strided(type.dtype, type.shape, contiguous_strides(type.shape), self.device());
   if (self.rank() == 0) {
     for (int64_t i = 0; i < out->numel(); ++i)
       copy_element(*self.storage, self.offset, *out->storage, i);
