@@ -146,6 +146,29 @@ def _written_proxies(call: Call, proxies: list[Proxy], versions: list[int], writ
     return unique
 
 
+def _schema_writes(call: Call) -> list[torch.Tensor] | None:
+    """The arguments an ATen or custom op writes, when its schema says it returns nothing and
+    writes only its arguments; None for any other op."""
+    func = call.func
+    if isinstance(func, torch._ops.OpOverloadPacket):
+        overloads = func.overloads()
+        if len(overloads) != 1:
+            return None
+        func = getattr(func, overloads[0])
+    if not isinstance(func, torch._ops.OpOverload):
+        return None
+    schema = func._schema
+    if schema.returns:
+        return None
+    written = []
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        value = call.args[i] if i < len(call.args) else call.kwargs.get(a.name)
+        written += [t for t in pytree.tree_leaves(value) if isinstance(t, Proxy)]
+    return written or None
+
+
 def _unchanged(t: torch.Tensor, old: torch.Tensor) -> bool:
     if t.is_floating_point() or t.is_complex():
         return torch.allclose(t, old, rtol=0, atol=0, equal_nan=True)
@@ -165,8 +188,16 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     versions = [p._version for p in proxies]
     geometries = [(tuple(p.shape), p.stride(), p.storage_offset()) for p in proxies]
     watch = _WrittenArguments()
-    with watch:
-        result = call.run_meta()
+    try:
+        with watch:
+            result = call.run_meta()
+    except NotImplementedError:
+        # No meta kernel: an op whose schema says it only writes its arguments (`Tensor(a!)`,
+        # no result) needs none, since its writes change no shape.
+        declared = _schema_writes(call)
+        if declared is None:
+            raise
+        result, watch.written = None, declared
     if any((tuple(p.shape), p.stride(), p.storage_offset()) != g for p, g in zip(proxies, geometries)):
         raise call.unsupported(
             "kiln has no lowering for this op, and it changes the shape or strides of an argument, "

@@ -137,3 +137,29 @@ def test_a_write_into_an_expanded_argument_raises_like_eager():
         f(torch.zeros(4).expand(3, 4))
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         kiln.jit(f)(torch.zeros(4).expand(3, 4))
+
+
+# An op with a schema that only writes its argument and no meta kernel (a user's custom op).
+_LIB = torch.library.Library("kiln_test_fallback", "DEF")
+_LIB.define("scale_(Tensor(a!) x, float s) -> ()")
+
+
+def _scale_(x: torch.Tensor, s: float) -> None:
+    x.mul_(s)
+
+
+for _key in ("CPU", "CUDA"):  # no Meta kernel
+    _LIB.impl("scale_", _scale_, _key)
+
+
+def test_an_op_that_only_writes_its_arguments_needs_no_meta_kernel():
+    def f(x, y):
+        z = y + 1
+        torch.ops.kiln_test_fallback.scale_(z, 3.0)
+        torch.ops.kiln_test_fallback.scale_(x[1:], 2.0)
+        return z * x
+
+    with pytest.raises(NotImplementedError):  # PyTorch's meta run has nothing to run
+        torch.ops.kiln_test_fallback.scale_(torch.ones(2, device="meta"), 2.0)
+    jitted = check_against_eager(f, lambda: [ar(4), ar(4) - 1])
+    assert kiln.last_stats(jitted)["fallback_ops"] == 2
