@@ -293,6 +293,7 @@ enum class Move {
 constexpr double kMoveWeights[] = {10, 11, 12, 12, 4, 3, 6, 16, 2, 3, 4,
                                    2,  7,  5,  3,  2, 3, 2, 1,  1, 1, 3};
 static_assert(std::size(kMoveWeights) == static_cast<size_t>(Move::kCount));
+constexpr size_t kMaxSteps = 30;  // a program's steps, at most (generate_program's contract)
 
 const std::vector<OpId>& unary_ops() {
   static const std::vector<OpId> ops = {
@@ -1294,6 +1295,7 @@ class Generator {
   // positions, or all of them reversed (index ops, ops.def), written back in place half the time
   // (x.index_copy_(...) as the tracer records it: the functional op, then copy_).
   bool move_index() {
+    if (r_.steps.size() + 5 > kMaxSteps) return false;  // it makes up to 5
     auto h = pick_any();
     if (!h || rank_of(*h) == 0) return false;
     const Shape shape = shape_of(*h);
@@ -1441,8 +1443,8 @@ class Generator {
         return move_fill();
       case Move::kCopy:
         return move_copy();
-      case Move::kClone:
-        return move_clone();
+      case Move::kClone:  // two steps
+        return r_.steps.size() + 2 <= kMaxSteps && move_clone();
       case Move::kSetitem:
         return move_setitem();
       case Move::kMetadata:
@@ -1470,7 +1472,7 @@ class Generator {
   }
 
   void make_steps() {
-    size_t target = static_cast<size_t>(rng_.uniform(3, 30));
+    size_t target = static_cast<size_t>(rng_.uniform(3, static_cast<int64_t>(kMaxSteps)));
     std::vector<double> weights(std::begin(kMoveWeights), std::end(kMoveWeights));
     for (int attempts = 0; r_.steps.size() < target && attempts < 40 * static_cast<int>(target);
          ++attempts)

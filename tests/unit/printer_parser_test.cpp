@@ -13,7 +13,7 @@ namespace {
 // Inputs every sample may use.
 constexpr const char* kHeader =
     "# Constructed by trace (0.00 ms)\n"
-    "def computation(x, y, i, m, bm, s, v, n):\n"
+    "def computation(x, y, i, m, bm, s, v, n, j):\n"
     "  # x: \"cpu f32[2, 3]\"\n"
     "  # y: \"cpu f32[2, 3]\"\n"
     "  # i: \"cpu i64[2, 3]\"\n"
@@ -21,7 +21,8 @@ constexpr const char* kHeader =
     "  # bm: \"cpu f32[2, 3, 3]\"\n"
     "  # s: \"cpu f32[3, 3]\"\n"
     "  # v: \"cpu f32[3]\"\n"
-    "  # n: \"float\"\n";
+    "  # n: \"float\"\n"
+    "  # j: \"cpu i64[3]\"\n";
 
 // One call per op, written as kiln prints it (defaults left out). The in-place form of an
 // elementwise op uses its functional op's sample. Adding an op to ops.def without a sample here
@@ -130,6 +131,9 @@ const std::map<std::string, std::string>& samples() {
       {"detach", "ltorch.detach(x)"},
       {"alias", "ltorch.alias(x)"},
       {"slice_scatter", "ltorch.slice_scatter(x, y, 1)"},
+      {"index_select", "ltorch.index_select(x, 1, j)"},
+      {"index_copy", "ltorch.index_copy(x, 1, j, y)"},
+      {"index_add", "ltorch.index_add(x, 1, j, y, alpha=2)"},
       {"select_scatter", "ltorch.select_scatter(s, v, 1, 0)"},
       {"diagonal_scatter", "ltorch.diagonal_scatter(s, v)"},
       {"as_strided_scatter", "ltorch.as_strided_scatter(s, x, [2, 3], [3, 1])"},

@@ -1,6 +1,7 @@
 // The index ops (ops.def, "index reads and writes") as eager runs them on the CPU: positions
 // along one dim picked by an integer index tensor; an index out of range is the user's error,
 // raised before anything is written (eager's message).
+#include "kiln/runtime/interpreter/layout.h"
 #include "kiln/runtime/interpreter/reference_ops.h"
 #include "kiln/support/error.h"
 
@@ -70,7 +71,7 @@ void ref_IndexSelect(Env& env, const Node& node) {
 
 namespace {
 
-// index_copy and index_add: a contiguous copy of self, then each source slice i written into
+// index_copy and index_add: a copy of self, then each source slice i written into
 // (or added to) self's slice index[i], in order.
 void index_write(Env& env, const Node& node, bool add) {
   const RtTensor& self = *env.tensor(node.arg(0));
@@ -78,11 +79,15 @@ void index_write(Env& env, const Node& node, bool add) {
   int64_t dim = dim_of(node, self);
   std::vector<int64_t> index =
       checked_indices(node, *env.tensor(node.arg(2)), size_at(self, dim), dim);
-  TensorHandle out = clone(self);
+  // A clone of self laid out as empty_like(self) (eager's index_copy is
+  // self.clone().index_copy_(...)).
+  TensorHandle out = empty_strided(self.dtype(), self.sizes, strides_like(self), self.device());
+  copy_into(*out, self);
   RtScalar alpha = add ? env.number(node.arg("alpha")) : RtScalar(int64_t{1});
   bool floating = is_floating(self.dtype());
   auto write = [&](int64_t src_linear, int64_t out_linear) {
     int64_t si = source.storage_index_of_linear(src_linear);
+    out_linear = out->storage_index_of_linear(out_linear);
     if (!add) {
       copy_element(*source.storage, si, *out->storage, out_linear);
     } else if (floating) {
