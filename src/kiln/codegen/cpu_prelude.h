@@ -93,5 +93,8 @@ inline double i_f32(int64_t v) {
 inline double kernel_infinity() {
   return __builtin_inf();
 }
+inline double kernel_nan() {
+  return __builtin_nan("");
+}
 
 }  // namespace kiln::kernel

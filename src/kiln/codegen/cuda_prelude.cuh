@@ -228,6 +228,9 @@ inline void vector_store(void* memory, const void* registers) {
 inline double kernel_infinity() {
   return __longlong_as_double(0x7ff0000000000000LL);
 }
+inline double kernel_nan() {  // the quiet NaN std::nan("") gives
+  return __longlong_as_double(0x7ff8000000000000LL);
+}
 
 }  // namespace kernel
 }  // namespace kiln

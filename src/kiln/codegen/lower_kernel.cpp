@@ -47,8 +47,10 @@ struct NotLowered {
 }
 
 std::string double_literal(double v) {
-  if (std::isnan(v)) return std::signbit(v) ? "(-__builtin_nan(\"\"))" : "__builtin_nan(\"\")";
-  if (std::isinf(v)) return v < 0 ? "(-__builtin_inf())" : "__builtin_inf()";
+  // Through the preludes' functions: NVRTC has no __builtin_inf (a CUDA kernel of
+  // masked_fill(-inf) did not compile).
+  if (std::isnan(v)) return std::signbit(v) ? "(-kernel_nan())" : "kernel_nan()";
+  if (std::isinf(v)) return v < 0 ? "(-kernel_infinity())" : "kernel_infinity()";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%a", v);  // exact
   return v < 0 || std::signbit(v) ? std::string("(") + buf + ")" : buf;
