@@ -62,8 +62,12 @@ def random_program(seed: int, fallback_ops: bool = False) -> tuple[str, Callable
         # On the CPU whatever the test device: an invalid step (an index out of range) raises
         # there, where a CUDA kernel would device-assert and end the process's CUDA context.
         env = {"torch": torch, **dict(zip(names, [a.cpu() for a in make_args()]))}
-        with torch.device("cpu"):
+        default = torch.get_default_device()
+        torch.set_default_device("cpu")
+        try:
             exec("\n".join(lines), env)
+        finally:
+            torch.set_default_device(default)
         return env
 
     counter = 0

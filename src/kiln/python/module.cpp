@@ -224,6 +224,13 @@ thread_local TorchAllocator* current_allocator = nullptr;
 // A torch tensor over a kiln tensor's memory (no copy; valid while the kiln storage lives).
 at::Tensor torch_view(const RtTensor& t) {
   at::TensorOptions options = at::TensorOptions().dtype(torch_dtype(t.dtype()));
+  if (t.numel() == 0) {
+    // No element to share (an empty CUDA storage may have no device address, which from_blob
+    // refuses): an empty tensor of the same layout.
+    if (t.storage->on_device()) options = options.device(at::kCUDA, t.device().index);
+    return at::empty_strided(std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
+                             options);
+  }
   auto bytes = static_cast<size_t>(t.offset * dtype_size(t.dtype()));
   void* data = nullptr;
   if (t.storage->on_device()) {
