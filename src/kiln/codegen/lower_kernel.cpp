@@ -886,6 +886,19 @@ class KernelEmitter {
     levels_.at(static_cast<size_t>(level)) += line + "\n";
     if (!defines.empty()) level_of_[defines] = level;
   }
+  // Ends the innermost level (a loop's body, opened with levels_.emplace_back()): returns its
+  // code and forgets the values defined in it, which exist only inside the loop.
+  std::string close_level(int level) {
+    std::string body = levels_.back();
+    levels_.pop_back();
+    for (auto it = memo_.begin(); it != memo_.end();) {
+      auto l = level_of_.find(it->second.expr);
+      it = l != level_of_.end() && l->second >= level ? memo_.erase(it) : std::next(it);
+    }
+    for (auto it = level_of_.begin(); it != level_of_.end();)
+      it = it->second >= level ? level_of_.erase(it) : std::next(it);
+    return body;
+  }
   // Declares `name` = `expr` at the level `expr` needs.
   void declare(const std::string& type, const std::string& name, const std::string& expr) {
     emit(depth_of(expr), "[[maybe_unused]] const " + type + " " + name + " = " + expr + ";", name);
@@ -1435,14 +1448,7 @@ class KernelEmitter {
                                         : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
       if (fl && !arg) converted = "static_cast<" + element_type + ">(" + converted + ")";
       emit(level, combine(converted, rl));
-      std::string body = levels_.back();
-      levels_.pop_back();
-      for (auto it = memo_.begin(); it != memo_.end();) {
-        auto l = level_of_.find(it->second.expr);
-        it = l != level_of_.end() && l->second >= level ? memo_.erase(it) : std::next(it);
-      }
-      for (auto it = level_of_.begin(); it != level_of_.end();)
-        it = it->second >= level ? level_of_.erase(it) : std::next(it);
+      std::string body = close_level(level);
       std::string n = std::to_string(count);
       if (cooperative) {
         BlockLoop loop = block_loop(rl, "int64_t", count);
@@ -1657,14 +1663,7 @@ class KernelEmitter {
                   : "i_" + suffix(out) + "(" + acc + " + " + alpha.as_int + " * " + v.expr + ")";
     }
     emit(level, "if ((" + j.expr + ") == (" + coordinate + ")) " + acc + " = " + update + ";");
-    std::string body = levels_.back();
-    levels_.pop_back();
-    for (auto it = memo_.begin(); it != memo_.end();) {
-      auto l = level_of_.find(it->second.expr);
-      it = l != level_of_.end() && l->second >= level ? memo_.erase(it) : std::next(it);
-    }
-    for (auto it = level_of_.begin(); it != level_of_.end();)
-      it = it->second >= level ? level_of_.erase(it) : std::next(it);
+    std::string body = close_level(level);
     emit(depth,
          "for (int64_t " + k + " = 0; " + k + " < " + std::to_string(count) + "; ++" + k + ") {");
     levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
