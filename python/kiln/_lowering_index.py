@@ -242,7 +242,7 @@ for _fn, _check in INDEX_CHECKS.items():
 # ---- index ops kiln lowers into kernels ----------------------------------------------------------
 #
 # index_select, index_copy and index_add (and embedding, an index_select of the weight's rows)
-# with a one-dim integer index are kiln ops: they fuse, and the executor checks their indices
+# with a one-dim integer index, and gather, are kiln ops: they fuse, and the executor checks their indices
 # before the kernel runs (kernel.h, IndexCheck). Other forms run as eager steps, as above.
 
 
@@ -257,6 +257,15 @@ def _index_select(call: Call) -> Any:
     if not isinstance(self, Proxy) or not _kernel_index(index):
         return _eager(call, "index_select", INDEX_CHECKS[torch.index_select])
     return call.emit("index_select", [self, dim, index], {}, result)
+
+
+def _gather(call: Call) -> Any:
+    args = _bind(call, lambda self, dim, index, *, sparse_grad=False: None)
+    self, dim, index = args["self"], args["dim"], args["index"]
+    result = call.run_meta()  # eager's checks (ranks, sizes, an int64 index)
+    if not isinstance(self, Proxy) or not isinstance(index, Proxy) or self.dim() == 0:
+        return _eager(call, "gather", INDEX_CHECKS[torch.gather])
+    return call.emit("gather", [self, dim, index], {}, result)
 
 
 def _index_write(op: str) -> Callable[[Call], Any]:
@@ -307,6 +316,7 @@ def _embedding(call: Call) -> Any:
 
 
 _register(_index_select, torch.index_select, torch.Tensor.index_select)
+_register(_gather, torch.gather, torch.Tensor.gather)
 for _op in ("index_copy", "index_add"):
     _register(_index_write(_op), getattr(torch, _op), getattr(torch.Tensor, _op), getattr(torch.Tensor, _op + "_"))
 _register(_embedding, torch.nn.functional.embedding)

@@ -167,6 +167,7 @@ ROWS: tuple[Row, ...] = (
     Row("as_strided_scatter", "scatter", "self:T, src:T, size:ints, stride:ints, storage_offset:int?=None", False),
     # index reads and writes
     Row("index_select", "index", "self:T, dim:int, index:T", False),
+    Row("gather", "index", "self:T, dim:int, index:T", False),
     Row("index_copy", "index", "self:T, dim:int, index:T, source:T", False),
     Row("index_add", "index", "self:T, dim:int, index:T, source:T, *, alpha:S=1", False),
     # mutation (the in-place elementwise forms come from the rows above)

@@ -236,7 +236,7 @@ def test_the_cuda_index_check_raises_where_the_cpu_kernel_does(name, bad):
     assert (check_error is None) == (eager_error is None), (check_error, eager_error)
 
 
-@pytest.mark.parametrize("name", ["index_select", "index_copy", "index_add_", "embedding"])
+@pytest.mark.parametrize("name", ["index_select", "index_copy", "index_add_", "embedding", "gather"])
 def test_index_ops_with_a_one_dim_index_run_as_kernels(name):
     fn, make_args = OPS[name]
     jitted = check_against_eager(fn, make_args)

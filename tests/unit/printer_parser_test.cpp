@@ -132,6 +132,7 @@ const std::map<std::string, std::string>& samples() {
       {"alias", "ltorch.alias(x)"},
       {"slice_scatter", "ltorch.slice_scatter(x, y, 1)"},
       {"index_select", "ltorch.index_select(x, 1, j)"},
+      {"gather", "ltorch.gather(x, 1, i)"},
       {"index_copy", "ltorch.index_copy(x, 1, j, y)"},
       {"index_add", "ltorch.index_add(x, 1, j, y, alpha=2)"},
       {"select_scatter", "ltorch.select_scatter(s, v, 1, 0)"},

@@ -1626,6 +1626,12 @@ class KernelEmitter {
                   std::to_string(size - 1) + " : (" + j.expr + "))");
       return IndexExpr::bounded(c, 0, size - 1);
     };
+    if (node.id() == OpId::kGather) {
+      if (rank == 0) return eval(self, at);
+      Index from = at;
+      from[dim] = in_range(eval(index, at));  // the index has the output's shape
+      return eval(self, from);
+    }
     if (node.id() == OpId::kIndexSelect) {
       if (rank == 0) return eval(self, at);
       Index from = at;

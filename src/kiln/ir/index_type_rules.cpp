@@ -42,6 +42,28 @@ std::vector<TensorType> infer_index_select(const OpInfo& op, std::span<const Ope
   return {TensorType{self.dtype, shape, self.device, std::nullopt}};
 }
 
+// gather(self, dim, index): the index's shape, self's dtype; the index has self's rank, and no
+// more positions than self along the other dims (PyTorch's checks).
+std::vector<TensorType> infer_gather(const OpInfo& op, std::span<const Operand> args) {
+  const TensorType& self = tensor_arg(args, 0);
+  const TensorType& index = tensor_arg(args, 2);
+  KILN_CHECK(index.dtype == DType::kInt64)
+      << op.name << " expects an int64 index, got " << dtype_name(index.dtype)
+      << "; convert the index with .long().";
+  KILN_CHECK(index.rank() == self.rank() || (self.rank() <= 1 && index.rank() <= 1))
+      << op.name << ": the index must have self's number of dims (" << self.rank() << "), got "
+      << index.rank() << ".";
+  KILN_CHECK(index.device == self.device)
+      << op.name << " expects its index on " << self.device.str() << ".";
+  int64_t d = wrap_dim(args[1].as_int(), std::max<int64_t>(self.rank(), 1));
+  for (int64_t k = 0; k < index.rank() && k < self.rank(); ++k)
+    KILN_CHECK(k == d || index.shape[static_cast<size_t>(k)] <= self.shape[static_cast<size_t>(k)])
+        << op.name << ": the index has " << index.shape[static_cast<size_t>(k)]
+        << " positions along dim " << k << ", more than self's "
+        << self.shape[static_cast<size_t>(k)] << ".";
+  return {TensorType{self.dtype, index.shape, self.device, std::nullopt}};
+}
+
 // index_copy / index_add(self, dim, index, source): self's type; source has self's shape with
 // dim of the index's length (a 0-dim self takes a 0-dim or one-element source).
 std::vector<TensorType> infer_index_write(const OpInfo& op, std::span<const Operand> args) {

@@ -69,6 +69,28 @@ void ref_IndexSelect(Env& env, const Node& node) {
   env.bind(node.outputs[0], out);
 }
 
+void ref_Gather(Env& env, const Node& node) {
+  const RtTensor& self = *env.tensor(node.arg(0));
+  const RtTensor& index = *env.tensor(node.arg(2));
+  int64_t dim = dim_of(node, self);
+  std::vector<int64_t> values = checked_indices(node, index, size_at(self, dim), dim);
+  const TensorType& type = node.outputs[0]->tensor_type();
+  TensorHandle out =
+      empty_strided(type.dtype, type.shape, contiguous_strides(type.shape), self.device());
+  std::vector<int64_t> at(type.shape.size(), 0);
+  for (int64_t linear = 0; linear < out->numel(); ++linear) {
+    std::vector<int64_t> from = at;
+    if (!from.empty()) from[static_cast<size_t>(dim)] = values[static_cast<size_t>(linear)];
+    int64_t si = self.rank() == 0 ? self.offset : self.storage_index(from);
+    copy_element(*self.storage, si, *out->storage, linear);
+    for (size_t d = at.size(); d-- > 0;) {
+      if (++at[d] < type.shape[d]) break;
+      at[d] = 0;
+    }
+  }
+  env.bind(node.outputs[0], out);
+}
+
 namespace {
 
 // index_copy and index_add: a copy of self, then each source slice i written into
