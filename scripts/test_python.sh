@@ -3,7 +3,7 @@
 # kiln._C and kiln-opt in build/py (Release, no C++ tests, so GoogleTest is not needed), and runs
 # the Python tests tests/python on the CPU with them. scripts/test.sh calls it.
 #   KILN_PYTHON=/path/to/python   test with that interpreter instead of .venv/bin/python
-#   KILN_RANDOM_PROGRAMS=N        random programs per random-program test (here 1000 unless set)
+#   KILN_RANDOM_PROGRAMS=N        random programs per random-program test (here 500 unless set)
 # Extra arguments go to pytest (e.g. -k jit, --durations=15).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ echo "== python extension build took $((SECONDS - start)) s"
 export KILN_EXT_DIR=$PWD/build/py/python/kiln
 export KILN_OPT=$PWD/build/py/tools/kiln-opt/kiln-opt
 export KILN_CACHE_DIR=$PWD/build/kernel-cache # as for ctest: not the user's ~/.cache/kiln
-export KILN_RANDOM_PROGRAMS=${KILN_RANDOM_PROGRAMS:-1000}
+export KILN_RANDOM_PROGRAMS=${KILN_RANDOM_PROGRAMS:-500}
 [ -x "$KILN_OPT" ] || { echo "test_python: no kiln-opt at $KILN_OPT" >&2; exit 1; }
 PYTHONPATH=$PWD/python "$py" -c '
 import os, sys, torch, kiln
