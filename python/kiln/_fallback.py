@@ -227,18 +227,15 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     written_slots = list(written)
     returned_index = [i for i, (r, w) in enumerate(zip(flat, returned_written)) if isinstance(r, torch.Tensor) and not w]
     func, name, where = call.func, call.name, call.where()
+    # Every occurrence of a written object gets its clone (one object may be passed twice).
+    occurrences = {k: [j for j, p in enumerate(proxies) if p is proxies[k]] for k in written_slots}
 
     def run(inputs: list) -> list:
         inputs = list(inputs)
         clones = {}
         for k in written_slots:
             clones[k] = inputs[k].clone(memory_format=torch.preserve_format)
-        # Every occurrence of a written object gets its clone.
-        by_object = {}
-        for k, p in enumerate(proxies):
-            by_object.setdefault(id(p), []).append(k)
-        for k in written_slots:
-            for other in by_object[id(proxies[k])]:
+            for other in occurrences[k]:
                 inputs[other] = clones[k]
         leaves = list(arg_leaves)
         for i, t in zip(slots, inputs):

@@ -77,9 +77,6 @@ _SPECIAL: dict[str, Callable] = {
     "rms_norm": F.rms_norm,
     "gelu": F.gelu,
     "silu": F.silu,
-    "view": lambda self, size: self.view(size),
-    "expand": lambda self, size: self.expand(size),
-    "round": torch.round,
 }
 
 
