@@ -16,7 +16,8 @@ where the tensor is an input.
   while tracing) and raises UnsupportedError naming the rewrite.
 
 The ops with their own torch names (index_select, gather, scatter, index_copy_, index_put_,
-...) have no rule here: they reach the eager fallback directly.
+...) lower to kiln's index ops where their form allows (below), else run as eager steps with
+an index check on CUDA.
 """
 
 from __future__ import annotations
@@ -154,7 +155,6 @@ def _size(t: torch.Tensor, dim: int) -> tuple[int, int]:
     return t.shape[dim], dim
 
 
-# (take_along_dim needs none: it takes its indices modulo the size, on every device.)
 def _dim_check(self_pos: int, dim_pos: int, index_pos: int, negative: bool, error: type, names=("self", "dim", "index")):
     """An op(self, dim, index, ...) whose index addresses self's dim."""
 
@@ -173,6 +173,14 @@ def _check_embedding(args: tuple, kwargs: dict) -> None:
     index = args[0] if args else kwargs["input"]
     weight = args[1] if len(args) > 1 else kwargs["weight"]
     _check_range(index, weight.shape[0], 0, False, IndexError)
+
+
+def _check_take_along_dim(args: tuple, kwargs: dict) -> None:
+    x = args[0] if args else kwargs["input"]
+    index = args[1] if len(args) > 1 else kwargs["indices"]
+    dim = args[2] if len(args) > 2 else kwargs.get("dim")
+    if dim is None:  # (along a dim, eager takes the indices modulo its size)
+        _check_range(index, x.numel(), 0, False, RuntimeError)
 
 
 def _check_index_tensors(self: torch.Tensor, items: list) -> None:
@@ -228,6 +236,8 @@ INDEX_CHECKS: dict[Any, Callable[[tuple, dict], None]] = {
     torch.Tensor.__getitem__: _check_key,
     torch.Tensor.__setitem__: _check_key,
     torch.nn.functional.embedding: _check_embedding,
+    torch.take_along_dim: _check_take_along_dim,
+    torch.Tensor.take_along_dim: _check_take_along_dim,
 }
 for _names, _check in _INDEX_OPS.items():
     for _name in _names:
@@ -242,8 +252,9 @@ for _fn, _check in INDEX_CHECKS.items():
 # ---- index ops kiln lowers into kernels ----------------------------------------------------------
 #
 # index_select, index_copy and index_add (and embedding, an index_select of the weight's rows)
-# with a one-dim integer index, and gather, are kiln ops: they fuse, and the executor checks their indices
-# before the kernel runs (kernel.h, IndexCheck). Other forms run as eager steps, as above.
+# with a one-dim integer index, gather (and take_along_dim without a dim) and scatter (scatter_add,
+# scatter_reduce) are kiln ops: they fuse, and the executor checks their indices before the kernel
+# runs (kernel.h, IndexCheck). Other forms run as eager steps, as above.
 
 
 def _kernel_index(index: Any) -> bool:
@@ -268,6 +279,151 @@ def _gather(call: Call) -> Any:
     return call.emit("gather", [self, dim, index], {}, result)
 
 
+def _view(call: Call, method: Any, *args: Any) -> Proxy:
+    return RULES[_key(method)](Call(call.tracer, method, args, {}, call.loc))
+
+
+def _take_along_dim(call: Call) -> Any:
+    """take_along_dim without a dim is a gather of the flattened operands. Along a dim, eager
+    takes the indices modulo the dim's size (an index out of range is no error): kiln's gather
+    has no such mode, and that form runs as an eager step."""
+    args = _bind(call, lambda input, indices, dim=None: None)
+    x, index, dim = args["input"], args["indices"], args["dim"]
+    call.run_meta()  # eager's checks (ranks, an integer index, shapes that broadcast)
+    if not isinstance(x, Proxy) or not isinstance(index, Proxy) or index.dtype != torch.int64 or x.dim() == 0 or dim is not None:
+        return _eager(call, "take_along_dim", _check_take_along_dim)
+    x, index = _view(call, torch.Tensor.reshape, x, (-1,)), _view(call, torch.Tensor.reshape, index, (-1,))
+    return call.emit("gather", [x, 0, index], {}, call.run_meta(torch.gather, (x, 0, index), {}))
+
+
+def _check_take_along_dim(args: tuple, kwargs: dict) -> None:
+    x = args[0] if args else kwargs["input"]
+    index = args[1] if len(args) > 1 else kwargs["indices"]
+    dim = args[2] if len(args) > 2 else kwargs.get("dim")
+    if dim is None:  # (along a dim, eager takes the indices modulo its size)
+        _check_range(index, x.numel(), 0, False, RuntimeError)
+
+
+def _check_index_tensors(self: torch.Tensor, items: list) -> None:
+    """Tensor items of an advanced key (or index_put's indices), each at the dims it indexes."""
+    consumed = sum(
+        (k.dim() if isinstance(k, torch.Tensor) and k.dtype == torch.bool else 1)
+        for k in items
+        if k is not None and k is not Ellipsis
+    )
+    dim = 0
+    for k in items:
+        if k is Ellipsis:
+            dim += self.dim() - consumed
+        elif k is None:
+            continue
+        elif isinstance(k, torch.Tensor) and k.dtype == torch.bool:
+            dim += k.dim()
+        else:
+            if isinstance(k, torch.Tensor) and dim < self.dim():
+                _check_range(k, self.shape[dim], dim, True, IndexError)
+            dim += 1
+
+
+def _check_key(args: tuple, kwargs: dict) -> None:
+    self, key = args[0], args[1]
+    items = list(key) if isinstance(key, tuple) else [key]
+    if any(isinstance(k, list) for k in items):
+        return  # a list of Python ints is checked by PyTorch on the host
+    _check_index_tensors(self, items)
+
+
+def _check_index_put(args: tuple, kwargs: dict) -> None:
+    self = args[0] if args else kwargs["input"]
+    indices = args[1] if len(args) > 1 else kwargs["indices"]
+    _check_index_tensors(self, list(indices))
+
+
+def _eager_index(what: str, check: Callable[[tuple, dict], None]) -> Callable[[Call], Any]:
+    return lambda call: _eager(call, what, check)
+
+
+_INDEX_OPS: dict[tuple[str, ...], Callable[[tuple, dict], None]] = {
+    ("index_select", "index_copy", "index_copy_"): _dim_check(0, 1, 2, False, IndexError),
+    ("index_add", "index_add_"): _dim_check(0, 1, 2, False, RuntimeError),
+    ("index_fill", "index_fill_"): _dim_check(0, 1, 2, True, IndexError),
+    ("gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "scatter_reduce", "scatter_reduce_"): _dim_check(
+        0, 1, 2, False, RuntimeError
+    ),
+    ("index_put", "index_put_"): _check_index_put,
+}
+# The check of each torch function's eager step (tests compare them with the CPU kernels).
+INDEX_CHECKS: dict[Any, Callable[[tuple, dict], None]] = {
+    torch.Tensor.__getitem__: _check_key,
+    torch.Tensor.__setitem__: _check_key,
+    torch.nn.functional.embedding: _check_embedding,
+    torch.take_along_dim: _check_take_along_dim,
+    torch.Tensor.take_along_dim: _check_take_along_dim,
+}
+for _names, _check in _INDEX_OPS.items():
+    for _name in _names:
+        for _fn in (getattr(torch, _name, None), getattr(torch.Tensor, _name, None)):
+            if _fn is not None:
+                INDEX_CHECKS[_fn] = _check
+for _fn, _check in INDEX_CHECKS.items():
+    if _fn not in (torch.Tensor.__getitem__, torch.Tensor.__setitem__):
+        _register(_eager_index(getattr(_fn, "__name__", "an index op"), _check), _fn)
+
+
+# ---- index ops kiln lowers into kernels ----------------------------------------------------------
+#
+# index_select, index_copy and index_add (and embedding, an index_select of the weight's rows)
+# with a one-dim integer index, gather (and take_along_dim without a dim) and scatter (scatter_add,
+# scatter_reduce) are kiln ops: they fuse, and the executor checks their indices before the kernel
+# runs (kernel.h, IndexCheck). Other forms run as eager steps, as above.
+
+
+def _kernel_index(index: Any) -> bool:
+    return isinstance(index, Proxy) and index.dtype in (torch.int64, torch.int32) and index.dim() <= 1
+
+
+def _index_select(call: Call) -> Any:
+    args = _bind(call, lambda self, dim, index: None)
+    self, dim, index = args["self"], args["dim"], args["index"]
+    result = call.run_meta()
+    if not isinstance(self, Proxy) or not _kernel_index(index):
+        return _eager(call, "index_select", INDEX_CHECKS[torch.index_select])
+    return call.emit("index_select", [self, dim, index], {}, result)
+
+
+def _gather(call: Call) -> Any:
+    args = _bind(call, lambda self, dim, index, *, sparse_grad=False: None)
+    self, dim, index = args["self"], args["dim"], args["index"]
+    result = call.run_meta()  # eager's checks (ranks, sizes, an int64 index)
+    if not isinstance(self, Proxy) or not isinstance(index, Proxy) or self.dim() == 0:
+        return _eager(call, "gather", INDEX_CHECKS[torch.gather])
+    return call.emit("gather", [self, dim, index], {}, result)
+
+
+def _view(call: Call, method: Any, *args: Any) -> Proxy:
+    return RULES[_key(method)](Call(call.tracer, method, args, {}, call.loc))
+
+
+def _take_along_dim(call: Call) -> Any:
+    """take_along_dim without a dim is a gather of the flattened operands. Along a dim, eager
+    takes the indices modulo the dim's size (an index out of range is no error): kiln's gather
+    has no such mode, and that form runs as an eager step."""
+    args = _bind(call, lambda input, indices, dim=None: None)
+    x, index, dim = args["input"], args["indices"], args["dim"]
+    call.run_meta()  # eager's checks (ranks, an integer index, shapes that broadcast)
+    if not isinstance(x, Proxy) or not isinstance(index, Proxy) or index.dtype != torch.int64 or x.dim() == 0 or dim is not None:
+        return _eager(call, "take_along_dim", _check_take_along_dim)
+    x, index, dim = _view(call, torch.Tensor.reshape, x, (-1,)), _view(call, torch.Tensor.reshape, index, (-1,)), 0
+    d = dim % x.dim()
+    off_dim = torch.broadcast_shapes(x.shape[:d] + (1,) + x.shape[d + 1 :], index.shape[:d] + (1,) + index.shape[d + 1 :])
+    for name, t in (("x", x), ("index", index)):
+        shape = off_dim[:d] + (t.shape[d],) + off_dim[d + 1 :]
+        if tuple(t.shape) != tuple(shape):
+            t = _view(call, torch.Tensor.expand, t, shape)
+        x, index = (t, index) if name == "x" else (x, t)
+    return call.emit("gather", [x, d, index], {}, call.run_meta(torch.gather, (x, d, index), {}))
+
+
 def _index_write(op: str) -> Callable[[Call], Any]:
     def rule(call: Call) -> Any:
         if op == "index_add":
@@ -284,6 +440,7 @@ def _index_write(op: str) -> Callable[[Call], Any]:
             not isinstance(self, Proxy)
             or not isinstance(source, Proxy)
             or not _kernel_index(index)
+            or index.numel() > MAX_KERNEL_INDEX_POSITIONS
             or self.dim() == 0
             or list(source.shape) != expected
             or source.dtype != self.dtype
@@ -294,6 +451,63 @@ def _index_write(op: str) -> Callable[[Call], Any]:
         meta = result if not inplace else call.run_meta(getattr(torch, op), (self, dim, index, source), {k: v for k, v in args.items() if k == "alpha"})
         kwargs = {"alpha": args["alpha"]} if op == "index_add" and args["alpha"] != 1 else {}
         value = call.emit(op, [self, dim, index, source], kwargs, meta)
+        return _copy_into(call, self, value) if inplace else value
+
+    return rule
+
+
+# The pull kernels of index_copy, index_add and scatter loop, for each element they produce,
+# over the index positions along dim: at more than this many, that costs more than eager's
+# scatter of the source, and the op runs as an eager step instead.
+MAX_KERNEL_INDEX_POSITIONS = 16
+
+# scatter's reduce names (the deprecated scatter(reduce=) ones, and scatter_reduce's) as kiln's
+# scatter op takes them.
+_SCATTER_REDUCE = {None: None, "add": "sum", "multiply": "prod", "sum": "sum", "prod": "prod", "mean": "mean", "amax": "amax", "amin": "amin"}
+
+
+def _scatter(op: str) -> Callable[[Call], Any]:
+    """scatter, scatter_add and scatter_reduce (and their in-place forms) as kiln's scatter op."""
+
+    def rule(call: Call) -> Any:
+        include_self = True
+        if op == "scatter":
+            args = _bind(call, lambda self, dim, index, src=None, value=None, *, reduce=None: None)
+            src = args["src"] if args["src"] is not None else args["value"]
+            reduce = args["reduce"]
+        elif op == "scatter_add":
+            args = _bind(call, lambda self, dim, index, src: None)
+            src, reduce = args["src"], "sum"
+        else:
+            args = _bind(call, lambda self, dim, index, src, reduce, *, include_self=True: None)
+            src, reduce, include_self = args["src"], args["reduce"], args["include_self"]
+        self, dim, index = args["self"], args["dim"], args["index"]
+        inplace = call.name.endswith("_")
+        result = call.run_meta()  # eager's checks (ranks, sizes, dtypes, the reduce name)
+        check = INDEX_CHECKS[getattr(torch.Tensor, op)]
+        if (
+            not isinstance(self, Proxy)
+            or not isinstance(index, Proxy)
+            or self.dim() == 0
+            or index.dim() != self.dim()
+            or index.shape[dim % self.dim()] > MAX_KERNEL_INDEX_POSITIONS
+            or (isinstance(src, torch.Tensor) and (not isinstance(src, Proxy) or src.dtype != self.dtype or src.dim() != self.dim()))
+            or (reduce is not None and self.dtype == torch.bool)
+            or _SCATTER_REDUCE.get(reduce, "?") == "?"
+        ):
+            return _eager(call, op, check)
+        if not isinstance(src, torch.Tensor):  # a value: src is that value at every index position
+            full = Call(call.tracer, torch.full, (tuple(index.shape), src), {"dtype": self.dtype, "device": self.device}, call.loc)
+            src = RULES[_key(torch.full)](full)
+        if inplace:
+            _check_write(call, self)
+            result = call.run_meta(torch.scatter, (self, dim, index, src), {})
+        kwargs: dict[str, Any] = {}
+        if reduce is not None:
+            kwargs["reduce"] = _SCATTER_REDUCE[reduce]
+            if not include_self:
+                kwargs["include_self"] = False
+        value = call.emit("scatter", [self, dim, index, src], kwargs, result)
         return _copy_into(call, self, value) if inplace else value
 
     return rule
@@ -317,6 +531,9 @@ def _embedding(call: Call) -> Any:
 
 _register(_index_select, torch.index_select, torch.Tensor.index_select)
 _register(_gather, torch.gather, torch.Tensor.gather)
+_register(_take_along_dim, torch.take_along_dim, torch.Tensor.take_along_dim)
 for _op in ("index_copy", "index_add"):
     _register(_index_write(_op), getattr(torch, _op), getattr(torch.Tensor, _op), getattr(torch.Tensor, _op + "_"))
 _register(_embedding, torch.nn.functional.embedding)
+for _op in ("scatter", "scatter_add", "scatter_reduce"):
+    _register(_scatter(_op), getattr(torch, _op), getattr(torch.Tensor, _op), getattr(torch.Tensor, _op + "_"))

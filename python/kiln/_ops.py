@@ -170,6 +170,7 @@ ROWS: tuple[Row, ...] = (
     Row("gather", "index", "self:T, dim:int, index:T", False),
     Row("index_copy", "index", "self:T, dim:int, index:T, source:T", False),
     Row("index_add", "index", "self:T, dim:int, index:T, source:T, *, alpha:S=1", False),
+    Row("scatter", "index", "self:T, dim:int, index:T, src:T, *, reduce:str?=None, include_self:bool=True", False),
     # mutation (the in-place elementwise forms come from the rows above)
     Row("fill_", "mutation", "self:T, value:TS", False, 1, "kMutates0"),
     Row("zero_", "mutation", "self:T", False, 1, "kMutates0"),

@@ -54,6 +54,12 @@ def _var(fn: Callable) -> Callable:
     return call
 
 
+def _scatter(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, *, reduce: Any = None, include_self: bool = True) -> torch.Tensor:
+    if reduce is None:
+        return torch.scatter(self, dim, index, src)
+    return torch.scatter_reduce(self, dim, index, src, reduce, include_self=include_self)
+
+
 # kiln ops whose torch function has another name or form; every other op is torch.<name>,
 # else torch.Tensor.<name>.
 _SPECIAL: dict[str, Callable] = {
@@ -77,6 +83,7 @@ _SPECIAL: dict[str, Callable] = {
     "rms_norm": F.rms_norm,
     "gelu": F.gelu,
     "silu": F.silu,
+    "scatter": _scatter,
 }
 
 
@@ -97,7 +104,7 @@ def run_node(op: str, args: list, kwargs: dict) -> Any:
     return torch_function(op)(*args, **kwargs)
 
 
-_INDEX_OPS = {"index_select", "index_copy", "index_add"}
+_INDEX_OPS = {"index_select", "gather", "index_copy", "index_add", "scatter"}
 
 
 def detached(outputs: list, inputs: list) -> list:

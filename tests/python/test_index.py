@@ -97,6 +97,8 @@ OPS = {
     "index_select": (lambda x, i: torch.index_select(x, 1, i) * 2, lambda: [ar(3, 5), _idx(4, 0, 4)]),
     "gather": (lambda x, i: x.gather(1, i) + 1, lambda: [ar(3, 4), _idx(0, 3, 3, 1, 2, 0).view(3, 2)]),
     "take_along_dim": (lambda x, i: torch.take_along_dim(x, i, dim=0), lambda: [ar(3, 4), _idx(2, 0, 1, 1).view(1, 4)]),
+    "take_along_dim_broadcast": (lambda x, i: x.take_along_dim(i, 1) * 2, lambda: [ar(3, 4, 1), _idx(2, 0, 3, 1, 1, 0, 3, 3, 2, 1).view(1, 2, 5)]),
+    "take_along_dim_flat": (lambda x, i: torch.take_along_dim(x, i), lambda: [ar(3, 4), _idx(11, 0, 5, 5).view(2, 2)]),
     "embedding": (lambda w, i: F.embedding(i, w).sum(-1), lambda: [ar(10, 4), _idx(1, 9, 1, 0).view(2, 2)]),
     "scatter_src": (lambda x, i, s: x.scatter(0, i, s), lambda: [ar(3, 4), _idx(2, 0, 1, 1).view(1, 4), -ar(2, 4)]),
     "scatter_value": (lambda x, i: x.scatter_(1, i, 7.0), lambda: [ar(3, 4), _idx(1, 2, 0).view(3, 1)]),
@@ -199,8 +201,8 @@ def test_an_index_out_of_range_raises_with_the_op(name):
 
 
 @pytest.mark.parametrize("bad", [99, -99, -1], ids=["high", "low", "negative"])
-# (Not the ops without index tensors, nor take_along_dim, which takes indices modulo the size.)
-@pytest.mark.parametrize("name", [n for n in OPS if n not in ("where", "masked_fill", "masked_fill_int", "masked_fill_tensor", "masked_scatter_", "getitem_list", "setitem_list", "take_along_dim")])
+# (Not the ops without index tensors.)
+@pytest.mark.parametrize("name", [n for n in OPS if n not in ("where", "masked_fill", "masked_fill_int", "masked_fill_tensor", "masked_scatter_", "getitem_list", "setitem_list")])
 def test_the_cuda_index_check_raises_where_the_cpu_kernel_does(name, bad):
     # On CUDA an eager index step checks its indices itself (PyTorch's CUDA kernels would
     # device-assert); the check must raise exactly where the CPU kernel raises. (The CPU kernels'
@@ -236,7 +238,11 @@ def test_the_cuda_index_check_raises_where_the_cpu_kernel_does(name, bad):
     assert (check_error is None) == (eager_error is None), (check_error, eager_error)
 
 
-@pytest.mark.parametrize("name", ["index_select", "index_copy", "index_add_", "embedding", "gather"])
+@pytest.mark.parametrize(
+    "name",
+    ["index_select", "index_copy", "index_add_", "embedding", "gather", "take_along_dim_flat"]
+    + ["scatter_src", "scatter_value", "scatter_reduce_arg", "scatter_add_", "scatter_add", "scatter_reduce_amax", "scatter_reduce_mean"],
+)
 def test_index_ops_with_a_one_dim_index_run_as_kernels(name):
     fn, make_args = OPS[name]
     jitted = check_against_eager(fn, make_args)
@@ -260,3 +266,69 @@ def test_an_index_out_of_range_in_a_kernel_leaves_the_tensor_untouched():
     with pytest.raises(IndexError, match=r"index_copy at .*test_index\.py:\d+: index 7 is out of bounds"):
         kiln.jit(f)(x, _idx(1, 7), ar(2, 3))
     torch.testing.assert_close(x, ar(4, 3))
+
+
+# scatter_reduce's reductions with duplicate indices, include_self both ways, NaN (amax and amin
+# propagate it), integers (mean floors), a value src, a smaller index than self and src.
+_SCATTER_REDUCTIONS = ["sum", "prod", "mean", "amax", "amin"]
+
+
+@pytest.mark.parametrize("include_self", [True, False], ids=["with_self", "without_self"])
+@pytest.mark.parametrize("reduce", _SCATTER_REDUCTIONS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=["f32", "i64"])
+def test_scatter_reduce_runs_as_a_kernel(reduce, include_self, dtype):
+    def f(x, i, j, s):
+        y = x.scatter_reduce(1, i, s, reduce, include_self=include_self)
+        x.scatter_reduce_(0, j[:, :2], s, reduce, include_self=include_self)
+        return y + 1
+
+    def make():
+        x = (ar(3, 5) * 3 - 20).to(dtype)
+        s = (-ar(3, 4) * 5 + 7).to(dtype)
+        if dtype.is_floating_point:
+            s[1, 2] = float("nan")
+        i = _idx(4, 4, 0, 1, 2, 2, 2, 0, 0, 1, 1, 1).view(3, 4)
+        return [x, i, i % 3, s]
+
+    jitted = check_against_eager(f, make)
+    stats = kiln.last_stats(jitted)
+    assert (stats["fallback_ops"], stats["torch_steps"], stats["interpreted_steps"]) == (0, 0, 0)
+
+
+def test_scatter_forms_fuse_with_their_neighbours():
+    def f(x, labels, v):
+        one_hot = torch.zeros_like(x).scatter_(1, labels.unsqueeze(1), 1.0)
+        x.scatter_(1, labels[:, None], v, reduce="add")
+        return (one_hot * x).sum(-1), torch.scatter(x, 0, labels[None, 1:3], -1.5)
+
+    jitted = check_against_eager(f, lambda: [ar(4, 6), _idx(5, 0, 2, 2), ar(4, 1) + 0.5])
+    stats = kiln.last_stats(jitted)
+    assert (stats["fallback_ops"], stats["torch_steps"]) == (0, 0)
+
+
+def test_an_index_viewed_through_slices_and_expands_is_checked_where_it_is_read():
+    # The kernel reads only i[:, 1:3]; the -7 and 99 outside it are never an index.
+    def f(x, i):
+        return torch.gather(x, 1, i[:, 1:3].expand(3, 2)) * 2, x.scatter(1, i[:, 1:3], 1.0)
+
+    i = torch.tensor([[-7, 1, 3, 99]])
+    jitted = check_against_eager(f, lambda: [ar(3, 4), i.clone()])
+    assert kiln.last_stats(jitted)["torch_steps"] == 0
+    x = ar(3, 4)
+    with pytest.raises((IndexError, RuntimeError), match=r"gather at .*test_index\.py:\d+: index 4 is out of bounds"):
+        jitted(x, torch.tensor([[-7, 1, 4, 99]]))
+    torch.testing.assert_close(x, ar(3, 4))
+
+
+def test_an_index_write_with_many_positions_runs_as_an_eager_step():
+    # A pull kernel loops over the positions for every element: past a few, eager's scatter is faster.
+    from kiln._lowering_index import MAX_KERNEL_INDEX_POSITIONS
+
+    n = MAX_KERNEL_INDEX_POSITIONS + 1
+
+    def f(x, i, s):
+        x.index_add_(0, i, s)
+        return x.scatter_add(0, i[:, None].expand(n, 3), s) * 2
+
+    jitted = check_against_eager(f, lambda: [ar(4, 3), torch.arange(n) % 4, ar(n, 3)])
+    assert kiln.last_stats(jitted)["fallback_ops"] == 2

@@ -56,7 +56,7 @@ def check_against_eager(fn, make_args) -> kiln.JitFunction:
             continue
         assert isinstance(g, torch.Tensor), f"output {i}: {g!r}"
         assert (g.dtype, g.shape, _strides(g)) == (w.dtype, w.shape, _strides(w)), f"output {i}"
-        torch.testing.assert_close(g, w, msg=lambda m: f"output {i}: {m}")
+        torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"output {i}: {m}")
         # Identity, as in eager: the caller's own object, a view of a caller's tensor, or fresh.
         for k, (inp, einp) in enumerate(zip(inputs, eager_inputs)):
             assert (g is inp) == (w is einp), f"output {i} vs input {k}: object identity"
@@ -65,8 +65,8 @@ def check_against_eager(fn, make_args) -> kiln.JitFunction:
                 assert g.storage_offset() == w.storage_offset() - einp.storage_offset() + inp.storage_offset()
     for k, (inp, einp) in enumerate(zip(inputs, eager_inputs)):
         assert (inp.shape, inp.stride(), inp.storage_offset()) == (einp.shape, einp.stride(), einp.storage_offset()), f"input {k} layout"
-        torch.testing.assert_close(inp, einp, msg=lambda m: f"input {k} afterwards: {m}")
-        torch.testing.assert_close(_whole_storage(inp), _whole_storage(einp), msg=lambda m: f"storage of input {k}: {m}")
+        torch.testing.assert_close(inp, einp, equal_nan=True, msg=lambda m: f"input {k} afterwards: {m}")
+        torch.testing.assert_close(_whole_storage(inp), _whole_storage(einp), equal_nan=True, msg=lambda m: f"storage of input {k}: {m}")
     # On CUDA every step runs on the device (DESIGN.md 7): nothing goes through host copies.
     stats = kiln.last_stats(jitted)
     assert (stats["host_copies"], stats["host_copy_bytes"]) == (0, 0), "steps interpreted on host copies"

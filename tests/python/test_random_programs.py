@@ -45,6 +45,7 @@ _FALLBACK_STEPS = [
     "{v}[torch.tensor([0, 0])] += {c}",
     "{v}.index_add_(0, torch.tensor([1, 1]), {v}[:2] * 2)",
     "{v}.scatter_add_(-1, ({v} > 0).long(), {v}.clone())",
+    "{v}.scatter_reduce_(-1, ({v} > 0).long(), {v} * 2, 'amax', include_self=False)",
     "{new} = {v}.gather(-1, ({v} < 0).long())",
     "{v}.index_put_((torch.tensor([0, 1, 0]),), torch.tensor({c}), accumulate=True)",
 ]

@@ -1295,7 +1295,7 @@ class Generator {
   // positions, or all of them reversed (index ops, ops.def), written back in place half the time
   // (x.index_copy_(...) as the tracer records it: the functional op, then copy_).
   bool move_index() {
-    if (r_.steps.size() + 5 > kMaxSteps) return false;  // it makes up to 5
+    if (r_.steps.size() + 7 > kMaxSteps) return false;  // it makes up to 7
     auto h = pick_any();
     if (!h || rank_of(*h) == 0) return false;
     const Shape shape = shape_of(*h);
@@ -1316,6 +1316,7 @@ class Generator {
     int rows = r_.steps.back().results.at(0);
     if (!emit(step(OpId::kNeg, {HandleRef{rows}}), fresh())) return false;
     int source = r_.steps.back().results.at(0);
+    if (rng_.chance(0.35)) return scatter_rows(*h, d, index, rows, source);
     bool add = rng_.chance(0.5);
     std::vector<std::pair<std::string, StepArg>> alpha;
     if (add && rng_.chance(0.5)) alpha.emplace_back("alpha", C(2));
@@ -1326,6 +1327,33 @@ class Generator {
     if (rng_.chance(0.5)) return true;
     int written = r_.steps.back().results.at(0);
     return emit(step(OpId::kCopy_, {HandleRef{*h}, HandleRef{written}}), fresh());
+  }
+
+  // The same write as a scatter: the index viewed along d and expanded to the rows' shape, and
+  // a random reduction (none for bool) with or without self.
+  bool scatter_rows(int h, int64_t d, int index, int rows, int source) {
+    const Shape rows_shape = shape_of(rows);
+    IntList along(rows_shape.size(), 1);
+    size_t wd = static_cast<size_t>(d < 0 ? d + static_cast<int64_t>(rows_shape.size()) : d);
+    along[wd] = rows_shape[wd];
+    if (!emit(step(OpId::kView, {HandleRef{index}, Constant(along)}), fresh())) return false;
+    int viewed = r_.steps.back().results.at(0);
+    IntList full(rows_shape.begin(), rows_shape.end());
+    if (!emit(step(OpId::kExpand, {HandleRef{viewed}, Constant(full)}), fresh())) return false;
+    int expanded = r_.steps.back().results.at(0);
+    std::vector<std::pair<std::string, StepArg>> kw;
+    static const char* const kReductions[] = {"sum", "prod", "mean", "amax", "amin"};
+    if (dtype_of(h) != DType::kBool && rng_.chance(0.7)) {
+      kw.emplace_back("reduce", Constant(std::string(kReductions[rng_.uniform(0, 4)])));
+      if (rng_.chance(0.4)) kw.emplace_back("include_self", Constant(false));
+    }
+    if (!emit(
+            step(OpId::kScatter, {HandleRef{h}, C(d), HandleRef{expanded}, HandleRef{source}}, kw),
+            fresh()))
+      return false;
+    if (rng_.chance(0.5)) return true;
+    int written = r_.steps.back().results.at(0);
+    return emit(step(OpId::kCopy_, {HandleRef{h}, HandleRef{written}}), fresh());
   }
 
   bool move_softmax() {

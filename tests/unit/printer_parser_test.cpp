@@ -135,6 +135,7 @@ const std::map<std::string, std::string>& samples() {
       {"gather", "ltorch.gather(x, 1, i)"},
       {"index_copy", "ltorch.index_copy(x, 1, j, y)"},
       {"index_add", "ltorch.index_add(x, 1, j, y, alpha=2)"},
+      {"scatter", "ltorch.scatter(x, 1, i, x, reduce=\"amax\", include_self=False)"},
       {"select_scatter", "ltorch.select_scatter(s, v, 1, 0)"},
       {"diagonal_scatter", "ltorch.diagonal_scatter(s, v)"},
       {"as_strided_scatter", "ltorch.as_strided_scatter(s, x, [2, 3], [3, 1])"},

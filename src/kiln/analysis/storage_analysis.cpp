@@ -30,11 +30,8 @@ std::optional<int64_t> optional_int(const Node& node, std::string_view name) {
   return node.arg(name).as_optional_int();
 }
 
-// The geometry view op `view` gives `g`, with the arguments read by name from `node`: a view node
-// itself, or a metadata mutation or scatter whose parameters are named as its view's are
-// (transpose_ and transpose, slice_scatter and slice, ...).
-// `origin`: where the storage's element 0 sits in the caller's storage (as_strided offsets are
-// absolute there).
+}  // namespace
+
 Geometry apply_view(OpId view, const Node& node, const Geometry& g, int64_t origin) {
   switch (view) {
     case OpId::kPermute:
@@ -75,6 +72,8 @@ Geometry apply_view(OpId view, const Node& node, const Geometry& g, int64_t orig
       return g;
   }
 }
+
+namespace {
 
 // The view a metadata mutation applies to its tensor object.
 OpId view_of_metadata_mutation(OpId id) {
@@ -273,8 +272,8 @@ void Analyzer::run_node(const Node& node) {
                                                           read(node.arg(0)).geometry.strides));
       return define_contiguous(node.outputs[0]);
     case OpKind::kIndex:
-      // index_select and gather allocate their results contiguous; index_copy and index_add are a
-      // clone of self (preserve_format) written into.
+      // index_select and gather allocate their results contiguous; index_copy, index_add and
+      // scatter are a clone of self (preserve_format) written into.
       if (node.id() == OpId::kIndexSelect || node.id() == OpId::kGather)
         return define_contiguous(node.outputs[0]);
       return define_fresh(node.outputs[0], strides_like(read(node.arg(0)).geometry.sizes,

@@ -27,9 +27,17 @@
 #include <vector>
 
 #include "kiln/analysis/alias_pattern.h"
+#include "kiln/analysis/geometry.h"
 #include "kiln/ir/trace.h"
 
 namespace kiln {
+
+// The geometry view op `view` gives `g`, with the arguments read by name from `node`: a view node
+// itself, or a metadata mutation or scatter whose parameters are named as its view's are
+// (transpose_ and transpose, slice_scatter and slice, ...). `origin`: where the storage's element
+// 0 sits in the caller's storage (as_strided offsets are absolute there). The views with one
+// output and a geometry fixed by their arguments only (not view/reshape, getitem or the splits).
+Geometry apply_view(OpId view, const Node& node, const Geometry& g, int64_t origin);
 
 struct StorageInfo {
   int64_t numel = 0;

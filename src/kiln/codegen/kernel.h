@@ -110,14 +110,18 @@ struct KernelNest {
   std::vector<int> vector_outputs;  // outputs it stores as vectors (every output of the nest)
 };
 
-// An input a kernel uses as an index (index_select, index_copy, index_add): the executor checks
-// its values are in [0, size) before the kernel runs, so a kernel never reads or writes out of
-// bounds and an error leaves every tensor untouched. `op` names the op and the user's line.
+// An input a kernel uses as an index (index_select, gather, index_copy, index_add, scatter): the
+// executor checks its values are in [0, size) before the kernel runs, so a kernel never reads or
+// writes out of bounds and an error leaves every tensor untouched. `op` names the op and the
+// user's line.
 struct IndexCheck {
   int input = 0;
   int64_t size = 0;
   int64_t dim = 0;
   std::string op;
+  // The index is a view of the input: the elements to check, as positions in the input's
+  // row-major order (a slice of it, an expand of it, ...). None: all of the input.
+  std::optional<Geometry> view;
 };
 
 struct Kernel {

@@ -9,6 +9,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "kiln/analysis/storage_analysis.h"
 #include "kiln/codegen/index_map.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
@@ -1602,21 +1603,10 @@ class KernelEmitter {
     const int64_t size = rank == 0 ? 1 : st.shape[dim];
     const int64_t count = index->tensor_type().numel();
     const DType out = node.outputs[0]->tensor_type().dtype;
-    // The index's values are a step input's: the input itself, or a view of all of it (an
-    // embedding's reshape(-1)), whose values the executor can check before the kernel runs.
-    const Value* checked = index;
-    while (!input_index_.contains(checked) && checked->producer() &&
-           checked->producer()->op->kind == OpKind::kView &&
-           checked->producer()->input(0)->tensor_type().numel() == checked->tensor_type().numel())
-      checked = checked->producer()->input(0);
-    auto in = input_index_.find(checked);
-    if (in == input_index_.end())
-      not_lowered(node.op->name +
-                  ": an index computed in the same region (it must be checked first)");
     if (mode_ == NestMode::kRows) not_lowered(node.op->name + ": inside a row nest");
     std::string where = node.op->name;
     if (node.loc.line > 0) where += " at " + node.loc.str();
-    index_checks_.push_back({static_cast<int>(in->second), size, static_cast<int64_t>(dim), where});
+    index_checks_.push_back(index_check(node, index, size, static_cast<int64_t>(dim), where));
     const bool scalar_index = index->tensor_type().rank() == 0;
     auto index_at = [&](const IndexExpr& k) { return scalar_index ? Index{} : Index{k}; };
     auto in_range = [&](const Val& j) {
@@ -1638,6 +1628,7 @@ class KernelEmitter {
       from[dim] = in_range(eval(index, index_at(at[dim])));
       return eval(self, from);
     }
+    if (node.id() == OpId::kScatter) return scattered(node, at, dim);
     const Value* source = node.input(3);
     Val base = eval(self, at);
     if (count == 0) return base;
@@ -1675,6 +1666,140 @@ class KernelEmitter {
     levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
     emit(depth, "}");
     return define(out, acc);
+  }
+
+  // The index's values are a step input's, the input itself or a view of it (an embedding's
+  // reshape(-1), a gather's index.unsqueeze(-1).expand(...), i[:, :2]), which the executor can
+  // check before the kernel runs: exactly the viewed elements, found by applying the views to
+  // the input's row-major positions.
+  IndexCheck index_check(const Node& node, const Value* index, int64_t size, int64_t dim,
+                         const std::string& where) {
+    std::vector<const Node*> views;
+    const Value* checked = index;
+    while (!input_index_.contains(checked) && checked->producer() &&
+           checked->producer()->op->kind == OpKind::kView &&
+           checked->producer()->outputs.size() == 1) {
+      views.push_back(checked->producer());
+      checked = checked->producer()->input(0);
+    }
+    auto in = input_index_.find(checked);
+    if (in == input_index_.end())
+      not_lowered(node.op->name +
+                  ": an index computed in the same region (it must be checked first)");
+    IndexCheck check{static_cast<int>(in->second), size, dim, where, std::nullopt};
+    if (views.empty()) return check;
+    const Geometry whole = contiguous_geometry(checked->tensor_type().shape);
+    Geometry g = whole;
+    for (auto it = views.rbegin(); it != views.rend(); ++it) {
+      const Node& v = **it;
+      const Shape& out = v.outputs[0]->tensor_type().shape;
+      std::optional<Geometry> next;
+      switch (v.id()) {
+        case OpId::kView:
+        case OpId::kReshape:
+        case OpId::kFlatten:
+        case OpId::kUnflatten:
+          next = view_geometry(g, out);
+          break;
+        case OpId::kGetitem:
+        case OpId::kAsStrided:
+          break;
+        default:
+          next = apply_view(v.id(), v, g, 0);
+      }
+      if (!next || next->sizes != out)
+        not_lowered(node.op->name + ": an index viewed through " + v.op->name);
+      g = *next;
+    }
+    if (g != whole) check.view = g;
+    return check;
+  }
+
+  // scatter pulls too: the output element at `at` loops over the index positions p that share
+  // its coordinates off dim (p = at with p[dim] = k), and takes src[p] where index[p] is its
+  // coordinate along dim: the last such k replaces self's value, or every one is reduced into
+  // it (include_self=False: into the reduction's identity, and self's value stays where no
+  // position matches).
+  //   scatter(x, 0, i, s, reduce="sum")  ->  acc = x[i0, i1]; for (ik = 0; ik < 2; ++ik)
+  //                                            if (i1 < 4 && i[ik, i1] == i0) acc = red_sum(acc,
+  //                                            s[ik, i1]);
+  Val scattered(const Node& node, const Index& at, size_t dim) {
+    const Value* self = node.input(0);
+    const Value* index = node.input(2);
+    const Value* src = node.input(3);
+    const Shape& index_shape = index->tensor_type().shape;
+    const DType out = node.outputs[0]->tensor_type().dtype;
+    const bool fl = is_floating(out);
+    const size_t rank = self->tensor_type().shape.size();
+    Val base = eval(self, at);
+    if (index->tensor_type().numel() == 0) return base;
+    const Operand& reduce_arg = node.arg("reduce");
+    const std::string reduce = reduce_arg.is_none() ? "" : reduce_arg.as_string();
+    const bool include_self = node.arg("include_self").as_bool() || reduce.empty();
+    const bool mean = reduce == "mean";
+    const std::string op = mean             ? "sum"
+                           : reduce.empty() ? ""
+                                            : reduce.substr(reduce[0] == 'a' ? 1 : 0);
+    // The coordinates off dim: the index's own where it spans self's, else clamped to it and
+    // matched only inside it.
+    std::string inside;
+    Index p = rank == 0 ? Index{} : at;
+    for (size_t e = 0; e < rank; ++e) {
+      if (e == dim || index_shape[e] == self->tensor_type().shape[e]) continue;
+      inside += (inside.empty() ? "" : " && ") +
+                ("(" + at[e].text + ") < " + std::to_string(index_shape[e]));
+      std::string c = fresh("ix");
+      declare("int64_t", c,
+              "(" + at[e].text + ") < " + std::to_string(index_shape[e]) + " ? (" + at[e].text +
+                  ") : " + std::to_string(index_shape[e] - 1));
+      p[e] = IndexExpr::bounded(c, 0, index_shape[e] - 1);
+    }
+    const int depth = depth_of(at);
+    std::string acc = fresh("acc"), found = fresh("found"), count = fresh("count");
+    std::string identity = op == "sum"    ? "0"
+                           : op == "prod" ? "1"
+                           : fl ? (op == "max" ? "-kernel_infinity()" : "kernel_infinity()")
+                                : (op == "max" ? int_literal(INT64_MIN) : int_literal(INT64_MAX));
+    emit(depth, reg(out) + " " + acc + " = " + (include_self ? base.expr : identity) + ";", acc);
+    if (!include_self) emit(depth, "bool " + found + " = false;", found);
+    if (mean) emit(depth, "int64_t " + count + " = " + (include_self ? "1" : "0") + ";", count);
+    const int64_t positions =
+        rank == 0 ? index_shape.empty() ? 1 : index_shape[0] : index_shape[dim];
+    std::string k = fresh("ik");
+    const int level = static_cast<int>(levels_.size());
+    levels_.emplace_back();
+    level_of_[k] = level;
+    IndexExpr kx = IndexExpr::bounded(k, 0, positions - 1);
+    if (rank == 0)
+      p = index_shape.empty() ? Index{} : Index{kx};
+    else
+      p[dim] = kx;
+    Val j = eval(index, p);
+    Val v = eval(src, src->tensor_type().rank() == 0 ? Index{} : p);
+    std::string coordinate = rank == 0 ? "0" : at[dim].text;
+    std::string value =
+        op.empty() ? copy_convert(v, out)
+                   : "red_" + op + "(" + acc + ", static_cast<" + reg(out) + ">(" + v.expr + "))";
+    std::string update = acc + " = " + value + ";" +
+                         (include_self ? "" : " " + found + " = true;") +
+                         (mean ? " ++" + count + ";" : "");
+    emit(level, "if (" + (inside.empty() ? "" : inside + " && ") + "(" + j.expr + ") == (" +
+                    coordinate + ")) { " + update + " }");
+    std::string body = close_level(level);
+    emit(depth, "for (int64_t " + k + " = 0; " + k + " < " + std::to_string(positions) + "; ++" +
+                    k + ") {");
+    levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
+    emit(depth, "}");
+    std::string result = acc;
+    if (mean) {  // eager divides by the count (at least 1), flooring for integers
+      std::string n = "(" + count + " > 0 ? " + count + " : 1)";
+      result =
+          fl ? acc + " / static_cast<" + reg(out) + ">" + n
+             : "(" + acc + " / " + n + " - ((" + acc + " % " + n + " != 0) && (" + acc + " < 0)))";
+    }
+    if (!op.empty()) result = (fl ? "f_" : "i_") + suffix(out) + "(" + result + ")";
+    if (!include_self) result = found + " ? " + result + " : " + base.expr;
+    return define(out, result);
   }
 
   // fill(self, t) with a 0-dim tensor: item() then store_scalar.

@@ -84,4 +84,44 @@ std::vector<TensorType> infer_index_write(const OpInfo& op, std::span<const Oper
   return {TensorType{self.dtype, self.shape, self.device, std::nullopt}};
 }
 
+// scatter(self, dim, index, src, reduce=, include_self=): self's type; index int64 with self's
+// rank, src of self's dtype and rank; the index has no more positions than src along any dim,
+// nor than self along the dims other than dim (PyTorch's checks).
+std::vector<TensorType> infer_scatter(const OpInfo& op, std::span<const Operand> args) {
+  const TensorType& self = tensor_arg(args, 0);
+  const TensorType& index = tensor_arg(args, 2);
+  const TensorType& src = tensor_arg(args, 3);
+  KILN_CHECK(index.dtype == DType::kInt64)
+      << op.name << " expects an int64 index, got " << dtype_name(index.dtype)
+      << "; convert the index with .long().";
+  KILN_CHECK(src.dtype == self.dtype)
+      << op.name << " expects src of self's dtype " << dtype_name(self.dtype) << ", got "
+      << dtype_name(src.dtype) << "; convert it with .to(self.dtype).";
+  KILN_CHECK(index.device == self.device && src.device == self.device)
+      << op.name << " expects its index and src on " << self.device.str() << ".";
+  bool scalar_like = self.rank() <= 1 && index.rank() <= 1 && src.rank() <= 1;
+  KILN_CHECK(scalar_like || (index.rank() == self.rank() && src.rank() == self.rank()))
+      << op.name << ": index and src must have self's number of dims (" << self.rank() << "), got "
+      << index.rank() << " and " << src.rank() << ".";
+  int64_t d = wrap_dim(args[1].as_int(), std::max<int64_t>(self.rank(), 1));
+  for (int64_t k = 0; k < index.rank(); ++k) {
+    auto at = static_cast<size_t>(k);
+    int64_t n = index.shape[at];
+    KILN_CHECK(src.rank() == 0 || n <= src.shape[at])
+        << op.name << ": the index has " << n << " positions along dim " << k
+        << ", more than src's " << src.shape[at] << ".";
+    KILN_CHECK(k == d || self.rank() == 0 || n <= self.shape[at])
+        << op.name << ": the index has " << n << " positions along dim " << k
+        << ", more than self's " << self.shape[at] << ".";
+  }
+  const Operand& reduce = args[static_cast<size_t>(op.param_index("reduce"))];
+  if (!reduce.is_none()) {
+    const std::string& r = reduce.as_string();
+    KILN_CHECK(r == "sum" || r == "prod" || r == "mean" || r == "amax" || r == "amin")
+        << op.name << ": reduce must be one of 'sum', 'prod', 'mean', 'amax', 'amin', got '" << r
+        << "'.";
+  }
+  return {TensorType{self.dtype, self.shape, self.device, std::nullopt}};
+}
+
 }  // namespace kiln

@@ -338,10 +338,11 @@ class LoadTracer {
         return ok;
       }
       case OpKind::kIndex: {
-        // index_copy / index_add read self at the element they produce; the index and the
+        // index_copy / index_add / scatter read self at the element they produce; the index and the
         // source are read at positions that depend on values: they must not reach the target.
         //   k_cache <- index_copy(k_cache, 2, pos, k): loads k_cache[i] and stores k_cache[i]
-        bool writes = p.id() == OpId::kIndexCopy || p.id() == OpId::kIndexAdd;
+        bool writes =
+            p.id() == OpId::kIndexCopy || p.id() == OpId::kIndexAdd || p.id() == OpId::kScatter;
         for (size_t k = 0; k < p.operands.size(); ++k) {
           const Operand& op = p.operands[k];
           if (!op.is_value() || !op.value()->is_tensor()) continue;

@@ -663,7 +663,22 @@ NB_MODULE(_C, m) {
   // holds its JitCache: nanobind's exit-time check would report those as leaks to every user.
   nb::set_leak_warnings(false);
   nb::exception<UserError>(m, "UserError", PyExc_RuntimeError);
-  nb::exception<IndexOutOfRange>(m, "IndexOutOfRangeError", PyExc_IndexError);
+  // An index out of range: eager raises IndexError from some index ops and RuntimeError from
+  // others (index_select, gather, scatter), so kiln's error is both, and an `except` written
+  // for eager's catches it.
+  PyObject* index_error = PyErr_NewException(
+      "kiln._C.IndexOutOfRangeError",
+      nb::make_tuple(nb::handle(PyExc_IndexError), nb::handle(PyExc_RuntimeError)).ptr(), nullptr);
+  m.attr("IndexOutOfRangeError") = nb::steal(index_error);
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void* type) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const IndexOutOfRange& e) {
+          PyErr_SetString(static_cast<PyObject*>(type), e.what());
+        }
+      },
+      index_error);
   nb::class_<Program>(m, "Program")
       .def_prop_ro("history",
                    [](const Program& p) {

@@ -362,7 +362,11 @@ void check_indices(const codegen::Kernel& kernel, const std::vector<RtValue>& in
       cuda::synchronize(t.device().index);
       host = cuda::to_host(t);
     }
-    for (int64_t v : to_int_vector(host ? *host : t)) {
+    std::vector<int64_t> values = to_int_vector(host ? *host : t);  // row-major
+    std::vector<int64_t> positions;
+    if (c.view) positions = element_indices(c.view->sizes, c.view->strides, c.view->offset);
+    for (size_t k = 0; k < (c.view ? positions.size() : values.size()); ++k) {
+      int64_t v = values.at(c.view ? static_cast<size_t>(positions[k]) : k);
       if (v >= 0 && v < c.size) continue;
       throw IndexOutOfRange(c.op + ": index " + std::to_string(v) +
                             " is out of bounds for dimension " + std::to_string(c.dim) +

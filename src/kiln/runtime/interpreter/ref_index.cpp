@@ -5,6 +5,10 @@
 #include "kiln/runtime/interpreter/reference_ops.h"
 #include "kiln/support/error.h"
 
+#include <cmath>
+#include <limits>
+#include <map>
+
 namespace kiln {
 
 namespace {
@@ -158,6 +162,95 @@ void ref_IndexCopy(Env& env, const Node& node) {
 
 void ref_IndexAdd(Env& env, const Node& node) {
   index_write(env, node, true);
+}
+
+// scatter as eager's scatter / scatter_reduce on the CPU: a copy of self; without include_self
+// the positions the index names first hold the reduction's identity; then every index position
+// p in row-major order writes (or reduces) src[p] into its target; "mean" divides by the number
+// of values (self's counted with include_self), flooring for integers.
+void ref_Scatter(Env& env, const Node& node) {
+  const RtTensor& self = *env.tensor(node.arg(0));
+  const RtTensor& index = *env.tensor(node.arg(2));
+  const RtTensor& src = *env.tensor(node.arg(3));
+  int64_t dim = dim_of(node, self);
+  std::vector<int64_t> values = checked_indices(node, index, size_at(self, dim), dim);
+  const Operand& reduce_arg = node.arg("reduce");
+  const std::string reduce = reduce_arg.is_none() ? "" : reduce_arg.as_string();
+  const bool include_self = node.arg("include_self").as_bool();
+  TensorHandle out = empty_strided(self.dtype(), self.sizes, strides_like(self), self.device());
+  copy_into(*out, self);
+  const bool floating = is_floating(self.dtype());
+  Storage& o = *out->storage;
+  // The storage index of each index position's target, and of its src element.
+  std::vector<int64_t> targets, sources;
+  std::vector<int64_t> at(index.sizes.size(), 0);
+  for (int64_t linear = 0; linear < static_cast<int64_t>(values.size()); ++linear) {
+    std::vector<int64_t> to = at;
+    if (!to.empty()) to[static_cast<size_t>(dim)] = values[static_cast<size_t>(linear)];
+    targets.push_back(self.rank() == 0 ? out->offset : out->storage_index(to));
+    sources.push_back(src.rank() == 0 ? src.offset : src.storage_index(at));
+    for (size_t d = at.size(); d-- > 0;) {
+      if (++at[d] < index.sizes[d]) break;
+      at[d] = 0;
+    }
+  }
+  if (reduce.empty()) {
+    for (size_t i = 0; i < targets.size(); ++i)
+      copy_element(*src.storage, sources[i], o, targets[i]);
+    env.bind(node.outputs[0], out);
+    return;
+  }
+  const bool mean = reduce == "mean";
+  std::map<int64_t, int64_t> counts;  // storage index -> values reduced there
+  if (!include_self) {
+    double fid = reduce == "prod"   ? 1.0
+                 : reduce == "amax" ? -std::numeric_limits<double>::infinity()
+                 : reduce == "amin" ? std::numeric_limits<double>::infinity()
+                                    : 0.0;
+    int64_t iid = reduce == "prod"   ? 1
+                  : reduce == "amax" ? std::numeric_limits<int64_t>::min()
+                  : reduce == "amin" ? std::numeric_limits<int64_t>::max()
+                                     : 0;
+    for (int64_t t : targets) {
+      if (floating)
+        o.store_double(t, fid);
+      else
+        o.store_int(t, iid);
+    }
+  }
+  for (size_t i = 0; i < targets.size(); ++i) {
+    int64_t t = targets[i], si = sources[i];
+    counts[t] += 1;
+    if (floating) {
+      double a = o.load_double(t), b = src.storage->load_double(si);
+      double r = reduce == "prod"   ? a * b
+                 : reduce == "amax" ? (std::isnan(b) ? b : (a < b ? b : a))
+                 : reduce == "amin" ? (std::isnan(b) ? b : (b < a ? b : a))
+                                    : a + b;
+      o.store_double(t, r);
+    } else {
+      auto a = static_cast<uint64_t>(o.load_int(t));
+      auto b = static_cast<uint64_t>(src.storage->load_int(si));
+      int64_t ia = static_cast<int64_t>(a), ib = static_cast<int64_t>(b);
+      int64_t r = reduce == "prod"   ? static_cast<int64_t>(a * b)
+                  : reduce == "amax" ? std::max(ia, ib)
+                  : reduce == "amin" ? std::min(ia, ib)
+                                     : static_cast<int64_t>(a + b);
+      o.store_int(t, r);
+    }
+  }
+  if (mean) {
+    for (auto [t, n] : counts) {
+      int64_t c = n + (include_self ? 1 : 0);
+      if (floating) {
+        o.store_double(t, o.load_double(t) / static_cast<double>(c));
+      } else {
+        int64_t a = o.load_int(t);
+        o.store_int(t, a / c - ((a % c != 0) && (a < 0)));
+      }
+    }
+  }
+  env.bind(node.outputs[0], out);
 }
 
 }  // namespace kiln
