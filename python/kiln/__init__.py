@@ -4,7 +4,8 @@
 which the C++ tools (`kiln-opt`) read. `kiln.jit(fn)` traces, compiles and runs `fn` through the
 C++ extension `kiln._C` (CPU so far); `kiln.HAVE_EXTENSION` says whether it is built. Where the
 package is imported from the source tree, $KILN_EXT_DIR names a directory holding the built
-`_C` module (a CMake build's `<build>/python/kiln`).
+`_C` module (a CMake build's `<build>/python/kiln`). `torch.compile(model, backend="kiln")`
+(or `backend=kiln.backend`) compiles each graph Dynamo captures with kiln (kiln._backend).
 """
 
 import os as _os
@@ -19,11 +20,15 @@ from . import _lowering_index  # noqa: F401  (index reads and writes; replaces g
 from ._jit import JitFunction, jit, last_stats, last_traces
 from ._jit import _C
 from ._module import JitModule
+from ._backend import backend, backend_graphs, clear_backend_graphs
 
 HAVE_EXTENSION = _C is not None
 
 __all__ = [
     "HAVE_EXTENSION",
+    "backend",
+    "backend_graphs",
+    "clear_backend_graphs",
     "JitFunction",
     "JitModule",
     "jit",

@@ -191,12 +191,19 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     try:
         with watch:
             result = call.run_meta()
-    except NotImplementedError:
+    except NotImplementedError as e:
         # No meta kernel: an op whose schema says it only writes its arguments (`Tensor(a!)`,
         # no result) needs none, since its writes change no shape.
         declared = _schema_writes(call)
         if declared is None:
-            raise
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise call.unsupported(
+                "kiln cannot know this op's result shape while tracing: PyTorch has no meta kernel "
+                f"for it ({reason}). An op whose result's size depends on values (nonzero, "
+                "masked_select, unique, x[mask]) cannot be traced: keep shapes static (torch.where, "
+                "masked_fill), or compute it outside the compiled function (torch.compile with "
+                'backend="kiln" breaks the graph there).'
+            ) from e
         result, watch.written = None, declared
     if any((tuple(p.shape), p.stride(), p.storage_offset()) != g for p, g in zip(proxies, geometries)):
         raise call.unsupported(

@@ -184,6 +184,14 @@ def test_a_boolean_mask_read_says_why_it_cannot_be_traced():
         kiln.jit(lambda x: x[x > 0])(ar(4))
 
 
+@pytest.mark.parametrize("op", [torch.nonzero, torch.masked_select, torch.unique], ids=["nonzero", "masked_select", "unique"])
+def test_a_read_of_value_dependent_size_says_why_it_cannot_be_traced(op):
+    args = (lambda x: (x, x > 0)) if op is torch.masked_select else (lambda x: (x,))
+    with pytest.raises(kiln.UnsupportedError, match=r"size depends on values.*\n?.*|depends on values") as info:
+        kiln.jit(lambda x: op(*args(x)) * 2)(ar(4) - 2)
+    assert re.search(r"test_index\.py:\d+", str(info.value))
+
+
 @pytest.mark.parametrize("name", ["index_select", "gather", "index_copy", "scatter_add_"])
 def test_an_index_out_of_range_raises_with_the_op(name):
     fn, make_args = OPS[name]

@@ -1,0 +1,246 @@
+"""torch.compile(backend="kiln") against eager PyTorch (kiln._backend): outputs, parameters and
+buffers after every call (a BatchNorm's running statistics, a static KV cache written in place),
+graph breaks, recompiles on new shapes and on .eval(), the graphs kiln.backend_graphs() lists,
+the eager paths (grad, a graph kiln cannot trace) and the `torch_dynamo_backends` entry point.
+
+Dynamo's own caches are reset around each test (torch._dynamo.reset()).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+import tomllib
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    kiln.clear_backend_graphs()
+    yield
+    torch._dynamo.reset()
+
+
+def _pair(make):
+    torch.manual_seed(0)
+    m = make()
+    return m, copy.deepcopy(m)
+
+
+def _check_state(got: torch.nn.Module, want: torch.nn.Module) -> None:
+    g, w = got.state_dict(), want.state_dict()
+    assert list(g) == list(w)
+    for k in w:
+        torch.testing.assert_close(g[k], w[k], msg=lambda m: f"{k}: {m}")
+
+
+def _run_both(make, inputs, calls=3, backend=kiln.backend):
+    m, eager = _pair(make)
+    compiled = torch.compile(m, backend=backend)
+    with torch.no_grad():
+        for i in range(calls):
+            args = inputs(i)
+            got = compiled(*[a.clone() for a in args])
+            want = eager(*[a.clone() for a in args])
+            torch.testing.assert_close(got, want)
+            _check_state(m, eager)
+    return m, compiled
+
+
+class _Branchy(torch.nn.Module):
+    """Linear, BatchNorm (train mode: buffers written), a data-dependent branch (a graph break)."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(16, 32)
+        self.bn = torch.nn.BatchNorm1d(32)
+        self.l2 = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.bn(self.l1(x)))
+        if h.sum() > 0:
+            h = h * 2
+        return self.l2(h).softmax(-1)
+
+
+def test_a_module_with_batch_norm_and_a_graph_break():
+    m, eager = _pair(_Branchy)
+    compiled = torch.compile(m, backend=kiln.backend)
+    with torch.no_grad():
+        for i in range(4):
+            if i == 2:  # parameters are read on every call, never baked into a program
+                for module in (m, eager):
+                    module.l2.weight.mul_(-2)
+                    module.l1.bias.add_(1)
+            x = torch.randn(8, 16) * (i + 1)
+            torch.testing.assert_close(compiled(x.clone()), eager(x.clone()))
+            _check_state(m, eager)
+    graphs = kiln.backend_graphs()
+    assert len(graphs) == 2  # Dynamo breaks the graph at `if h.sum() > 0`
+    assert m.bn.num_batches_tracked.item() == 4
+    for g in graphs:
+        stats = kiln.last_stats(g)
+        assert stats["kernels"] >= 1 and stats["host_copies"] == 0
+        assert g.eager_reason is None
+
+
+def test_eval_and_new_shapes_compile_again():
+    m, eager = _pair(_Branchy)
+    compiled = torch.compile(m, backend="kiln" if _entry_point_installed() else kiln.backend)
+    with torch.no_grad():
+        for train, batch in [(True, 8), (False, 8), (False, 5), (True, 3)]:
+            m.train(train)
+            eager.train(train)
+            x = torch.randn(batch, 16)
+            torch.testing.assert_close(compiled(x), eager(x))
+            _check_state(m, eager)
+
+
+class _Decoder(torch.nn.Module):
+    """A small decoder-only transformer with a static KV cache updated in place (index_copy_)."""
+
+    def __init__(self, vocab=50, dim=32, heads=4, layers=2, length=16):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, dim)
+        self.blocks = torch.nn.ModuleList()
+        for _ in range(layers):
+            block = torch.nn.ModuleDict(
+                {"norm1": torch.nn.LayerNorm(dim), "qkv": torch.nn.Linear(dim, 3 * dim), "out": torch.nn.Linear(dim, dim), "norm2": torch.nn.LayerNorm(dim), "mlp": torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))}
+            )
+            self.blocks.append(block)
+            block.register_buffer("k_cache", torch.zeros(1, heads, length, dim // heads))
+            block.register_buffer("v_cache", torch.zeros(1, heads, length, dim // heads))
+        self.norm = torch.nn.LayerNorm(dim)
+        self.head = torch.nn.Linear(dim, vocab, bias=False)
+        self.heads, self.length = heads, length
+
+    def forward(self, ids, pos):
+        b, t = ids.shape
+        x = self.embed(ids)
+        mask = torch.arange(self.length) <= pos[-1]
+        for block in self.blocks:
+            q, k, v = block["qkv"](block["norm1"](x)).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            block.k_cache.index_copy_(2, pos, k)
+            block.v_cache.index_copy_(2, pos, v)
+            scores = q @ block.k_cache.transpose(-1, -2) / math.sqrt(q.shape[-1])
+            scores = scores.masked_fill(~mask, float("-inf"))
+            attn = (scores.softmax(-1) @ block.v_cache).transpose(1, 2).reshape(b, t, -1)
+            x = x + block["out"](attn)
+            x = x + block["mlp"](block["norm2"](x))
+        return self.head(self.norm(x))
+
+
+def test_a_decoder_with_a_static_kv_cache_decodes_as_eager():
+    m, eager = _pair(_Decoder)
+    compiled = torch.compile(m, backend=kiln.backend)
+    with torch.no_grad():
+        ids = torch.tensor([[3]])
+        want_ids = ids.clone()
+        for p in range(m.length):
+            pos = torch.tensor([p])
+            got = compiled(ids, pos)
+            want = eager(want_ids, pos)
+            torch.testing.assert_close(got, want)
+            ids, want_ids = got.argmax(-1), want.argmax(-1)
+            assert torch.equal(ids, want_ids)
+    _check_state(m, eager)
+    graphs = kiln.backend_graphs()
+    assert len(graphs) == 1  # one graph, one program for every position (pos is an input)
+    stats = kiln.last_stats(graphs[0])
+    assert stats["cache_misses"] == 1 and stats["host_copies"] == 0
+
+
+def test_mutated_inputs_and_aliased_outputs():
+    def f(x, y):
+        x.add_(1)
+        v = x.view(-1)
+        y[0].mul_(3)
+        return v, x * y
+
+    compiled = torch.compile(f, backend=kiln.backend)
+    args, eager_args = [torch.randn(3, 4), torch.randn(3, 4)], None
+    eager_args = [a.clone() for a in args]
+    got, want = compiled(*args), f(*eager_args)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    for a, e in zip(args, eager_args):
+        torch.testing.assert_close(a, e)
+    assert got[0].untyped_storage().data_ptr() == args[0].untyped_storage().data_ptr()  # a view of x, as in eager
+
+
+def test_grad_mode_with_parameters_that_require_grad_runs_eagerly_and_says_so():
+    m, eager = _pair(lambda: torch.nn.Linear(8, 4))
+    compiled = torch.compile(m, backend=kiln.backend)
+    x = torch.randn(2, 8)
+    with pytest.warns(UserWarning, match="require grad"):
+        got = compiled(x)
+    want = eager(x)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(m.weight.grad, eager.weight.grad)
+
+
+def test_a_graph_kiln_cannot_trace_runs_eagerly_and_says_why():
+    def f(x):
+        return torch.nonzero(x > 0).float().sum() + x.sum()
+
+    torch._dynamo.config.capture_dynamic_output_shape_ops = True
+    try:
+        compiled = torch.compile(f, backend=kiln.backend)
+        x = torch.randn(6)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = compiled(x)
+        torch.testing.assert_close(got, f(x))
+        graphs = [g for g in kiln.backend_graphs() if g.eager_reason is not None]
+        assert graphs and any("runs in eager PyTorch" in str(w.message) for w in caught)
+    finally:
+        torch._dynamo.config.capture_dynamic_output_shape_ops = False
+
+
+def _entry_point() -> str:
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    return project["project"]["entry-points"]["torch_dynamo_backends"]["kiln"]
+
+
+def _entry_point_installed() -> bool:
+    from importlib.metadata import entry_points
+
+    return "kiln" in entry_points(group="torch_dynamo_backends").names
+
+
+def test_the_entry_point_names_the_backend(tmp_path, monkeypatch):
+    # As `pip install` would: a dist-info whose entry_points.txt is pyproject.toml's.
+    target = _entry_point()
+    module, _, attr = target.partition(":")
+    assert getattr(sys.modules[module], attr) is kiln.backend
+    dist = tmp_path / "kiln_entry_point_test-0.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: kiln-entry-point-test\nVersion: 0.0\n")
+    (dist / "entry_points.txt").write_text(f"[torch_dynamo_backends]\nkiln = {target}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from torch._dynamo.backends import registry
+
+    registry._discover_entrypoint_backends.cache_clear()
+    registry._lazy_import.cache_clear()
+    registry._BACKENDS.pop("kiln", None)
+    registry._COMPILER_FNS.pop("kiln", None)
+    assert registry.lookup_backend("kiln") is kiln.backend
+    compiled = torch.compile(lambda x: (x.sin_() * 2).sum(-1), backend="kiln")
+    x = torch.randn(3, 5)
+    x0 = x.clone()
+    torch.testing.assert_close(compiled(x), (x0.sin_() * 2).sum(-1))
+    torch.testing.assert_close(x, x0)
+    assert kiln.backend_graphs()
