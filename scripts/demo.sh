@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds kiln (release) and runs the demo: the seed programs traced
-# with the C++ API, printed, and run in the reference interpreter.
+# with the C++ API, printed, and run in the reference interpreter; then the Python extension
+# and examples/model_demo.py: kiln.jit on a function and torch.compile(backend="kiln") on a
+# model, each checked against eager PyTorch (on the GPU when there is one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release
 ./build/release/examples/seed_demo
+py=$("${KILN_PYTHON:-.venv/bin/python}" -c 'import sys; print(sys.executable)')
+cmake -S . -B build/py -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_PYTHON=ON \
+  -DPython_EXECUTABLE="$py" >/dev/null
+cmake --build build/py -j 2 --target _C
+KILN_EXT_DIR=$PWD/build/py/python/kiln PYTHONPATH=$PWD/python "$py" examples/model_demo.py

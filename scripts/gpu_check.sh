@@ -4,7 +4,7 @@
 # KILN_GPU_PHASES (default "cpp python"; also "bench"). Logs go to $OUT (or ./gpu-logs).
 #   cpp:    the `gpu` CTest label (GoogleTest built from KILN_GTEST_SOURCE when given) and the S1
 #           benchmark; KILN_GPU_PROGRAMS=N random programs per seed (default 1000)
-#   python: the extension kiln._C, tests/python on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
+#   python: the extension kiln._C, tests/python and tests/models on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
 #           the CPU, and examples/seed.py; KILN_RANDOM_PROGRAMS=N (default 1000),
 #           KILN_PYTEST_JOBS=N processes (default 1), KILN_PYTEST_ARGS (as "-k softmax")
 #   bench:  bench/bench.py (kiln, eager and torch.compile side by side), JSON into $OUT
@@ -49,13 +49,13 @@ if [[ " $phases " == *" python "* ]]; then
   # log; KILN_PYTEST_ARGS adds pytest arguments (a -k selection, say).
   jobs=${KILN_PYTEST_JOBS:-1}
   for device in ${KILN_PYTEST_DEVICES:-cuda cpu}; do
-    echo "== tests/python on $device ($jobs processes)"
+    echo "== tests/python and tests/models on $device ($jobs processes)"
     pids=()
     for ((shard = 0; shard < jobs; shard++)); do
       log="$out/pytest_$device.log"
       ((jobs > 1)) && log="$out/pytest_${device}_$shard.log"
       KILN_TEST_SHARD=$shard/$jobs KILN_TEST_DEVICE=$device "$python" -m pytest -q \
-        -p no:cacheprovider tests/python --durations=5 ${KILN_PYTEST_ARGS:-} >"$log" 2>&1 &
+        -p no:cacheprovider tests/python tests/models --durations=5 ${KILN_PYTEST_ARGS:-} >"$log" 2>&1 &
       pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done

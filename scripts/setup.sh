@@ -11,7 +11,8 @@
 # KILN_PYTHON=/path/to/python, into that interpreter's environment. A package counts as there
 # when that interpreter can import it, whatever its version, so an interpreter that has them all
 # needs no package registry. With KILN_PYTHON, only what the Python tests need (torch, nanobind,
-# pytest) is installed when missing; the others are reported.
+# pytest, and transformers and torchvision for the model zoo) is installed when missing; the
+# others are reported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,9 +62,9 @@ for line in open(sys.argv[1]):
 PY
 )
 if [ -n "$missing" ] && [ -n "${KILN_PYTHON:-}" ]; then
-  optional=$(grep -vE '^(torch|nanobind|pytest)==' <<<"$missing" || true)
+  optional=$(grep -vE '^(torch|nanobind|pytest|transformers|torchvision)==' <<<"$missing" || true)
   [ -z "$optional" ] || echo "setup: $py cannot import" $optional "(not needed by the tests; not installed)"
-  missing=$(grep -E '^(torch|nanobind|pytest)==' <<<"$missing" || true)
+  missing=$(grep -E '^(torch|nanobind|pytest|transformers|torchvision)==' <<<"$missing" || true)
 fi
 if [ -n "$missing" ]; then
   echo "setup: installing" $missing "into $("$py" -c 'import sys; print(sys.prefix)')"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Python packages that are missing (scripts/setup.sh --python), builds the extension
 # kiln._C and kiln-opt in build/py (Release, no C++ tests, so GoogleTest is not needed), and runs
-# the Python tests tests/python on the CPU with them. scripts/test.sh calls it.
+# the Python tests tests/python and the model zoo tests/models on the CPU with them. scripts/test.sh calls it.
 #   KILN_PYTHON=/path/to/python   test with that interpreter instead of .venv/bin/python
 #   KILN_RANDOM_PROGRAMS=N        random programs per random-program test (here 500 unless set)
 # Extra arguments go to pytest (e.g. -k jit, --durations=15).
@@ -32,5 +32,5 @@ print(f"python {sys.version.split()[0]} ({sys.executable}), torch {torch.__versi
 
 start=$SECONDS
 echo "== python tests (KILN_RANDOM_PROGRAMS=$KILN_RANDOM_PROGRAMS)"
-"$py" -m pytest -q -rs tests/python "$@"
+"$py" -m pytest -q -rs tests/python tests/models "$@"
 echo "== python tests took $((SECONDS - start)) s"

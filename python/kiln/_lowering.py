@@ -922,7 +922,15 @@ def _join(op: str) -> Callable[[Call], Any]:
     def rule(call: Call) -> Any:
         args = _bind(call, lambda tensors, dim=0: None)
         result = call.run_meta()
-        return call.emit(op, [list(args["tensors"]), args["dim"]], {}, result)
+        tensors = list(args["tensors"])
+        if op == "cat":
+            # ATen's legacy rule: a 1-d empty tensor (shape (0,)) is skipped whatever the other
+            # tensors' ranks (a cache started as torch.tensor([]), then cat along dim -2); it
+            # still takes part in the result's dtype.
+            kept = [t for t in tensors if tuple(t.shape) != (0,)]
+            if kept and len(kept) < len(tensors):
+                tensors = [_cast(call, t, result.dtype) if isinstance(t, Proxy) else t for t in kept]
+        return call.emit(op, [tensors, args["dim"]], {}, result)
 
     return rule
 

@@ -1,6 +1,7 @@
 """torch.compile(backend="kiln") against eager PyTorch (kiln._backend): outputs, parameters and
 buffers after every call (a BatchNorm's running statistics, a static KV cache written in place),
 graph breaks, recompiles on new shapes and on .eval(), the graphs kiln.backend_graphs() lists,
+(whole models and a decoder with a static KV cache: tests/models/test_zoo.py)
 the eager paths (grad, a graph kiln cannot trace) and the `torch_dynamo_backends` entry point.
 
 Dynamo's own caches are reset around each test (torch._dynamo.reset()).
@@ -9,7 +10,6 @@ Dynamo's own caches are reset around each test (torch._dynamo.reset()).
 from __future__ import annotations
 
 import copy
-import math
 import sys
 import tomllib
 import warnings
@@ -105,60 +105,6 @@ def test_eval_and_new_shapes_compile_again():
             x = torch.randn(batch, 16)
             torch.testing.assert_close(compiled(x), eager(x))
             _check_state(m, eager)
-
-
-class _Decoder(torch.nn.Module):
-    """A small decoder-only transformer with a static KV cache updated in place (index_copy_)."""
-
-    def __init__(self, vocab=50, dim=32, heads=4, layers=2, length=16):
-        super().__init__()
-        self.embed = torch.nn.Embedding(vocab, dim)
-        self.blocks = torch.nn.ModuleList()
-        for _ in range(layers):
-            block = torch.nn.ModuleDict(
-                {"norm1": torch.nn.LayerNorm(dim), "qkv": torch.nn.Linear(dim, 3 * dim), "out": torch.nn.Linear(dim, dim), "norm2": torch.nn.LayerNorm(dim), "mlp": torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))}
-            )
-            self.blocks.append(block)
-            block.register_buffer("k_cache", torch.zeros(1, heads, length, dim // heads))
-            block.register_buffer("v_cache", torch.zeros(1, heads, length, dim // heads))
-        self.norm = torch.nn.LayerNorm(dim)
-        self.head = torch.nn.Linear(dim, vocab, bias=False)
-        self.heads, self.length = heads, length
-
-    def forward(self, ids, pos):
-        b, t = ids.shape
-        x = self.embed(ids)
-        mask = torch.arange(self.length) <= pos[-1]
-        for block in self.blocks:
-            q, k, v = block["qkv"](block["norm1"](x)).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-            block.k_cache.index_copy_(2, pos, k)
-            block.v_cache.index_copy_(2, pos, v)
-            scores = q @ block.k_cache.transpose(-1, -2) / math.sqrt(q.shape[-1])
-            scores = scores.masked_fill(~mask, float("-inf"))
-            attn = (scores.softmax(-1) @ block.v_cache).transpose(1, 2).reshape(b, t, -1)
-            x = x + block["out"](attn)
-            x = x + block["mlp"](block["norm2"](x))
-        return self.head(self.norm(x))
-
-
-def test_a_decoder_with_a_static_kv_cache_decodes_as_eager():
-    m, eager = _pair(_Decoder)
-    compiled = torch.compile(m, backend=kiln.backend)
-    with torch.no_grad():
-        ids = torch.tensor([[3]])
-        want_ids = ids.clone()
-        for p in range(m.length):
-            pos = torch.tensor([p])
-            got = compiled(ids, pos)
-            want = eager(want_ids, pos)
-            torch.testing.assert_close(got, want)
-            ids, want_ids = got.argmax(-1), want.argmax(-1)
-            assert torch.equal(ids, want_ids)
-    _check_state(m, eager)
-    graphs = kiln.backend_graphs()
-    assert len(graphs) == 1  # one graph, one program for every position (pos is an input)
-    stats = kiln.last_stats(graphs[0])
-    assert stats["cache_misses"] == 1 and stats["host_copies"] == 0
 
 
 def test_mutated_inputs_and_aliased_outputs():
