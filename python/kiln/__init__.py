@@ -23,9 +23,12 @@ from ._module import JitModule
 from ._backend import backend, backend_graphs, clear_backend_graphs
 
 HAVE_EXTENSION = _C is not None
+# An index out of range in a kernel's index (an IndexError and a RuntimeError, as eager's are).
+IndexOutOfRangeError = _C.IndexOutOfRangeError if _C is not None else IndexError
 
 __all__ = [
     "HAVE_EXTENSION",
+    "IndexOutOfRangeError",
     "backend",
     "backend_graphs",
     "clear_backend_graphs",

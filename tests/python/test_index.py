@@ -271,8 +271,9 @@ def test_an_index_out_of_range_in_a_kernel_leaves_the_tensor_untouched():
         return x
 
     x = ar(4, 3)
-    with pytest.raises(IndexError, match=r"index_copy at .*test_index\.py:\d+: index 7 is out of bounds"):
+    with pytest.raises(kiln.IndexOutOfRangeError, match=r"index_copy at .*test_index\.py:\d+: index 7 is out of bounds") as info:
         kiln.jit(f)(x, _idx(1, 7), ar(2, 3))
+    assert isinstance(info.value, IndexError) and isinstance(info.value, RuntimeError)  # as eager's, by op
     torch.testing.assert_close(x, ar(4, 3))
 
 
