@@ -21,6 +21,7 @@ os.environ.setdefault("KILN_CHECK_FALLBACK_WRITES", "1")
 # KILN_TEST_DEVICE=cuda runs the same tests on CUDA tensors: it becomes torch's default device, so
 # every tensor the tests and the programs under test make (torch.arange, torch.ones, ...) is on
 # it, as a user's would be. Tests of the C++ tool kiln-opt (the CPU reference) skip there.
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 if os.environ.get("KILN_TEST_DEVICE"):
@@ -43,3 +44,15 @@ def pytest_collection_modifyitems(config, items):
     kept = [item for k, item in enumerate(items) if k % count == index]
     config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % count != index])
     items[:] = kept
+
+
+# Tests of torch.compile(backend="kiln") start and end with Dynamo's caches and kiln's list of
+# backend graphs empty.
+@pytest.fixture
+def fresh_dynamo():
+    import kiln
+
+    torch._dynamo.reset()
+    kiln.clear_backend_graphs()
+    yield
+    torch._dynamo.reset()

@@ -23,18 +23,13 @@ import kiln
 transformers = pytest.importorskip("transformers")
 torchvision = pytest.importorskip("torchvision")
 
-pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+pytestmark = [
+    pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)"),
+    pytest.mark.usefixtures("fresh_dynamo"),
+]
 
 _DTYPES = [torch.float32, torch.bfloat16]
 _TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    kiln.clear_backend_graphs()
-    yield
-    torch._dynamo.reset()
 
 
 def _gpt2():

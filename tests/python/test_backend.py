@@ -4,12 +4,11 @@ graph breaks, recompiles on new shapes and on .eval(), the graphs kiln.backend_g
 (whole models and a decoder with a static KV cache: tests/models/test_zoo.py)
 the eager paths (grad, a graph kiln cannot trace) and the `torch_dynamo_backends` entry point.
 
-Dynamo's own caches are reset around each test (torch._dynamo.reset()).
+Dynamo's own caches are reset around each test (tests/conftest.py, fresh_dynamo).
 """
 
 from __future__ import annotations
 
-import copy
 import sys
 import tomllib
 import warnings
@@ -17,32 +16,16 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import kiln
+from test_state import _check_state, _pair
 
-pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    kiln.clear_backend_graphs()
-    yield
-    torch._dynamo.reset()
+pytestmark = [
+    pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)"),
+    pytest.mark.usefixtures("fresh_dynamo"),
+]
 
 
-def _pair(make):
-    torch.manual_seed(0)
-    m = make()
-    return m, copy.deepcopy(m)
-
-
-def _check_state(got: torch.nn.Module, want: torch.nn.Module) -> None:
-    g, w = got.state_dict(), want.state_dict()
-    assert list(g) == list(w)
-    for k in w:
-        torch.testing.assert_close(g[k], w[k], msg=lambda m: f"{k}: {m}")
 
 
 def _run_both(make, inputs, calls=3, backend=kiln.backend):
