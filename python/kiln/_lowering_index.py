@@ -9,6 +9,9 @@ where the tensor is an input.
   (an attention mask before a softmax, CASES.md X3).
 - `x[mask] = v`, a boolean mask over x's leading dims and a number or one-element tensor v, is
   the same masked_fill with the mask's shape padded with ones (CASES.md X4).
+- `x[i]`, `x[:, i]` and `x[i] = v` with one integer index tensor (negative indices counting
+  from the end: wrap_index), index_put_ with one index tensor and index_fill_ lower to
+  index_select, index_copy and index_add (below).
 - Every other advanced key, read or write, runs as an eager step (kiln._fallback): PyTorch
   indexes the program's tensors on their device, a write on a clone that is copied back. Its
   errors are PyTorch's (an index out of range raises IndexError, on the CPU at the op).
@@ -84,6 +87,9 @@ def _advanced_getitem(call: Call) -> Any:
             "which kiln cannot know while tracing. Keep the shape instead: torch.where(mask, x, 0), "
             "x.masked_fill(~mask, 0), or compute the selection outside the compiled function."
         )
+    lowered = _one_tensor_getitem(call, self, key)
+    if lowered is not None:
+        return lowered
     return _eager(call, "indexing with tensors or lists", _check_key)
 
 
@@ -111,7 +117,8 @@ def _advanced_setitem(call: Call) -> Any:
             value = RULES[_key(torch.Tensor.reshape)](reshape)
         _copy_into(call, self, _emit_masked_fill(call, self, target, value))
         return None
-    _eager(call, "assigning through tensors or lists", _check_key)
+    if not _one_tensor_setitem(call, self, key, value):
+        _eager(call, "assigning through tensors or lists", _check_key)
     return None
 
 
@@ -320,6 +327,7 @@ def _index_write(op: str) -> Callable[[Call], Any]:
             return _eager(call, op, INDEX_CHECKS[getattr(torch.Tensor, op)])
         if inplace:
             _check_write(call, self)
+            _check_no_overlap(call, self, index, source)
         meta = result if not inplace else call.run_meta(getattr(torch, op), (self, dim, index, source), {k: v for k, v in args.items() if k == "alpha"})
         kwargs = {"alpha": args["alpha"]} if op == "index_add" and args["alpha"] != 1 else {}
         value = call.emit(op, [self, dim, index, source], kwargs, meta)
@@ -373,6 +381,7 @@ def _scatter(op: str) -> Callable[[Call], Any]:
             src = RULES[_key(torch.full)](full)
         if inplace:
             _check_write(call, self)
+            _check_no_overlap(call, self, index, src)
             result = call.run_meta(torch.scatter, (self, dim, index, src), {})
         kwargs: dict[str, Any] = {}
         if reduce is not None:
@@ -383,6 +392,155 @@ def _scatter(op: str) -> Callable[[Call], Any]:
         return _copy_into(call, self, value) if inplace else value
 
     return rule
+
+
+# ---- advanced indexing with one integer tensor -----------------------------------------------
+#
+# x[i], x[:, i] (one integer index tensor after full slices, full slices after it) read
+# index_select(x, d, wrap_index(i.reshape(-1))) viewed as x.shape[:d] + i.shape + x.shape[d+1:];
+# x[i] = v, index_put_((i,), v, accumulate=) and index_fill_ write through index_copy or
+# index_add. wrap_index counts negative indices from the end, as advanced indexing does (the
+# executor checks the index against [-size, size)). On a contiguous x only: eager's result
+# follows x's layout, kiln's index_select is contiguous.
+
+
+def _dense_range(t: torch.Tensor) -> tuple[int, int] | None:
+    """The elements [lo, hi) of its storage a non-overlapping and dense tensor covers, else None."""
+    if t.numel() == 0:
+        return None
+    dims = sorted((st, n) for n, st in zip(t.shape, t.stride()) if n != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return None
+        expected *= size
+    return t.storage_offset(), t.storage_offset() + t.numel()
+
+
+def _check_no_overlap(call: Call, target: Proxy, *others: Any) -> None:
+    """Eager's assert_no_overlap for an index write: the written tensor shares no memory with
+    its index or source (checked, as ATen does, where both are non-overlapping and dense)."""
+    for other in others:
+        if not isinstance(other, torch.Tensor) or other.untyped_storage()._cdata != target.untyped_storage()._cdata:
+            continue
+        a, b = _dense_range(target), _dense_range(other)
+        if a is not None and b is not None and a[0] < b[1] and b[0] < a[1]:
+            raise RuntimeError(
+                "unsupported operation: some elements of the input tensor and the written-to tensor "
+                "refer to a single memory location. Please clone() the tensor before performing the "
+                f"operation.\n(kiln: raised by {call.name} at {call.where()} while tracing)"
+            )
+
+
+def _full_slice(k: Any) -> bool:
+    return isinstance(k, slice) and k == slice(None)
+
+
+def _one_tensor_key(self: Any, key: Any, write: bool = False) -> tuple[int, Proxy] | None:
+    items = key if isinstance(key, tuple) else (key,)
+    tensors = [k for k in items if isinstance(k, torch.Tensor)]
+    if len(tensors) != 1 or not isinstance(self, Proxy) or not self.is_contiguous():
+        return None
+    index = tensors[0]
+    # (index_copy and index_add take int64 indices only)
+    if not isinstance(index, Proxy) or index.dtype not in ((torch.int64,) if write else (torch.int64, torch.int32)):
+        return None
+    d = next(k for k, item in enumerate(items) if item is index)
+    if d >= self.dim() or not all(_full_slice(k) for k in items[:d]):
+        return None
+    if not all(_full_slice(k) or k is Ellipsis for k in items[d + 1 :]):
+        return None
+    return d, index
+
+
+def _wrapped(call: Call, index: Proxy, size: int) -> Proxy:
+    flat = _view(call, torch.Tensor.reshape, index, (-1,))
+    return call.emit("wrap_index", [flat, size], {}, call.run_meta(torch.Tensor.clone, (flat,), {}))
+
+
+def _one_tensor_getitem(call: Call, self: Any, key: Any) -> Proxy | None:
+    found = _one_tensor_key(self, key)
+    if found is None:
+        return None
+    d, index = found
+    call.run_meta()  # eager's checks
+    w = _wrapped(call, index, self.shape[d])
+    rows = call.emit("index_select", [self, d, w], {}, call.run_meta(torch.index_select, (self, d, w), {}))
+    return _view(call, torch.Tensor.view, rows, (*self.shape[:d], *index.shape, *self.shape[d + 1 :]))
+
+
+def _index_source(call: Call, self: Proxy, d: int, index: Proxy, value: Any, index_shape: tuple) -> Proxy:
+    """value as the source of an index_copy along d: in self's dtype, broadcast to the indexed
+    shape (self.shape[:d] + index_shape + self.shape[d+1:]), the index dims flattened."""
+    shape = (*self.shape[:d], *index_shape, *self.shape[d + 1 :])
+    if isinstance(value, Proxy):
+        value = _cast(call, value, self.dtype)
+    else:
+        full = Call(call.tracer, torch.full, ((), value), {"dtype": self.dtype, "device": self.device}, call.loc)
+        value = RULES[_key(torch.full)](full)
+    if tuple(value.shape) != shape:
+        value = _view(call, torch.Tensor.expand, value, shape)
+    flat = (*self.shape[:d], index.numel(), *self.shape[d + 1 :])
+    return _view(call, torch.Tensor.reshape, value, flat)
+
+
+def _write_rows(call: Call, self: Proxy, d: int, index: Proxy, source: Proxy, accumulate: bool) -> None:
+    _check_write(call, self)
+    _check_no_overlap(call, self, index, source)
+    w = _wrapped(call, index, self.shape[d])
+    op = "index_add" if accumulate else "index_copy"
+    meta = call.run_meta(getattr(torch, op), (self, d, w, source), {})
+    _copy_into(call, self, call.emit(op, [self, d, w, source], {}, meta))
+
+
+def _one_tensor_setitem(call: Call, self: Any, key: Any, value: Any) -> bool:
+    found = _one_tensor_key(self, key, write=True)
+    if found is None or found[1].numel() > MAX_KERNEL_INDEX_POSITIONS:
+        return False
+    if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):
+        return False
+    d, index = found
+    call.run_meta()  # eager's checks (value broadcasts to the indexed shape)
+    _write_rows(call, self, d, index, _index_source(call, self, d, index, value, tuple(index.shape)), False)
+    return True
+
+
+def _index_put(call: Call) -> Any:
+    args = _bind(call, lambda self, indices, values, accumulate=False: None)
+    self, indices, values, accumulate = args["self"], args["indices"], args["values"], args["accumulate"]
+    result = call.run_meta()
+    found = _one_tensor_key(self, tuple(indices), write=True) if len(indices) == 1 else None
+    if found is None or found[1].numel() > MAX_KERNEL_INDEX_POSITIONS or not isinstance(values, Proxy):
+        return _eager(call, "index_put", _check_index_put)
+    d, index = found
+    source = _index_source(call, self, d, index, values, tuple(index.shape))
+    if call.name.endswith("_"):
+        _write_rows(call, self, d, index, source, accumulate)
+        return self
+    w = _wrapped(call, index, self.shape[d])
+    op = "index_add" if accumulate else "index_copy"
+    return call.emit(op, [self, d, w, source], {}, result)
+
+
+def _index_fill(call: Call) -> Any:
+    args = _bind(call, lambda self, dim, index, value: None)
+    self, dim, index, value = args["self"], args["dim"], args["index"], args["value"]
+    result = call.run_meta()
+    if (
+        not isinstance(self, Proxy)
+        or self.dim() == 0
+        or not _kernel_index(index)
+        or index.numel() > MAX_KERNEL_INDEX_POSITIONS
+        or (isinstance(value, torch.Tensor) and not isinstance(value, Proxy))
+    ):
+        return _eager(call, "index_fill", INDEX_CHECKS[torch.Tensor.index_fill])
+    d = dim % self.dim()
+    source = _index_source(call, self, d, index, value, (index.numel(),))
+    if call.name.endswith("_"):
+        _write_rows(call, self, d, index, source, False)
+        return self
+    w = _wrapped(call, index, self.shape[d])
+    return call.emit("index_copy", [self, d, w, source], {}, result)
 
 
 def _embedding(call: Call) -> Any:
@@ -409,3 +567,5 @@ for _op in ("index_copy", "index_add"):
 _register(_embedding, torch.nn.functional.embedding)
 for _op in ("scatter", "scatter_add", "scatter_reduce"):
     _register(_scatter(_op), getattr(torch, _op), getattr(torch.Tensor, _op), getattr(torch.Tensor, _op + "_"))
+_register(_index_put, torch.index_put, torch.Tensor.index_put, torch.Tensor.index_put_)
+_register(_index_fill, torch.index_fill, torch.Tensor.index_fill, torch.Tensor.index_fill_)

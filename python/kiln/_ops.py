@@ -166,6 +166,7 @@ ROWS: tuple[Row, ...] = (
     Row("diagonal_scatter", "scatter", "self:T, src:T, offset:int=0, dim1:int=0, dim2:int=1", False),
     Row("as_strided_scatter", "scatter", "self:T, src:T, size:ints, stride:ints, storage_offset:int?=None", False),
     # index reads and writes
+    Row("wrap_index", "index", "index:T, size:int", False),
     Row("index_select", "index", "self:T, dim:int, index:T", False),
     Row("gather", "index", "self:T, dim:int, index:T", False),
     Row("index_copy", "index", "self:T, dim:int, index:T, source:T", False),

@@ -84,6 +84,7 @@ _SPECIAL: dict[str, Callable] = {
     "gelu": F.gelu,
     "silu": F.silu,
     "scatter": _scatter,
+    "wrap_index": lambda index, size: torch.where((index < 0) & (index >= -size), index + size, index),
 }
 
 

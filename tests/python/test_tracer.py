@@ -194,14 +194,19 @@ def test_setitem_records_a_mutation_without_a_result():
     assert "  # test_tracer.py:" in text  # a statement without results still has its location
 
 
-def test_indexing_with_a_tensor_needs_kiln_jit():
+def test_indexing_with_two_tensors_needs_kiln_jit():
     # It runs as an eager step (tests/python/test_index.py), which a trace alone cannot hold.
     def f(x, i):
-        return x[i]
+        return x[i, i]
 
     with pytest.raises(kiln.UnsupportedError, match=r"torch.Tensor.__getitem__.*only kiln.jit can run") as info:
-        kiln.trace(f, torch.ones(4), torch.tensor([0, 1]))
-    assert info.value.location.text == "return x[i]"
+        kiln.trace(f, torch.ones(4, 4), torch.tensor([0, 1]))
+    assert info.value.location.text == "return x[i, i]"
+
+
+def test_indexing_with_one_tensor_is_an_index_select_of_the_wrapped_index():
+    text = kiln.trace(lambda x, i: x[i], torch.ones(4, 2), torch.tensor([0, -1]))
+    assert "ltorch.wrap_index(t0, 4)" in text and "ltorch.index_select(x, 0, t1)" in text, text
 
 
 # ---- arguments, results, constants -------------------------------------------------------------

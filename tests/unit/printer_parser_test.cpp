@@ -131,6 +131,7 @@ const std::map<std::string, std::string>& samples() {
       {"detach", "ltorch.detach(x)"},
       {"alias", "ltorch.alias(x)"},
       {"slice_scatter", "ltorch.slice_scatter(x, y, 1)"},
+      {"wrap_index", "ltorch.wrap_index(j, 4)"},
       {"index_select", "ltorch.index_select(x, 1, j)"},
       {"gather", "ltorch.gather(x, 1, i)"},
       {"index_copy", "ltorch.index_copy(x, 1, j, y)"},

@@ -272,9 +272,10 @@ void Analyzer::run_node(const Node& node) {
                                                           read(node.arg(0)).geometry.strides));
       return define_contiguous(node.outputs[0]);
     case OpKind::kIndex:
-      // index_select and gather allocate their results contiguous; index_copy, index_add and
-      // scatter are a clone of self (preserve_format) written into.
-      if (node.id() == OpId::kIndexSelect || node.id() == OpId::kGather)
+      // index_select, gather and wrap_index allocate their results contiguous; index_copy,
+      // index_add and scatter are a clone of self (preserve_format) written into.
+      if (node.id() == OpId::kIndexSelect || node.id() == OpId::kGather ||
+          node.id() == OpId::kWrapIndex)
         return define_contiguous(node.outputs[0]);
       return define_fresh(node.outputs[0], strides_like(read(node.arg(0)).geometry.sizes,
                                                         read(node.arg(0)).geometry.strides));

@@ -119,6 +119,7 @@ struct IndexCheck {
   int64_t size = 0;
   int64_t dim = 0;
   std::string op;
+  bool negative = false;  // values in [-size, size) (a wrap_index of the input), else [0, size)
   // The index is a view of the input: the elements to check, as positions in the input's
   // row-major order (a slice of it, an expand of it, ...). None: all of the input.
   std::optional<Geometry> view;

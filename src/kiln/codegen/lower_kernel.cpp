@@ -1594,6 +1594,13 @@ class KernelEmitter {
   //   t1 = index_copy(c, 2, pos, k)  ->  v = c[i]; for (ik = 0; ik < 1; ++ik)
   //                                          if (pos[ik] == i2) v = k[i0, i1, ik, i3];
   Val indexed(const Node& node, const Index& at) {
+    if (node.id() == OpId::kWrapIndex) {  // elementwise: index + size where negative
+      Val j = eval(node.input(0), at);
+      const std::string size = std::to_string(node.arg(1).as_int());
+      return define(node.outputs[0]->tensor_type().dtype,
+                    "(" + j.expr + ") < 0 && (" + j.expr + ") >= -" + size + " ? (" + j.expr +
+                        ") + " + size + " : (" + j.expr + ")");
+    }
     const Value* self = node.input(0);
     const Value* index = node.input(2);
     const TensorType& st = self->tensor_type();
@@ -1604,8 +1611,10 @@ class KernelEmitter {
     const int64_t count = index->tensor_type().numel();
     const DType out = node.outputs[0]->tensor_type().dtype;
     if (mode_ == NestMode::kRows) not_lowered(node.op->name + ": inside a row nest");
+    // The op and the user's line, with its text (`x[i] = v` lowers to index_copy).
     std::string where = node.op->name;
     if (node.loc.line > 0) where += " at " + node.loc.str();
+    if (!node.loc.text.empty()) where += " (`" + node.loc.text + "`)";
     index_checks_.push_back(index_check(node, index, size, static_cast<int64_t>(dim), where));
     const bool scalar_index = index->tensor_type().rank() == 0;
     auto index_at = [&](const IndexExpr& k) { return scalar_index ? Index{} : Index{k}; };
@@ -1676,17 +1685,23 @@ class KernelEmitter {
                          const std::string& where) {
     std::vector<const Node*> views;
     const Value* checked = index;
-    while (!input_index_.contains(checked) && checked->producer() &&
-           checked->producer()->op->kind == OpKind::kView &&
-           checked->producer()->outputs.size() == 1) {
-      views.push_back(checked->producer());
-      checked = checked->producer()->input(0);
+    bool negative = false;  // through a wrap_index (elementwise: the views still apply)
+    while (!input_index_.contains(checked) && checked->producer()) {
+      const Node* p = checked->producer();
+      if (p->id() == OpId::kWrapIndex && !negative && p->arg(1).as_int() == size) {
+        negative = true;
+      } else if (p->op->kind == OpKind::kView && p->outputs.size() == 1) {
+        views.push_back(p);
+      } else {
+        break;
+      }
+      checked = p->input(0);
     }
     auto in = input_index_.find(checked);
     if (in == input_index_.end())
       not_lowered(node.op->name +
                   ": an index computed in the same region (it must be checked first)");
-    IndexCheck check{static_cast<int>(in->second), size, dim, where, std::nullopt};
+    IndexCheck check{static_cast<int>(in->second), size, dim, where, negative, std::nullopt};
     if (views.empty()) return check;
     const Geometry whole = contiguous_geometry(checked->tensor_type().shape);
     Geometry g = whole;

@@ -32,6 +32,16 @@ int64_t index_dim(const OpInfo& op, const TensorType& self, int64_t dim, const T
 
 }  // namespace
 
+// wrap_index(index, size): the index's type; an integer index and a positive size.
+std::vector<TensorType> infer_wrap_index(const OpInfo& op, std::span<const Operand> args) {
+  const TensorType& index = tensor_arg(args, 0);
+  KILN_CHECK(index.dtype == DType::kInt64 || index.dtype == DType::kInt32)
+      << op.name << " expects an int64 or int32 index tensor, got " << dtype_name(index.dtype)
+      << ".";
+  KILN_CHECK(args[1].as_int() >= 0) << op.name << " expects a size of at least 0.";
+  return {index};
+}
+
 // index_select(self, dim, index): self's shape with dim replaced by the index's length.
 std::vector<TensorType> infer_index_select(const OpInfo& op, std::span<const Operand> args) {
   const TensorType& self = tensor_arg(args, 0);

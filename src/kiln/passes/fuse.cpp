@@ -169,7 +169,8 @@ class Fuser {
       int r = find(static_cast<int>(j));
       if (r == producer) {
         OpKind k = n.op->kind;
-        if (k != OpKind::kElementwise && k != OpKind::kCreation && k != OpKind::kScatter)
+        if (k != OpKind::kElementwise && k != OpKind::kCreation && k != OpKind::kScatter &&
+            n.id() != OpId::kWrapIndex)  // (elementwise over its index)
           return false;
         continue;
       }

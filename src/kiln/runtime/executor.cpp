@@ -367,7 +367,7 @@ void check_indices(const codegen::Kernel& kernel, const std::vector<RtValue>& in
     if (c.view) positions = element_indices(c.view->sizes, c.view->strides, c.view->offset);
     for (size_t k = 0; k < (c.view ? positions.size() : values.size()); ++k) {
       int64_t v = values.at(c.view ? static_cast<size_t>(positions[k]) : k);
-      if (v >= 0 && v < c.size) continue;
+      if (v >= (c.negative ? -c.size : 0) && v < c.size) continue;
       throw IndexOutOfRange(c.op + ": index " + std::to_string(v) +
                             " is out of bounds for dimension " + std::to_string(c.dim) +
                             " with size " + std::to_string(c.size) + ".");

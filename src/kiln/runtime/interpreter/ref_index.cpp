@@ -54,6 +54,22 @@ void for_each_mapped(const Shape& shape, const Shape& in_shape, int64_t dim,
 
 }  // namespace
 
+// wrap_index: index + size where negative (a value out of [-size, size) is left for the op
+// that uses it to report, as eager does).
+void ref_WrapIndex(Env& env, const Node& node) {
+  const RtTensor& index = *env.tensor(node.arg(0));
+  int64_t size = node.arg(1).as_int();
+  const TensorType& type = node.outputs[0]->tensor_type();
+  TensorHandle out =
+      empty_strided(type.dtype, type.shape, contiguous_strides(type.shape), index.device());
+  std::vector<int64_t> values = to_int_vector(index);
+  for (size_t i = 0; i < values.size(); ++i) {
+    int64_t v = values[i];
+    out->storage->store_int(static_cast<int64_t>(i), v < 0 && v >= -size ? v + size : v);
+  }
+  env.bind(node.outputs[0], out);
+}
+
 void ref_IndexSelect(Env& env, const Node& node) {
   const RtTensor& self = *env.tensor(node.arg(0));
   int64_t dim = dim_of(node, self);
