@@ -1295,7 +1295,7 @@ class Generator {
   // positions, or all of them reversed (index ops, ops.def), written back in place half the time
   // (x.index_copy_(...) as the tracer records it: the functional op, then copy_).
   bool move_index() {
-    if (r_.steps.size() + 7 > kMaxSteps) return false;  // it makes up to 7
+    if (r_.steps.size() + 8 > kMaxSteps) return false;  // it makes up to 8
     auto h = pick_any();
     if (!h || rank_of(*h) == 0) return false;
     const Shape shape = shape_of(*h);
@@ -1306,9 +1306,17 @@ class Generator {
     bool reversed = rng_.chance(0.4);
     int64_t start = reversed ? n - 1 : rng_.uniform(0, n - 1);
     int64_t end = reversed ? -1 : rng_.uniform(start + 1, n);
-    if (!emit(step(OpId::kArange, {C(start), C(end), C(reversed ? -1 : 1)}, kw), fresh()))
+    // A third of the time the positions count from the end (-n..-1), through wrap_index.
+    bool from_end = rng_.chance(0.3);
+    int64_t shift = from_end ? n : 0;
+    if (!emit(step(OpId::kArange, {C(start - shift), C(end - shift), C(reversed ? -1 : 1)}, kw),
+              fresh()))
       return false;
     int index = r_.steps.back().results.at(0);
+    if (from_end) {
+      if (!emit(step(OpId::kWrapIndex, {HandleRef{index}, C(n)}), fresh())) return false;
+      index = r_.steps.back().results.at(0);
+    }
     if (!emit(step(OpId::kIndexSelect, {HandleRef{*h}, C(d), HandleRef{index}}), fresh()))
       return false;
     if (rng_.chance(0.4)) return true;
