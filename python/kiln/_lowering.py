@@ -468,6 +468,13 @@ _register(_full, torch.full)
 def _scalar_tensor(call: Call) -> Any:
     # torch.tensor(2.5) and torch.scalar_tensor(2.5): a 0-d tensor of one number.
     value = call.args[0] if call.args else call.kwargs.get("data", call.kwargs.get("s"))
+    if isinstance(value, (list, tuple)) and call.func is torch.tensor:
+        kw = {k: v for k, v in call.kwargs.items() if k != "data"}
+        _check_factory_kwargs(call, kw)
+        meta = _run_factory(call, torch.tensor, [value], {"dtype": kw.get("dtype")})
+        if meta.numel() == 0:  # (torch.tensor([]), a cache's start): no contents, a creation op
+            device = _creation_device(call, kw.get("device"))
+            return call.emit("full", [list(meta.shape), 0], {"dtype": meta.dtype, "device": device}, meta, device=device)
     if isinstance(value, (list, tuple)) and call.func is torch.tensor and call.tracer.register_eager is not None:
         # Nested and empty lists: PyTorch makes the tensor on its device on every call (an
         # eager step without tensor arguments), so its contents are never a baked-in buffer.
@@ -956,6 +963,30 @@ _register(_matmul, *_torch_fns("matmul", "mm"), torch.Tensor.__matmul__)
 _register(_rmatmul, torch.Tensor.__rmatmul__)
 _register(_view_op("bmm", lambda self, mat2: None, ["self", "mat2"]), *_torch_fns("bmm"))
 _register(_view_op("linear", lambda input, weight, bias=None: None, ["input", "weight", "bias"]), F.linear)
+
+
+def _addmm(call: Call) -> Any:
+    """addmm(bias, x, w) with a 1-d bias and beta = alpha = 1 (GPT-2's Conv1D) is linear(x, w.t(),
+    bias): a matrix product kiln runs as a library step; other forms run as eager steps."""
+    args = _bind(call, lambda input, mat1, mat2, *, beta=1, alpha=1: None)
+    result = call.run_meta()
+    bias, x, w = args["input"], args["mat1"], args["mat2"]
+    tensors = (bias, x, w)
+    if (
+        args["beta"] != 1
+        or args["alpha"] != 1
+        or not all(isinstance(t, Proxy) for t in tensors)
+        or bias.dim() != 1
+        or len({t.dtype for t in tensors}) != 1
+    ):
+        from ._fallback import eager_fallback
+
+        return eager_fallback(call)
+    wt = RULES[_key(torch.Tensor.t)](Call(call.tracer, torch.Tensor.t, (w,), {}, call.loc))
+    return call.emit("linear", [x, wt, bias], {}, result)
+
+
+_register(_addmm, torch.addmm, torch.Tensor.addmm)
 
 
 def _softmax(op: str) -> Callable[[Call], Any]:

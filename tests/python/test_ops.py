@@ -119,6 +119,9 @@ PROGRAMS += [
     ("cat-stack", lambda x, y: (torch.cat([x, y]), torch.cat((x, y), dim=1), torch.stack([x, y]), torch.stack([x, y], -1), torch.concat([x, x])), lambda: [u(2, 3), sv(2, 3)]),
     ("matmul", lambda a, b, c: (a @ b, torch.matmul(a, b), a.mm(b), torch.bmm(c, c.transpose(1, 2)), b.t() @ a.t(), a @ b[:, 0]), lambda: [u(2, 3), sv(3, 4), u(2, 3, 3)]),
     ("linear", lambda x, w, b: (F.linear(x, w, b), F.linear(x, w)), lambda: [u(2, 3), sv(4, 3), u(4)]),
+    ("addmm", lambda b, x, w: (torch.addmm(b, x, w), b.addmm(x, w) * 2), lambda: [u(4), sv(2, 3), u(3, 4)]),
+    # an empty list is a creation op (a static cache starts as torch.tensor([]); cat skips it)
+    ("tensor-empty", lambda x: (torch.cat([torch.tensor([]), x]), torch.tensor([[]], dtype=torch.int64).shape[1] + x), lambda: [u(3)]),
     ("softmax", lambda x: (x.softmax(-1), F.softmax(x, dim=0), torch.log_softmax(x, 1), F.log_softmax(x, dim=-1, dtype=torch.float64)), lambda: [sv(3, 4)]),
     ("layer_norm", lambda x, w, b: (F.layer_norm(x, (4,)), F.layer_norm(x, [4], w, b, eps=1e-3)), lambda: [sv(3, 4), u(4), sv(4)]),
     ("rms_norm", lambda x, w: (F.rms_norm(x, (4,)), F.rms_norm(x, [4], w, eps=1e-6)), lambda: [sv(3, 4), u(4)]),
