@@ -1018,6 +1018,41 @@ def _rms_norm(call: Call) -> Any:
     return call.emit("rms_norm", [args["input"], list(args["normalized_shape"]), args["weight"], args["eps"]], {}, result)
 
 
+def _via(call: Call, fn: Any, *args: Any) -> Any:
+    """fn(*args) through its rule, at the user's line (a rule written with other rules)."""
+    return RULES[_key(fn)](Call(call.tracer, fn, args, {}, call.loc))
+
+
+def _batch_norm(call: Call) -> Any:
+    """Eval-mode batch_norm is elementwise, as eager's CPU kernel computes it: alpha = weight /
+    sqrt(running_var + eps), beta = bias - running_mean * alpha, y = x * alpha + beta, in float32
+    for half and bfloat16 inputs (eager's opmath). It fuses with what is around it (a ReLU, a
+    residual add). Training mode writes the running statistics: an eager step (kiln._fallback)."""
+    args = _bind(call, lambda input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, cudnn_enabled=True: None)
+    x, mean, var, w, b = (args[k] for k in ("input", "running_mean", "running_var", "weight", "bias"))
+    tensors = [t for t in (x, mean, var, w, b) if t is not None]
+    if args["training"] or not all(isinstance(t, Proxy) for t in tensors) or mean is None or var is None or x.dim() < 2:
+        from ._fallback import eager_fallback
+
+        return eager_fallback(call)
+    result = call.run_meta()  # eager's checks (the statistics' length is the channel count)
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    shape = (1, x.shape[1], *([1] * (x.dim() - 2)))
+
+    def channel(t: Proxy) -> Proxy:
+        return _via(call, torch.Tensor.view, _cast(call, t, compute), shape)
+
+    alpha = _via(call, torch.rsqrt, _via(call, torch.add, channel(var), args["eps"]))
+    if w is not None:
+        alpha = _via(call, torch.mul, alpha, channel(w))
+    beta = _via(call, torch.neg, _via(call, torch.mul, channel(mean), alpha))
+    if b is not None:
+        beta = _via(call, torch.add, beta, channel(b))
+    y = _via(call, torch.add, _via(call, torch.mul, _cast(call, x, compute), alpha), beta)
+    return _cast(call, y, result.dtype)
+
+
+_register(_batch_norm, F.batch_norm)
 _register(_layer_norm, F.layer_norm, torch.layer_norm)
 _register(_rms_norm, getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None))
 

@@ -125,6 +125,8 @@ PROGRAMS += [
     ("softmax", lambda x: (x.softmax(-1), F.softmax(x, dim=0), torch.log_softmax(x, 1), F.log_softmax(x, dim=-1, dtype=torch.float64)), lambda: [sv(3, 4)]),
     ("layer_norm", lambda x, w, b: (F.layer_norm(x, (4,)), F.layer_norm(x, [4], w, b, eps=1e-3)), lambda: [sv(3, 4), u(4), sv(4)]),
     ("rms_norm", lambda x, w: (F.rms_norm(x, (4,)), F.rms_norm(x, [4], w, eps=1e-6)), lambda: [sv(3, 4), u(4)]),
+    ("batch_norm-eval", lambda x, m, v, w, b: (F.batch_norm(x, m, v, w, b, False, 0.1, 1e-3).relu(), F.batch_norm(x[:, :, 0], m, v)), lambda: [sv(2, 3, 4), sv(3), u(3), u(3), sv(3)]),
+    ("batch_norm-eval-bf16", lambda x, m, v: F.batch_norm(x, m, v, training=False), lambda: [sv(2, 3, 4, dtype=torch.bfloat16), sv(3, dtype=torch.bfloat16), u(3, dtype=torch.bfloat16)]),
     ("dropout-eval", lambda x: F.dropout(x, 0.5, training=False) * 2, lambda: [u(3)]),
     # shapes
     ("zero-size", lambda x, y: (x + 1, x.sum(0), y.sum(), torch.cat([x, x])), lambda: [u(0, 3), u(0)]),
