@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The GPU checks, in one call on the GPU machine (it has nvcc, CMake, ninja, Python with torch,
 # nanobind and pytest, a GPU, and no package registry): build, then the phases named in
-# KILN_GPU_PHASES (default "cpp python"; also "bench"). Logs go to $OUT (or ./gpu-logs).
+# KILN_GPU_PHASES (default "cpp python"; also "bench" and "models"). Logs go to $OUT (or ./gpu-logs).
 #   cpp:    the `gpu` CTest label (GoogleTest built from KILN_GTEST_SOURCE when given) and the S1
 #           benchmark; KILN_GPU_PROGRAMS=N random programs per seed (default 1000)
 #   python: the extension kiln._C, tests/python and tests/models on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
 #           the CPU, and examples/seed.py; KILN_RANDOM_PROGRAMS=N (default 1000),
 #           KILN_PYTEST_JOBS=N processes (default 1), KILN_PYTEST_ARGS (as "-k softmax")
 #   bench:  bench/bench.py (kiln, eager and torch.compile side by side), JSON into $OUT
+#   models: bench/models.py (the model zoo and decode, side by side; KILN_MODELS_ARGS adds
+#           arguments, as "--models gpt2,decoder --dtypes bfloat16"), JSON into $OUT
 #   KILN_PYTHON: the Python that has torch (default python3)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +20,7 @@ mkdir -p "$out"
 options=(-DCMAKE_BUILD_TYPE=Release)
 [[ -n "${KILN_GTEST_SOURCE:-}" ]] && options+=(-DKILN_GTEST_SOURCE="$KILN_GTEST_SOURCE")
 [[ " $phases " == *" cpp "* ]] || options+=(-DKILN_BUILD_TESTS=OFF)
-[[ " $phases " == *" python "* || " $phases " == *" bench "* ]] &&
+[[ " $phases " == *" python "* || " $phases " == *" bench "* || " $phases " == *" models "* ]] &&
   options+=(-DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$python")")
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 cmake -S . -B build/gpu -G Ninja "${options[@]}" >"$out/configure.log" 2>&1 ||
@@ -27,7 +29,7 @@ cmake -S . -B build/gpu -G Ninja "${options[@]}" >"$out/configure.log" 2>&1 ||
 targets=()
 [[ " $phases " == *" cpp "* ]] && targets+=(kiln_gpu_tests kiln_bench_cuda_s1)
 [[ " $phases " == *" python "* ]] && targets+=(_C kiln-opt)
-[[ " $phases " == *" bench "* ]] && targets+=(_C)
+[[ " $phases " == *" bench "* || " $phases " == *" models "* ]] && targets+=(_C)
 cmake --build build/gpu -j "$(nproc)" --target "${targets[@]}" >"$out/build.log" 2>&1 ||
   { tail -40 "$out/build.log"; exit 1; }
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-gpu-cache}
@@ -74,5 +76,10 @@ if [[ " $phases " == *" bench "* ]]; then
   echo "== bench/bench.py"
   KILN_EXT_DIR=$PWD/build/gpu/python/kiln PYTHONPATH=python "$python" bench/bench.py \
     --json "$out/bench.json" ${KILN_BENCH_ARGS:-} 2>&1 | tee "$out/bench_py.log" | tail -40
+fi
+if [[ " $phases " == *" models "* ]]; then
+  echo "== bench/models.py"
+  KILN_EXT_DIR=$PWD/build/gpu/python/kiln PYTHONPATH=python "$python" bench/models.py \
+    --json "$out/models.json" ${KILN_MODELS_ARGS:-} 2>&1 | tee "$out/models.log" | tail -60
 fi
 exit $status
