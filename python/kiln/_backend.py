@@ -28,6 +28,7 @@ Registered for `backend="kiln"` through the `torch_dynamo_backends` entry point 
 from __future__ import annotations
 
 import collections
+import functools
 import warnings
 from typing import Any, Callable
 
@@ -48,8 +49,17 @@ class CompiledGraph:
 
         self.graph_module = gm
         self.index = index
-        # gm's forward with gm as its module: what it reads of gm (a constant) is an implicit input.
-        self.jitted = JitFunction(gm.forward, True, gm)
+        # A plain function of the graph's inputs, not gm's bound forward: Dynamo lifts
+        # parameters and buffers to inputs and guards the module state itself, so no per-call
+        # module guards are needed; a constant the graph reads (a get_attr) is found while
+        # tracing and read on every call as an implicit input (kiln._state).
+        forward = gm.forward
+
+        @functools.wraps(forward)  # (its signature: one parameter per graph input)
+        def graph(*args: Any) -> Any:
+            return forward(*args)
+
+        self.jitted = JitFunction(graph, True)
         self._kiln_forward = self.jitted  # for kiln.last_traces / last_stats
         self.eager_reason: str | None = None  # set once the graph runs eagerly for good
         self._warned_grad = False

@@ -317,7 +317,43 @@ nb::object python_constant(const Constant& c) {
 // Runs a step's nodes in order through PyTorch, on the tensors where they are (device memory
 // included): every step of a CUDA program stays on the device, and a CPU step runs ATen's
 // kernels (a matrix product through its BLAS) instead of kiln's reference interpreter.
+// A step that is one matrix product (on the CPU: no kernel lowers them) runs through ATen's C++
+// API, without Python: the Python step runner costs tens of microseconds a call. The result is
+// fresh memory, never a view of an input (a step's values are SSA values).
+std::optional<std::vector<RtValue>> run_matrix_product(const Trace& body,
+                                                       const std::vector<RtValue>& inputs) {
+  if (body.nodes().size() != 1 || body.outputs().size() != 1) return std::nullopt;
+  const Node& node = *body.nodes().front();
+  if (node.id() != OpId::kMatmul && node.id() != OpId::kBmm && node.id() != OpId::kLinear)
+    return std::nullopt;
+  std::unordered_map<const Value*, size_t> position;
+  for (size_t i = 0; i < body.inputs().size(); ++i)
+    position[body.inputs()[i]] = i;
+  std::vector<at::Tensor> args;
+  for (const Operand& o : node.operands) {
+    if (o.is_none()) continue;  // linear without a bias
+    if (!o.is_value() || !position.contains(o.value())) return std::nullopt;
+    const auto* t = std::get_if<TensorHandle>(&inputs.at(position.at(o.value())));
+    if (!t) return std::nullopt;
+    args.push_back(torch_view(**t));
+  }
+  if (body.outputs()[0] != node.outputs[0]) return std::nullopt;
+  at::Tensor out;
+  if (node.id() == OpId::kMatmul)
+    out = at::matmul(args.at(0), args.at(1));
+  else if (node.id() == OpId::kBmm)
+    out = at::bmm(args.at(0), args.at(1));
+  else
+    out = at::linear(args.at(0), args.at(1),
+                     args.size() > 2 ? std::optional<at::Tensor>(args[2]) : std::nullopt);
+  for (const at::Tensor& a : args)
+    if (out.numel() && a.numel() && out.storage().is_alias_of(a.storage())) out = out.clone();
+  return std::vector<RtValue>{kiln_view(out)};
+}
+
 std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs) {
+  if (std::optional<std::vector<RtValue>> product = run_matrix_product(body, inputs))
+    return *product;
   nb::gil_scoped_acquire gil;
   static nb::handle run_node =
       nb::object(nb::module_::import_("kiln._torch_steps").attr("run_node")).release();
