@@ -882,8 +882,15 @@ class KernelEmitter {
       depth = std::max(depth, depth_of(e.text));
     return depth;
   }
-  // Appends a line at `level`; `defines` (if any) is the variable it declares.
+  // Appends a line at `level`; `defines` (if any) is the variable it declares. A region whose
+  // code outgrows kMaxKernelSource (inlined views and scatters evaluated at many different
+  // indices multiply: a chain of as_strided_scatters made 16 MB of C++ that took the compiler
+  // minutes) is not lowered, and runs as a step without a kernel instead.
   void emit(int level, const std::string& line, const std::string& defines = "") {
+    emitted_ += line.size() + 1;
+    if (emitted_ > kMaxKernelSource)
+      not_lowered("the kernel's source would exceed " + std::to_string(kMaxKernelSource >> 10) +
+                  " KiB (values inlined at many indices)");
     levels_.at(static_cast<size_t>(level)) += line + "\n";
     if (!defines.empty()) level_of_[defines] = level;
   }
@@ -1963,7 +1970,9 @@ class KernelEmitter {
   const Lanes* lanes_ = nullptr;
   std::unordered_map<const Value*, size_t> input_index_;
   // The nest being emitted.
-  std::vector<std::string> levels_;                // code by level (NestBody::levels)
+  std::vector<std::string> levels_;  // code by level (NestBody::levels)
+  static constexpr size_t kMaxKernelSource = size_t{1} << 20;
+  size_t emitted_ = 0;                             // bytes emitted so far (emit)
   std::unordered_map<std::string, int> level_of_;  // the level of every variable defined so far
   int nest_rank_ = 0;
   NestMode mode_ = NestMode::kCpuLoops;
