@@ -982,7 +982,7 @@ def _addmm(call: Call) -> Any:
         from ._fallback import eager_fallback
 
         return eager_fallback(call)
-    wt = RULES[_key(torch.Tensor.t)](Call(call.tracer, torch.Tensor.t, (w,), {}, call.loc))
+    wt = _via(call, torch.Tensor.t, w)
     return call.emit("linear", [x, wt, bias], {}, result)
 
 

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from ._lowering import RULES, _bind, _cast, _check_write, _key, _register, _getitem, _setitem
+from ._lowering import RULES, _bind, _cast, _check_write, _key, _register, _getitem, _setitem, _via
 from ._tracer import Call, Proxy
 
 
@@ -69,8 +69,7 @@ def _masked_fill(call: Call) -> Any:
 
 
 def _copy_into(call: Call, target: Proxy, value: Proxy) -> Proxy:
-    copy = Call(call.tracer, torch.Tensor.copy_, (target, value), {}, call.loc)
-    return RULES[_key(torch.Tensor.copy_)](copy)
+    return _via(call, torch.Tensor.copy_, target, value)
 
 
 _register(_masked_fill, torch.masked_fill, torch.Tensor.masked_fill, torch.Tensor.masked_fill_)
@@ -286,10 +285,6 @@ def _gather(call: Call) -> Any:
     return call.emit("gather", [self, dim, index], {}, result)
 
 
-def _view(call: Call, method: Any, *args: Any) -> Proxy:
-    return RULES[_key(method)](Call(call.tracer, method, args, {}, call.loc))
-
-
 def _take_along_dim(call: Call) -> Any:
     """take_along_dim without a dim is a gather of the flattened operands. Along a dim, eager
     takes the indices modulo the dim's size (an index out of range is no error): kiln's gather
@@ -299,7 +294,7 @@ def _take_along_dim(call: Call) -> Any:
     call.run_meta()  # eager's checks (ranks, an integer index, shapes that broadcast)
     if not isinstance(x, Proxy) or not isinstance(index, Proxy) or index.dtype != torch.int64 or x.dim() == 0 or dim is not None:
         return _eager(call, "take_along_dim", _check_take_along_dim)
-    x, index = _view(call, torch.Tensor.reshape, x, (-1,)), _view(call, torch.Tensor.reshape, index, (-1,))
+    x, index = _via(call, torch.Tensor.reshape, x, (-1,)), _via(call, torch.Tensor.reshape, index, (-1,))
     return call.emit("gather", [x, 0, index], {}, call.run_meta(torch.gather, (x, 0, index), {}))
 
 
@@ -454,7 +449,7 @@ def _one_tensor_key(self: Any, key: Any, write: bool = False) -> tuple[int, Prox
 
 
 def _wrapped(call: Call, index: Proxy, size: int) -> Proxy:
-    flat = _view(call, torch.Tensor.reshape, index, (-1,))
+    flat = _via(call, torch.Tensor.reshape, index, (-1,))
     return call.emit("wrap_index", [flat, size], {}, call.run_meta(torch.Tensor.clone, (flat,), {}))
 
 
@@ -466,7 +461,7 @@ def _one_tensor_getitem(call: Call, self: Any, key: Any) -> Proxy | None:
     call.run_meta()  # eager's checks
     w = _wrapped(call, index, self.shape[d])
     rows = call.emit("index_select", [self, d, w], {}, call.run_meta(torch.index_select, (self, d, w), {}))
-    return _view(call, torch.Tensor.view, rows, (*self.shape[:d], *index.shape, *self.shape[d + 1 :]))
+    return _via(call, torch.Tensor.view, rows, (*self.shape[:d], *index.shape, *self.shape[d + 1 :]))
 
 
 def _index_source(call: Call, self: Proxy, d: int, index: Proxy, value: Any, index_shape: tuple) -> Proxy:
@@ -479,9 +474,9 @@ def _index_source(call: Call, self: Proxy, d: int, index: Proxy, value: Any, ind
         full = Call(call.tracer, torch.full, ((), value), {"dtype": self.dtype, "device": self.device}, call.loc)
         value = RULES[_key(torch.full)](full)
     if tuple(value.shape) != shape:
-        value = _view(call, torch.Tensor.expand, value, shape)
+        value = _via(call, torch.Tensor.expand, value, shape)
     flat = (*self.shape[:d], index.numel(), *self.shape[d + 1 :])
-    return _view(call, torch.Tensor.reshape, value, flat)
+    return _via(call, torch.Tensor.reshape, value, flat)
 
 
 def _write_rows(call: Call, self: Proxy, d: int, index: Proxy, source: Proxy, accumulate: bool) -> None:
@@ -553,10 +548,10 @@ def _embedding(call: Call) -> Any:
     # max_norm renormalizes weight's rows in place; the rest only changes the backward pass.
     if args["max_norm"] is not None or not isinstance(weight, Proxy) or weight.dim() != 2 or not isinstance(index, Proxy) or index.dtype not in (torch.int64, torch.int32):
         return _eager(call, "embedding", _check_embedding)
-    flat = RULES[_key(torch.Tensor.reshape)](Call(call.tracer, torch.Tensor.reshape, (index, (-1,)), {}, call.loc))
+    flat = _via(call, torch.Tensor.reshape, index, (-1,))
     rows = call.emit("index_select", [weight, 0, flat], {}, call.run_meta(torch.index_select, (weight, 0, flat), {}))
     shape = (*index.shape, weight.shape[1])
-    return RULES[_key(torch.Tensor.view)](Call(call.tracer, torch.Tensor.view, (rows, shape), {}, call.loc))
+    return _via(call, torch.Tensor.view, rows, shape)
 
 
 _register(_index_select, torch.index_select, torch.Tensor.index_select)
