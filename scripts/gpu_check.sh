@@ -19,7 +19,7 @@ python=${KILN_PYTHON:-python3}
 mkdir -p "$out"
 options=(-DCMAKE_BUILD_TYPE=Release)
 [[ -n "${KILN_GTEST_SOURCE:-}" ]] && options+=(-DKILN_GTEST_SOURCE="$KILN_GTEST_SOURCE")
-[[ " $phases " == *" cpp "* ]] || options+=(-DKILN_BUILD_TESTS=OFF)
+if [[ " $phases " == *" cpp "* ]]; then options+=(-DKILN_BUILD_TESTS=ON); else options+=(-DKILN_BUILD_TESTS=OFF); fi
 [[ " $phases " == *" python "* || " $phases " == *" bench "* || " $phases " == *" models "* ]] &&
   options+=(-DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$python")")
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"

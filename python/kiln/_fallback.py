@@ -279,7 +279,7 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
 
     fn_id = tracer.register_eager(run)
     tracer.fallback_ops += 1
-    made = call.emit("eager_call", [fn_id, proxies, results], results=meta_results)
+    made = call.emit("eager_call", [fn_id, proxies, results], results=meta_results, device=device)
     made = list(made) if isinstance(made, (list, tuple)) else [made]
     fresh_made, written_made = made[: len(tensors)], made[len(tensors) :]
     _copy_written_values(call, [proxies[i] for i in written], written_made)

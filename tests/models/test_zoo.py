@@ -58,11 +58,11 @@ def _vit():
 
 
 def _tokens(seed: int) -> torch.Tensor:
-    return torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(seed)).to(torch.get_default_device())
+    return torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(seed), device="cpu").to(torch.get_default_device())
 
 
 def _images(seed: int) -> torch.Tensor:
-    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(seed)).to(torch.get_default_device())
+    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(seed), device="cpu").to(torch.get_default_device())
 
 
 MODELS = {"gpt2": (_gpt2, _tokens), "llama": (_llama, _tokens), "bert": (_bert, _tokens), "resnet50": (_resnet50, _images), "vit": (_vit, _images)}
