@@ -10,7 +10,8 @@
 #   bench:  bench/bench.py (kiln, eager and torch.compile side by side), JSON into $OUT
 #   models: bench/models.py (the model zoo and decode, side by side; KILN_MODELS_ARGS adds
 #           arguments, as "--models gpt2,decoder --dtypes bfloat16"), JSON into $OUT
-#   KILN_PYTHON: the Python that has torch (default python3)
+#   KILN_PYTHON: the Python that has torch (default python3); KILN_CMAKE_ARGS: more CMake options
+#   (as "-DCMAKE_CXX_FLAGS=-g", for a native backtrace under cuda-gdb)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
@@ -19,6 +20,8 @@ python=${KILN_PYTHON:-python3}
 mkdir -p "$out"
 options=(-DCMAKE_BUILD_TYPE=Release)
 [[ -n "${KILN_GTEST_SOURCE:-}" ]] && options+=(-DKILN_GTEST_SOURCE="$KILN_GTEST_SOURCE")
+read -r -a extra <<<"${KILN_CMAKE_ARGS:-}"
+options+=("${extra[@]}")
 if [[ " $phases " == *" cpp "* ]]; then options+=(-DKILN_BUILD_TESTS=ON); else options+=(-DKILN_BUILD_TESTS=OFF); fi
 [[ " $phases " == *" python "* || " $phases " == *" bench "* || " $phases " == *" models "* ]] &&
   options+=(-DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v "$python")")

@@ -61,11 +61,13 @@ def random_program(seed: int, fallback_ops: bool = False) -> tuple[str, Callable
 
     def replay() -> dict:
         # On the CPU whatever the test device: an invalid step (an index out of range) raises
-        # there, where a CUDA kernel would device-assert and end the process's CUDA context.
-        env = {"torch": torch, **dict(zip(names, [a.cpu() for a in make_args()]))}
+        # there, where a CUDA kernel would device-assert and end the process's CUDA context. The
+        # arguments are made there too (not moved: .cpu() of two views of one CUDA storage gives
+        # two storages, and a step eager refuses for overlap would pass).
         default = torch.get_default_device()
         torch.set_default_device("cpu")
         try:
+            env = {"torch": torch, **dict(zip(names, make_args()))}
             exec("\n".join(lines), env)
         finally:
             torch.set_default_device(default)

@@ -2,8 +2,11 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <utility>
 
 #include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/interpreter/layout.h"
@@ -17,7 +20,7 @@ namespace {
 // The slice of cublas_api.h and library_types.h kiln uses.
 using Handle = void*;
 using Status = int;
-constexpr int kOpN = 0;                                      // CUBLAS_OP_N
+constexpr int kOpN = 0, kOpT = 1;                            // CUBLAS_OP_N, CUBLAS_OP_T
 constexpr int kGemmDefault = -1;                             // CUBLAS_GEMM_DEFAULT
 constexpr int kCompute32F = 68;                              // CUBLAS_COMPUTE_32F
 constexpr int kCompute64F = 70;                              // CUBLAS_COMPUTE_64F
@@ -94,6 +97,55 @@ TensorHandle contiguous_copy(const RtTensor& t, const Geometry& g, Allocator* al
   return out;
 }
 
+// One operand as cuBLAS reads it: a row-major [rows, cols] matrix per batch (op N) or its
+// transpose stored column-major (op T), `ld` apart, batches `batch_stride` apart (0: one matrix
+// broadcast over the batch), starting `offset` elements into the storage.
+struct GemmOperand {
+  int op = kOpN;
+  int64_t ld = 0, batch_stride = 0, offset = 0;
+};
+
+// How cuBLAS reads `g` (batch dims, then [rows, cols]) in place, if it can: the matrix dims
+// have unit stride in one of them, and the batch dims collapse into one stride. A transposed
+// weight (linear's input @ weight.T) and an expanded operand are then read without a copy.
+std::optional<GemmOperand> in_place_operand(const Geometry& g) {
+  const size_t r = g.sizes.size();
+  const int64_t rows = g.sizes[r - 2], cols = g.sizes[r - 1];
+  const int64_t sr = g.strides[r - 2], sc = g.strides[r - 1];
+  GemmOperand o;
+  o.offset = g.offset;
+  if ((sc == 1 || cols == 1) && (rows == 1 || sr >= cols)) {
+    o.ld = rows == 1 ? cols : sr;
+  } else if ((sr == 1 || rows == 1) && (cols == 1 || sc >= rows)) {
+    o.op = kOpT;
+    o.ld = cols == 1 ? rows : sc;
+  } else {
+    return std::nullopt;
+  }
+  o.ld = std::max<int64_t>(o.ld, 1);
+  if (o.ld >= (int64_t{1} << 31)) return std::nullopt;  // cuBLAS takes an int
+  // Batch dims, outermost first: each stride must be the next one's times its size.
+  std::optional<int64_t> inner;  // the stride of the innermost batch dim of size > 1
+  int64_t span = 0;              // elements that dim and those inside it cover
+  for (size_t d = r - 2; d-- > 0;) {
+    if (g.sizes[d] == 1) continue;
+    if (!inner) {
+      inner = g.strides[d];
+      span = g.strides[d] * g.sizes[d];
+    } else if (g.strides[d] == span) {
+      span *= g.sizes[d];
+    } else {
+      return std::nullopt;
+    }
+  }
+  o.batch_stride = inner.value_or(0);
+  return o;
+}
+
+const void* element_at(const RtTensor& t, int64_t offset) {
+  return reinterpret_cast<const char*>(t.storage->device_data) + offset * dtype_size(t.dtype());
+}
+
 }  // namespace
 
 bool cublas_available(std::string* why) {
@@ -161,21 +213,31 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
               static_cast<size_t>(out->numel() * dtype_size(out->dtype())), device, stream);
   }
   if (k == 0) return out;
-  TensorHandle ac = contiguous_copy(a, expand_to(ga, n, k), allocator, stream);
-  TensorHandle bc = contiguous_copy(b, expand_to(gb, k, m), allocator, stream);
+  // Each operand in place where cuBLAS can read it so, else as a contiguous copy.
+  TensorHandle copies[2];
+  auto operand = [&](int which, const RtTensor& t, const Geometry& g) {
+    if (std::optional<GemmOperand> o = in_place_operand(g))
+      return std::pair{*o, element_at(t, o->offset)};
+    copies[which] = contiguous_copy(t, g, allocator, stream);
+    const int64_t rows = g.sizes[g.sizes.size() - 2], cols = g.sizes.back();
+    GemmOperand o{kOpN, cols, batches > 1 ? rows * cols : 0, 0};
+    return std::pair{o, element_at(*copies[which], 0)};
+  };
+  auto [oa, pa] = operand(0, a, expand_to(ga, n, k));
+  auto [ob, pb] = operand(1, b, expand_to(gb, k, m));
   Handle h = handle_for(device);
   use_device(device);
   check(cublas().SetStream(h, stream), "cublasSetStream");
   float alpha_f = 1, beta_f = bias ? 1.0f : 0.0f;
   double alpha_d = 1, beta_d = bias ? 1.0 : 0.0;
   bool f64 = type == kR64F;
-  // Row-major C[n, m] = A[n, k] B[k, m] is column-major C^T = B^T A^T.
+  // Row-major C[n, m] = A[n, k] B[k, m] is column-major C^T = B^T A^T: a row-major operand is
+  // its column-major transpose as stored (op N), a column-major one needs op T.
   check(cublas().GemmStridedBatchedEx(
-            h, kOpN, kOpN, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-            f64 ? static_cast<const void*>(&alpha_d) : &alpha_f,
-            reinterpret_cast<const void*>(bc->storage->device_data), type, static_cast<int>(m),
-            k * m, reinterpret_cast<const void*>(ac->storage->device_data), type,
-            static_cast<int>(k), n * k, f64 ? static_cast<const void*>(&beta_d) : &beta_f,
+            h, ob.op, oa.op, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+            f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, pb, type, static_cast<int>(ob.ld),
+            ob.batch_stride, pa, type, static_cast<int>(oa.ld), oa.batch_stride,
+            f64 ? static_cast<const void*>(&beta_d) : &beta_f,
             reinterpret_cast<void*>(out->storage->device_data), type, static_cast<int>(m), n * m,
             static_cast<int>(batches), f64 ? kCompute64F : kCompute32F, kGemmDefault),
         "cublasGemmStridedBatchedEx");

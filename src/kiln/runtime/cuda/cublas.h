@@ -2,7 +2,9 @@
 // cuBLAS, loaded with dlopen (libcublas.so.13 or .12) like the driver and NVRTC. Floating dtypes
 // only, computed as PyTorch's CUDA matmul computes them by default: float32 in full float32 (no
 // TF32), float16 and bfloat16 with float32 accumulation, float64 in double. Any operand layout:
-// operands are first copied into contiguous batches (broadcast batch dims included).
+// one whose matrices have a unit stride (row- or column-major: a transposed weight) and whose
+// batch dims collapse into one stride (a broadcast operand: stride 0) is read in place, any
+// other is first copied into contiguous batches.
 #pragma once
 
 #include <string>
