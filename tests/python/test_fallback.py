@@ -163,3 +163,20 @@ def test_an_op_that_only_writes_its_arguments_needs_no_meta_kernel():
         torch.ops.kiln_test_fallback.scale_(torch.ones(2, device="meta"), 2.0)
     jitted = check_against_eager(f, lambda: [ar(4), ar(4) - 1])
     assert kiln.last_stats(jitted)["fallback_ops"] == 2
+
+
+@pytest.mark.parametrize("write", [False, True], ids=["reads", "writes"])
+def test_an_eager_step_through_a_reshape_that_copies(write):
+    """An eager step reads its argument through views the step evaluates itself; a reshape of an
+    expanded tensor is no view, but a copy (on CUDA a copy in device memory: the host
+    interpreter's copy of it crashed the process, in Llama's repeat_kv before attention)."""
+
+    def f(x):
+        y = x.unsqueeze(0).expand(2, 3, 4).reshape(6, 4)
+        if write:
+            y.cumsum_(-1)
+            return y * 2
+        return torch.cumsum(y, -1)
+
+    jitted = check_against_eager(f, lambda: [ar(3, 4)])
+    assert kiln.last_stats(jitted)["fallback_ops"] == 1

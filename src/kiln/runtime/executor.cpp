@@ -581,7 +581,13 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         bool eager = is_eager_call(step);
         if (eager) {
           // PyTorch runs it, on the tensors where they are (device memory included): the
-          // interpreter only hands them to the registered function (eager_calls.h).
+          // interpreter only hands them to the registered function (eager_calls.h), after the
+          // views it reads through (a reshape no view expresses copies on the device).
+          std::optional<DeviceCopyScope> device_copies;
+          if (memory.cuda())
+            device_copies.emplace([&memory](const RtTensor& t) {
+              return cuda::cuda_clone(t, memory.stream(), memory.allocator());
+            });
           std::vector<RtValue> outs = interpret(step.body, step_inputs);
           for (size_t k = 0; k < outs.size(); ++k)
             env[step.outputs[k]] = outs[k];

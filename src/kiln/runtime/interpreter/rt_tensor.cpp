@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "kiln/runtime/interpreter/layout.h"
 #include "kiln/support/error.h"
@@ -286,7 +287,25 @@ std::vector<int64_t> to_int_vector(const RtTensor& t) {
   return out;
 }
 
+namespace {
+thread_local const std::function<TensorHandle(const RtTensor&)>* device_copy = nullptr;
+}  // namespace
+
+DeviceCopyScope::DeviceCopyScope(std::function<TensorHandle(const RtTensor&)> copy)
+    : copy_(std::move(copy)), previous_(device_copy) {
+  device_copy = &copy_;
+}
+
+DeviceCopyScope::~DeviceCopyScope() {
+  device_copy = previous_;
+}
+
 TensorHandle clone(const RtTensor& t) {
+  if (t.storage->on_device()) {
+    KILN_ASSERT(device_copy != nullptr)
+        << "the interpreter was asked to copy a tensor in device memory outside an eager step";
+    return (*device_copy)(t);
+  }
   TensorHandle out = new_tensor(t.dtype(), t.sizes, t.device());
   int64_t k = 0;
   for (int64_t i : t.element_indices())

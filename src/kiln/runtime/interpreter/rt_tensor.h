@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <variant>
 #include <vector>
@@ -103,8 +104,25 @@ TensorHandle make_view(const TensorHandle& base, const Shape& shape,
 // The elements in row-major order.
 std::vector<double> to_vector(const RtTensor& t);
 std::vector<int64_t> to_int_vector(const RtTensor& t);
-// A contiguous copy (new storage).
+// A contiguous copy (new storage). A tensor in device memory is copied by the current
+// DeviceCopyScope's function; without one, copying it is a kiln bug (an internal error).
 TensorHandle clone(const RtTensor& t);
+
+// The interpreter reads and writes host memory. The executor hands it device tensors only for an
+// eager step, whose other nodes are the views the eager call reads through: metadata, except a
+// reshape no view expresses, which copies. Around such a step the executor says how a device
+// tensor is copied (on its stream, from its allocator); the scopes nest, per thread.
+class DeviceCopyScope {
+ public:
+  explicit DeviceCopyScope(std::function<TensorHandle(const RtTensor&)> copy);
+  ~DeviceCopyScope();
+  DeviceCopyScope(const DeviceCopyScope&) = delete;
+  DeviceCopyScope& operator=(const DeviceCopyScope&) = delete;
+
+ private:
+  std::function<TensorHandle(const RtTensor&)> copy_;
+  const std::function<TensorHandle(const RtTensor&)>* previous_;
+};
 // dst.copy_(src) as eager runs it: src broadcast to dst's shape and converted to dst's dtype;
 // nothing happens when src is dst's exact memory; user errors when dst has internal overlap or
 // src partially overlaps it. All of src is read before dst is written.
