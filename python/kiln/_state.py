@@ -19,6 +19,12 @@ forward's control flow reads), so a changed module compiles again instead of run
 program. A change of a module's structure (a parameter, buffer or child added or removed)
 re-reads the slots.
 
+Between calls that change nothing, none of this is walked again: a kiln._C.DictWatch over every
+module's __dict__, _parameters, _buffers and _modules says whether any of them changed since the
+last walk (in C, without a Python loop over a model's hundreds of modules), and if none did the
+call reuses the slot values and the guards' key it found then, re-reading only the slots outside
+those dicts (globals, closure cells). A ResNet-50's walk took about 1 ms a call.
+
 Writes: an in-place op on an implicit input is a write into a program input, put back by a
 writeback (BatchNorm's running statistics, a KV cache). An attribute the function *rebinds*
 (`self.count = self.count + 1`) is restored after tracing, its new value becomes an extra
@@ -38,6 +44,11 @@ import torch
 
 from ._errors import UnsupportedError
 from ._tracer import Proxy
+
+try:
+    from ._C import DictWatch
+except ImportError:  # the extension is not built: every call walks the modules
+    DictWatch = None
 
 _ABSENT = object()
 _PLAIN = (bool, int, float, str, type(None))
@@ -108,6 +119,13 @@ class ImplicitInputs:
         self.rebinds: list[Slot] = []  # of the trace being made (end_trace)
         self._structure: tuple = ()
         self._snapshots: list[tuple[dict, dict]] = []
+        # The last walk (read): its slot values, the slots outside the modules' dicts (read on
+        # every call), its guards' key, and the watch over the dicts it read.
+        self._watch: Any = None
+        self._values: list[Any] = []
+        self._unwatched: list[tuple[int, Slot]] = []
+        self._guards_key = 0
+        self._guard_keys: dict[tuple, int] = {}
         self._rebuild()
 
     # ---- the slots and guards of a call ----------------------------------------------------
@@ -128,6 +146,7 @@ class ImplicitInputs:
                 for key in getattr(m, kind):
                     self.slots.append(Slot(getattr(m, kind), key, _identifier(f"{name}_{key}" if name else key)))
         self._structure = self._module_structure()
+        self._watch = None
 
     def _reachable_modules(self) -> Iterable[tuple[str, torch.nn.Module]]:
         if self.root is not None:
@@ -161,11 +180,25 @@ class ImplicitInputs:
     def empty(self) -> bool:
         return not self.slots and not self.modules
 
-    def read(self) -> tuple[list[Any], tuple]:
-        """The slots' current values (leaves of the call after the arguments) and the guards."""
+    def read(self) -> tuple[list[Any], int]:
+        """The slots' current values (leaves of the call after the arguments) and a key that is
+        equal for two calls exactly when their guards are (the modules' flags and plain
+        attributes)."""
+        watch = self._watch
+        if watch is not None and watch.unchanged():
+            values = list(self._values)
+            for i, slot in self._unwatched:
+                value = slot.read()
+                values[i] = None if value is _ABSENT else value
+            return values, self._guards_key
+        return self._walk()
+
+    def _walk(self) -> tuple[list[Any], int]:
         structure = self._module_structure()
         if structure != self._structure:
             self._rebuild()
+        dicts = [d for _, m in self.modules for d in (m.__dict__, m._parameters, m._buffers, m._modules)]
+        watch = DictWatch(dicts) if DictWatch is not None else None  # before the reads it vouches for
         values = []
         for slot in self.slots:
             value = slot.read()
@@ -174,7 +207,11 @@ class ImplicitInputs:
             (m.training, tuple((k, v) for k, v in m.__dict__.items() if _plain(v) and k != "training"))
             for _, m in self.modules
         )
-        return values, guards
+        key = self._guard_keys.setdefault(guards, len(self._guard_keys))
+        watched = {id(d) for d in dicts}
+        self._values, self._guards_key, self._watch = values, key, watch
+        self._unwatched = [(i, s) for i, s in enumerate(self.slots) if not (isinstance(s.holder, dict) and id(s.holder) in watched)]
+        return list(values), key
 
     # ---- tracing ----------------------------------------------------------------------------
 
@@ -192,6 +229,7 @@ class ImplicitInputs:
         itself, read as it is on every call."""
         slot = self._find(t) or Slot(t, _ABSENT, "captured")
         self.slots.append(slot)
+        self._watch = None  # the next read walks the new slot list
         return slot.name
 
     def _find(self, t: torch.Tensor) -> Slot | None:

@@ -267,3 +267,60 @@ def test_a_kv_cache_written_with_index_copy_over_64_positions():
     # matrix products are library steps on CUDA, ATen's on the CPU.)
     assert stats["fallback_ops"] == 0 and stats["interpreted_steps"] == 0
     assert jm._kiln_forward._cache.last_run_stats["writebacks_in_kernel"] == 2
+
+
+_SHIFT = torch.zeros(4)
+
+
+class _Nested(torch.nn.Module):
+    """A child two levels down, a plain attribute on it, and a global the forward reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Sequential(torch.nn.Linear(4, 4)), torch.nn.ReLU())
+        self.body[0][0].gain = 1.0
+
+    def forward(self, x):
+        inner = self.body[0][0]
+        return self.body(x) * inner.gain + _SHIFT
+
+
+def test_every_change_between_calls_is_seen_deep_in_the_module_tree():
+    """Calls that change nothing reuse the last walk of the module tree (kiln._state's
+    DictWatch); each change below, made between calls, must still be seen."""
+    global _SHIFT
+    m, eager = _pair(_Nested)
+    jm = kiln.jit(m)
+    x = torch.randn(3, 4)
+
+    def same():
+        torch.testing.assert_close(jm(x), eager(x))
+
+    same()
+    same()  # unchanged: the same program, the walk reused
+    assert kiln.last_stats(jm)["cache_misses"] == 1
+    changes = [
+        lambda mod: setattr(mod.body[0][0], "gain", 3.0),  # a plain attribute two levels down
+        lambda mod: setattr(mod.body[0][0], "weight", torch.nn.Parameter(torch.ones(4, 4))),  # a new parameter
+        lambda mod: mod.body[0][0].bias.data.fill_(2.0),  # in place: no dict changes
+        lambda mod: setattr(mod.body[0][0].weight, "data", torch.full((4, 4), 0.5)),  # new data
+        lambda mod: mod.body[0][0].eval(),  # one child's flag
+        lambda mod: mod.body[0][0].train(),
+    ]
+    for change in changes:
+        change(m)
+        change(eager)
+        same()
+        same()
+    _SHIFT = torch.full((4,), 7.0)  # a rebound global (no module dict changes)
+    same()
+    _SHIFT = torch.zeros(4)
+    same()
+    m.body[0][0].weight = torch.nn.Parameter(torch.ones(4, 4, dtype=torch.float64))  # another dtype
+    m.body[0][0].bias = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+    eager.body[0][0].weight = torch.nn.Parameter(torch.ones(4, 4, dtype=torch.float64))
+    eager.body[0][0].bias = torch.nn.Parameter(torch.ones(4, dtype=torch.float64))
+    x = x.double()
+    _SHIFT = torch.zeros(4, dtype=torch.float64)
+    same()
+    _SHIFT = torch.zeros(4)

@@ -35,6 +35,7 @@
 #include "kiln/analysis/alias_pattern.h"
 #include "kiln/ir/parser.h"
 #include "kiln/passes/pipeline.h"
+#include "kiln/python/dict_watch.h"
 #include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/executor.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
@@ -735,6 +736,7 @@ NB_MODULE(_C, m) {
   m.def("call_phase_seconds", &call_profile::seconds,
         "Host seconds so far in each phase of kiln.jit calls, as (phase, seconds) pairs; counted "
         "only when KILN_PROFILE_CALLS is set (see src/kiln/support/call_profile.h).");
+  kiln::python::bind_dict_watch(m);
   m.def("register_eager", &register_eager, nb::arg("fn"),
         "Registers fn(list of tensors) -> list of tensors for eager_call; returns its number.");
   nb::class_<JitCache>(m, "JitCache")
