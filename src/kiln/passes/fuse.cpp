@@ -101,19 +101,26 @@ class Fuser {
       if (!is_view(*nodes[i])) domain_[i] = node_domain(*nodes[i]);
     }
     // Greedy: each compute node joins the region of a producer when the loop nests agree and
-    // no path leaves that region and comes back.
-    for (size_t i = 0; i < n; ++i) {
-      if (is_view(*nodes[i]) || is_opaque(*nodes[i])) continue;
-      for (int dep : compute_deps(*nodes[i])) {
-        int a = find(static_cast<int>(i)), b = find(dep);
-        if (a == b || is_opaque(*nodes[static_cast<size_t>(b)])) continue;
-        std::optional<Domain> merged =
-            merge_domains(domain_[static_cast<size_t>(b)], domain_[static_cast<size_t>(a)]);
-        if (!merged && inline_across_domains_ && inlinable(b, a))
-          merged = domain_[static_cast<size_t>(a)];
-        if (!merged || creates_cycle(b, a)) continue;
-        parent_[static_cast<size_t>(a)] = b;
-        domain_[static_cast<size_t>(b)] = *merged;
+    // no path leaves that region and comes back. Until nothing changes: a producer that could
+    // not be inlined while two regions read it can be once they have merged.
+    //   alpha = rsqrt(var + eps) * w  [1, C, 1, 1]   y = x * alpha + beta: alpha and beta are
+    //   read by the product and the sum, one region only after the first pass.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < n; ++i) {
+        if (is_view(*nodes[i]) || is_opaque(*nodes[i])) continue;
+        for (int dep : compute_deps(*nodes[i])) {
+          int a = find(static_cast<int>(i)), b = find(dep);
+          if (a == b || is_opaque(*nodes[static_cast<size_t>(b)])) continue;
+          std::optional<Domain> merged =
+              merge_domains(domain_[static_cast<size_t>(b)], domain_[static_cast<size_t>(a)]);
+          if (!merged && inline_across_domains_ && inlinable(b, a))
+            merged = domain_[static_cast<size_t>(a)];
+          if (!merged || creates_cycle(b, a)) continue;
+          parent_[static_cast<size_t>(a)] = b;
+          domain_[static_cast<size_t>(b)] = *merged;
+          changed = true;
+        }
       }
     }
     return build();
