@@ -119,6 +119,10 @@ PROGRAMS += [
     ("cat-stack", lambda x, y: (torch.cat([x, y]), torch.cat((x, y), dim=1), torch.stack([x, y]), torch.stack([x, y], -1), torch.concat([x, x])), lambda: [u(2, 3), sv(2, 3)]),
     ("matmul", lambda a, b, c: (a @ b, torch.matmul(a, b), a.mm(b), torch.bmm(c, c.transpose(1, 2)), b.t() @ a.t(), a @ b[:, 0]), lambda: [u(2, 3), sv(3, 4), u(2, 3, 3)]),
     ("linear", lambda x, w, b: (F.linear(x, w, b), F.linear(x, w)), lambda: [u(2, 3), sv(4, 3), u(4)]),
+    # A product and the views around it are one library step (GPT-2's Conv1D), the reshape of a
+    # transpose a copy inside it.
+    ("linear-through-reshapes", lambda x, w, b: F.linear(x.reshape(6, 4), w, b).reshape(2, 3, 5), lambda: [u(2, 3, 4), sv(5, 4), u(5)]),
+    ("matmul-of-a-copying-reshape", lambda x, w: (x.transpose(0, 1).reshape(6, 4) @ w.t()).view(3, 2, 5), lambda: [u(2, 3, 4), sv(5, 4)]),
     ("addmm", lambda b, x, w: (torch.addmm(b, x, w), b.addmm(x, w) * 2), lambda: [u(4), sv(2, 3), u(3, 4)]),
     # an empty list is a creation op (a static cache starts as torch.tensor([]); cat skips it)
     ("tensor-empty", lambda x: (torch.cat([torch.tensor([]), x]), torch.tensor([[]], dtype=torch.int64).shape[1] + x), lambda: [u(3)]),

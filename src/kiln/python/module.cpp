@@ -39,6 +39,7 @@
 #include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/executor.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
+#include "kiln/runtime/library_step.h"
 #include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
@@ -318,27 +319,17 @@ nb::object python_constant(const Constant& c) {
 // Runs a step's nodes in order through PyTorch, on the tensors where they are (device memory
 // included): every step of a CUDA program stays on the device, and a CPU step runs ATen's
 // kernels (a matrix product through its BLAS) instead of kiln's reference interpreter.
-// A step that is one matrix product (on the CPU: no kernel lowers them) runs through ATen's C++
-// API, without Python: the Python step runner costs tens of microseconds a call. The result is
-// fresh memory, never a view of an input (a step's values are SSA values).
-std::optional<std::vector<RtValue>> run_matrix_product(const Trace& body,
-                                                       const std::vector<RtValue>& inputs) {
-  if (body.nodes().size() != 1 || body.outputs().size() != 1) return std::nullopt;
-  const Node& node = *body.nodes().front();
+// A step that is one matrix product and the views around it (library_step.h; on the CPU no
+// kernel lowers them) runs through ATen's C++ API, without Python: the Python step runner costs
+// tens of microseconds a call. The product is fresh memory, never a view of an input (a step's
+// values are SSA values).
+TensorHandle aten_matrix_product(const Node& node, const std::vector<RtValue>& operands) {
   if (node.id() != OpId::kMatmul && node.id() != OpId::kBmm && node.id() != OpId::kLinear)
-    return std::nullopt;
-  std::unordered_map<const Value*, size_t> position;
-  for (size_t i = 0; i < body.inputs().size(); ++i)
-    position[body.inputs()[i]] = i;
+    return nullptr;
   std::vector<at::Tensor> args;
-  for (const Operand& o : node.operands) {
-    if (o.is_none()) continue;  // linear without a bias
-    if (!o.is_value() || !position.contains(o.value())) return std::nullopt;
-    const auto* t = std::get_if<TensorHandle>(&inputs.at(position.at(o.value())));
-    if (!t) return std::nullopt;
-    args.push_back(torch_view(**t));
-  }
-  if (body.outputs()[0] != node.outputs[0]) return std::nullopt;
+  for (const RtValue& v : operands)
+    if (const auto* t = std::get_if<TensorHandle>(&v))
+      args.push_back(torch_view(**t));  // else: no bias
   at::Tensor out;
   if (node.id() == OpId::kMatmul)
     out = at::matmul(args.at(0), args.at(1));
@@ -349,7 +340,17 @@ std::optional<std::vector<RtValue>> run_matrix_product(const Trace& body,
                      args.size() > 2 ? std::optional<at::Tensor>(args[2]) : std::nullopt);
   for (const at::Tensor& a : args)
     if (out.numel() && a.numel() && out.storage().is_alias_of(a.storage())) out = out.clone();
-  return std::vector<RtValue>{kiln_view(out)};
+  return kiln_view(out);
+}
+
+std::optional<std::vector<RtValue>> run_matrix_product(const Trace& body,
+                                                       const std::vector<RtValue>& inputs) {
+  // A reshape no view expresses copies through ATen (on the tensor's device and stream).
+  TensorHandle out = run_library_body(body, inputs, aten_matrix_product, [](const RtTensor& t) {
+    return kiln_view(torch_view(t).clone(at::MemoryFormat::Contiguous));
+  });
+  if (!out) return std::nullopt;
+  return std::vector<RtValue>{out};
 }
 
 std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs) {

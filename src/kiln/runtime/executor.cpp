@@ -14,6 +14,7 @@
 #include "kiln/runtime/interpreter/env.h"
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/runtime/interpreter/reference_ops.h"
+#include "kiln/runtime/library_step.h"
 #include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
@@ -312,40 +313,20 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
   return p;
 }
 
-// An opaque step on CUDA through a library (cuBLAS for the matrix products): the step's views of
-// its inputs are taken on the device tensors (views that only change metadata), then its one
-// product runs in the library; its output is bound in `env`. False when the library cannot run
-// the step (the interpreter then does).
+// An opaque step on CUDA through a library (cuBLAS for the matrix products; library_step.h): the
+// views around its one product on the device tensors, the product in the library; its output
+// is bound in `env`. False when the library cannot run the step (the step runner then does).
 bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
                       const DeviceMemoryOps& memory, std::map<const Value*, RtValue>& env) {
-  static const std::set<OpId> metadata_views = {
-      OpId::kTranspose, OpId::kT,      OpId::kPermute, OpId::kSelect,
-      OpId::kSlice,     OpId::kNarrow, OpId::kExpand,  OpId::kUnsqueeze,
-      OpId::kSqueeze,   OpId::kAlias,  OpId::kDetach,  OpId::kDiagonal};
   if (step.outputs.size() != 1) return false;
-  Env views;
-  for (size_t i = 0; i < step.body.inputs().size(); ++i)
-    views.bind(step.body.inputs()[i], inputs[i]);
-  TensorHandle out;
-  for (const auto& n : step.body.nodes()) {
-    if (metadata_views.contains(n->id()) && n->subsymbols.empty()) {
-      reference_fn(n->id())(views, *n);
-      continue;
-    }
-    if (out || n->op->kind != OpKind::kOpaque) return false;
-    std::vector<RtValue> operands;
-    for (const Operand& o : n->operands) {
-      if (o.is_none())
-        operands.emplace_back(RtScalar(false));
-      else if (o.is_value())
-        operands.push_back(views.at(o.value()));
-      else
-        return false;
-    }
-    out = cuda::run_matrix_product(*n, operands, memory.allocator(), memory.stream());
-    if (!out) return false;
-    if (n->outputs.size() != 1 || step.body.outputs().at(0) != n->outputs[0]) return false;
-  }
+  TensorHandle out = run_library_body(
+      step.body, inputs,
+      [&memory](const Node& n, const std::vector<RtValue>& operands) {
+        return cuda::run_matrix_product(n, operands, memory.allocator(), memory.stream());
+      },
+      [&memory](const RtTensor& t) {
+        return cuda::cuda_clone(t, memory.stream(), memory.allocator());
+      });
   if (!out) return false;
   env[step.outputs[0]] = out;
   return true;
