@@ -192,6 +192,20 @@ TEST(CudaDifferential, MatrixProductsRunThroughCublas) {
        {4, 9},
        {5, 3},
        [](Tensor a, Tensor b) { return matmul(a.narrow(1, 2, 5), b); }},
+      // One library step with the views around the product (library_step.h): GPT-2's Conv1D
+      // reshapes, and a reshape of a transpose that copies on the device.
+      {"linear through reshapes",
+       {2, 3, 6},
+       {5, 6},
+       [](Tensor a, Tensor w) {
+         return linear(a.reshape({6, 6}), w).reshape({2, 3, 5}) * 2;
+       }},
+      {"a reshape that copies",
+       {2, 3, 6},
+       {5, 6},
+       [](Tensor a, Tensor w) {
+         return matmul(a.transpose(0, 1).reshape({6, 6}), w.t());
+       }},
       {"batches interleaved with rows",
        {4, 3, 6},
        {3, 6, 2},
