@@ -180,3 +180,33 @@ def test_an_eager_step_through_a_reshape_that_copies(write):
 
     jitted = check_against_eager(f, lambda: [ar(3, 4)])
     assert kiln.last_stats(jitted)["fallback_ops"] == 1
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x, y: torch.cumsum(x, -1) + 1,
+        lambda x, y: F.scaled_dot_product_attention(x.view(1, 1, 3, 4), y.view(1, 1, 3, 4), x.view(1, 1, 3, 4), scale=0.5),
+        lambda x, y: torch.sort(x, -1)[0] * y,  # two results: the general run
+        lambda x, y: torch.cumsum(x, dim=-1, dtype=torch.float64),  # keyword arguments
+        lambda x, y: torch.flip(x.t(), [0]) - y.t(),
+    ],
+    ids=["cumsum", "attention", "sort", "keywords", "flip-of-a-view"],
+)
+def test_the_one_result_run_without_write_checks(fn, monkeypatch):
+    """Eager steps that write nothing and return one tensor take a shorter run than the general
+    one when KILN_CHECK_FALLBACK_WRITES is off (as for users; conftest.py turns it on)."""
+    import kiln._fallback as fallback
+
+    monkeypatch.setattr(fallback, "CHECK_WRITES", False)
+    check_against_eager(fn, lambda: [ar(3, 4), ar(3, 4) + 1])
+
+
+def test_the_one_result_run_keeps_eagers_error(monkeypatch):
+    import kiln._fallback as fallback
+
+    monkeypatch.setattr(fallback, "CHECK_WRITES", False)
+    f = kiln.jit(lambda x: torch.linalg.cholesky(x) * 2)
+    torch.testing.assert_close(f(torch.eye(3) * 4), torch.eye(3) * 4)
+    with pytest.raises(torch.linalg.LinAlgError, match="(?s)not positive-definite.*run by PyTorch as an eager step"):
+        f(-torch.eye(3))  # raised by the op when it runs, not while tracing
