@@ -97,6 +97,11 @@ def _plain(value: Any) -> bool:
     return type(value) is tuple and all(type(v) in _PLAIN for v in value)
 
 
+def _module_in(slot: Slot) -> torch.nn.Module | None:
+    value = slot.read()
+    return value if isinstance(value, torch.nn.Module) else None
+
+
 def _code_names(code: types.CodeType) -> list[str]:
     """The global names a function's code (and the code of functions nested in it) reads."""
     names = list(code.co_names)
@@ -126,6 +131,7 @@ class ImplicitInputs:
         self._unwatched: list[tuple[int, Slot]] = []
         self._guards_key = 0
         self._guard_keys: dict[tuple, int] = {}
+        self._places: list[tuple[Slot, torch.nn.Module | None]] = []
         self._rebuild()
 
     # ---- the slots and guards of a call ----------------------------------------------------
@@ -155,21 +161,26 @@ class ImplicitInputs:
         owner = getattr(fn, "__self__", None)
         if isinstance(owner, torch.nn.Module) and owner is not self.root:
             yield "self", owner
-        func = getattr(fn, "__func__", fn)
+        self._places = self._module_places()
+        for slot, module in self._places:
+            if module is not None:
+                yield slot.name, module
+
+    def _module_places(self) -> list[tuple[Slot, torch.nn.Module | None]]:
+        """Each global the function names and each variable it captures, with the module it
+        holds (None: no module). A call whose places hold other modules than these (a global
+        rebound to another nn.Module) finds its modules again."""
+        func = getattr(self.fn, "__func__", self.fn)
         globals_ = getattr(func, "__globals__", {})
         code = getattr(func, "__code__", None)
-        if code is not None:
-            for name in dict.fromkeys(_code_names(code)):
-                value = globals_.get(name)
-                if isinstance(value, torch.nn.Module):
-                    yield name, value
-            for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ()):
-                try:
-                    value = cell.cell_contents
-                except ValueError:
-                    continue
-                if isinstance(value, torch.nn.Module):
-                    yield name, value
+        if code is None:
+            return []
+        places = [Slot(globals_, name, name) for name in dict.fromkeys(_code_names(code))]
+        places += [Slot(cell, None, name) for name, cell in zip(code.co_freevars, getattr(func, "__closure__", None) or ())]
+        return [(slot, _module_in(slot)) for slot in places]
+
+    def _places_moved(self) -> bool:
+        return any(_module_in(slot) is not module for slot, module in self._places)
 
     def _module_structure(self) -> tuple:
         return tuple(
@@ -184,6 +195,8 @@ class ImplicitInputs:
         """The slots' current values (leaves of the call after the arguments) and a key that is
         equal for two calls exactly when their guards are (the modules' flags and plain
         attributes)."""
+        if self._places_moved():
+            self._rebuild()  # a global or captured variable now holds another module
         watch = self._watch
         if watch is not None and watch.unchanged():
             values = list(self._values)

@@ -324,3 +324,28 @@ def test_every_change_between_calls_is_seen_deep_in_the_module_tree():
     _SHIFT = torch.zeros(4, dtype=torch.float64)
     same()
     _SHIFT = torch.zeros(4)
+
+
+_NET = torch.nn.Linear(3, 2)
+
+
+def test_a_global_or_captured_module_rebound_between_calls():
+    """The modules a function reaches through a global or a captured variable are found again
+    when that name is bound to another module (the program read the first module's parameters,
+    a silent wrong result, before)."""
+    global _NET
+    f = kiln.jit(lambda x: _NET(x) * 2)
+    x = torch.randn(4, 3)
+    torch.testing.assert_close(f(x), _NET(x) * 2)
+    _NET = torch.nn.Linear(3, 2)
+    torch.testing.assert_close(f(x), _NET(x) * 2)
+
+    m = torch.nn.Linear(3, 2)
+
+    def g(x):
+        return m(x) + 1
+
+    jg = kiln.jit(g)
+    torch.testing.assert_close(jg(x), m(x) + 1)
+    m = torch.nn.Linear(3, 2)  # the cell g captured now holds another module
+    torch.testing.assert_close(jg(x), m(x) + 1)
