@@ -106,17 +106,21 @@ MODELS: dict[str, tuple[Callable, Callable, tuple[int, int]]] = {
 }
 
 
+SYSTEMS = ("kiln", "kiln.jit", "eager", "compile", "compile-ro")
+_chosen_systems: tuple[str, ...] = SYSTEMS  # --systems
+
+
 def _forward_systems(model: torch.nn.Module, device) -> dict[str, Callable]:
     torch._dynamo.reset()
-    systems = {
-        "kiln": torch.compile(copy.deepcopy(model), backend=kiln.backend),
-        "kiln.jit": kiln.jit(copy.deepcopy(model)),
-        "eager": model,
-        "compile": torch.compile(copy.deepcopy(model)),
+    makers = {
+        "kiln": lambda: torch.compile(copy.deepcopy(model), backend=kiln.backend),
+        "kiln.jit": lambda: kiln.jit(copy.deepcopy(model)),
+        "eager": lambda: model,
+        "compile": lambda: torch.compile(copy.deepcopy(model)),
     }
-    if device.type == "cuda":
-        systems["compile-ro"] = torch.compile(copy.deepcopy(model), mode="reduce-overhead")
-    return systems
+    if device.type == "cuda":  # CUDA graphs
+        makers["compile-ro"] = lambda: torch.compile(copy.deepcopy(model), mode="reduce-overhead")
+    return {name: make() for name, make in makers.items() if name in _chosen_systems}
 
 
 def _wall(call: Callable[[], object], device, repeat: int) -> float:
@@ -229,8 +233,11 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--tokens", type=int, default=128, help="decode steps timed")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ",".join(SYSTEMS))
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    global _chosen_systems
+    _chosen_systems = tuple(s for s in args.systems.split(",") if s)
     device = torch.device(args.device)
     names = [n for n in args.models.split(",") if n]
     rows: list[dict] = []
