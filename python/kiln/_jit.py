@@ -228,7 +228,10 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     miss; the kernels themselves are prepared during the program's first run, whose whole time
     is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly; host_copies,
     host_copy_bytes: on CUDA, the storages the last call copied between device and host to
-    interpret a step there, and their bytes (0 when every step ran on the device)."""
+    interpret a step there, and their bytes (0 when every step ran on the device); cuda_graph:
+    on CUDA, "replayed" when the last call ran the program as one CUDA graph, "captured" when it
+    made that graph, else "" (src/kiln/runtime/cuda/graph_replay.h; KILN_CUDA_GRAPHS=0 turns
+    graphs off); cuda_graph_refused: why the program never runs as a graph ("" while it may)."""
     cache = _jitted(fn)._cache
     p = cache.last_program
     run = cache.last_run_stats
@@ -246,4 +249,6 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "cache_misses": cache.misses,
         "compile_seconds": p.compile_seconds,
         "first_run_seconds": p.first_run_seconds,
+        "cuda_graph": "captured" if run["graph_captures"] else "replayed" if run["graph_replays"] else "",
+        "cuda_graph_refused": p.graph_refused,
     }

@@ -225,3 +225,5 @@ def test_a_decoder_with_a_static_kv_cache_decodes_as_eager(how):
     else:
         stats = kiln.last_stats(compiled)
     assert stats["cache_misses"] == 1 and stats["host_copies"] == 0 and stats["fallback_ops"] == 0
+    if device.type == "cuda":  # every step on the device: from the third position on, one CUDA graph
+        assert stats["cuda_graph"] == "replayed", stats["cuda_graph_refused"]

@@ -37,6 +37,7 @@
 #include "kiln/passes/pipeline.h"
 #include "kiln/python/dict_watch.h"
 #include "kiln/runtime/cuda/driver.h"
+#include "kiln/runtime/cuda/graph_replay.h"
 #include "kiln/runtime/executor.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
 #include "kiln/runtime/library_step.h"
@@ -561,7 +562,8 @@ struct Program {
   double first_run_seconds = -1;  // the first run, which prepares the kernels
   OutputForm form = OutputForm::kAssemble;
   nb::object assemble;
-  int fallback_ops = 0;  // torch ops PyTorch runs (eager_call)
+  int fallback_ops = 0;      // torch ops PyTorch runs (eager_call)
+  cuda::GraphReplay graphs;  // on CUDA: replays the program as one CUDA graph when it can
 };
 
 struct LastRun {
@@ -635,9 +637,9 @@ class JitCache {
     current_allocator = &allocator;
     std::vector<RtValue> results;
     try {
-      results = execute(program->compiled, call.values,
-                        ExecuteOptions{&allocator, current_stream(call.values), &stats,
-                                       /*pattern_known=*/true, &torch_steps});
+      results = program->graphs.run(program->compiled, call.values,
+                                    ExecuteOptions{&allocator, current_stream(call.values), &stats,
+                                                   /*pattern_known=*/true, &torch_steps});
     } catch (...) {
       current_allocator = outer;
       throw;
@@ -733,7 +735,8 @@ NB_MODULE(_C, m) {
                    [](const Program& p) { return p.compiled.stats.writebacks_with_temporary; })
       .def_prop_ro("compile_seconds", [](const Program& p) { return p.compile_seconds; })
       .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; })
-      .def_prop_ro("fallback_ops", [](const Program& p) { return p.fallback_ops; });
+      .def_prop_ro("fallback_ops", [](const Program& p) { return p.fallback_ops; })
+      .def_prop_ro("graph_refused", [](const Program& p) { return p.graphs.refused(); });
   m.def("call_phase_seconds", &call_profile::seconds,
         "Host seconds so far in each phase of kiln.jit calls, as (phase, seconds) pairs; counted "
         "only when KILN_PROFILE_CALLS is set (see src/kiln/support/call_profile.h).");
@@ -763,6 +766,8 @@ NB_MODULE(_C, m) {
         d["writebacks_copied"] = s.writebacks_copied;
         d["host_copies"] = s.host_copies;
         d["host_copy_bytes"] = s.host_copy_bytes;
+        d["graph_captures"] = s.graph_captures;
+        d["graph_replays"] = s.graph_replays;
         return d;
       });
 }

@@ -333,26 +333,16 @@ bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
 }
 
 // Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
-// an index out of range is an error that leaves every tensor as it was before the step. On CUDA
-// the index is read back to the host (a synchronization; an index is short).
-void check_indices(const codegen::Kernel& kernel, const std::vector<RtValue>& inputs) {
+// an index out of range is an error that leaves every tensor as it was before the step. While a
+// call is captured the capture makes the checks before each replay.
+void check_indices(const codegen::Kernel& kernel, const std::vector<RtValue>& inputs,
+                   ExecutionCapture* capture) {
   for (const codegen::IndexCheck& c : kernel.index_checks) {
-    const RtTensor& t = *std::get<TensorHandle>(inputs.at(static_cast<size_t>(c.input)));
-    TensorHandle host;
-    if (t.storage->on_device()) {
-      cuda::synchronize(t.device().index);
-      host = cuda::to_host(t);
-    }
-    std::vector<int64_t> values = to_int_vector(host ? *host : t);  // row-major
-    std::vector<int64_t> positions;
-    if (c.view) positions = element_indices(c.view->sizes, c.view->strides, c.view->offset);
-    for (size_t k = 0; k < (c.view ? positions.size() : values.size()); ++k) {
-      int64_t v = values.at(c.view ? static_cast<size_t>(positions[k]) : k);
-      if (v >= (c.negative ? -c.size : 0) && v < c.size) continue;
-      throw IndexOutOfRange(c.op + ": index " + std::to_string(v) +
-                            " is out of bounds for dimension " + std::to_string(c.dim) +
-                            " with size " + std::to_string(c.size) + ".");
-    }
+    const TensorHandle& t = std::get<TensorHandle>(inputs.at(static_cast<size_t>(c.input)));
+    if (capture)
+      capture->defer_index_check(c, t);
+    else
+      check_index_values(c, *t);
   }
 }
 
@@ -372,6 +362,25 @@ Device device_of(const std::vector<RtValue>& args) {
 }
 
 }  // namespace
+
+// On CUDA the index is read back to the host (a synchronization; an index is short).
+void check_index_values(const codegen::IndexCheck& c, const RtTensor& t) {
+  TensorHandle host;
+  if (t.storage->on_device()) {
+    cuda::synchronize(t.device().index);
+    host = cuda::to_host(t);
+  }
+  std::vector<int64_t> values = to_int_vector(host ? *host : t);  // row-major
+  std::vector<int64_t> positions;
+  if (c.view) positions = element_indices(c.view->sizes, c.view->strides, c.view->offset);
+  for (size_t k = 0; k < (c.view ? positions.size() : values.size()); ++k) {
+    int64_t v = values.at(c.view ? static_cast<size_t>(positions[k]) : k);
+    if (v >= (c.negative ? -c.size : 0) && v < c.size) continue;
+    throw IndexOutOfRange(c.op + ": index " + std::to_string(v) +
+                          " is out of bounds for dimension " + std::to_string(c.dim) +
+                          " with size " + std::to_string(c.size) + ".");
+  }
+}
 
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,
                              const ExecuteOptions& options) {
@@ -472,6 +481,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     if (prepared->inputs_kept.contains(in)) env[in] = detach(env.at(in));
   if (program.plan.steps.empty()) {
     // No plan (the pipeline stopped before fuse): the functional trace as one step.
+    if (options.capture) options.capture->refuse("a program without a plan");
     std::set<const Value*> wanted(trace.outputs().begin(), trace.outputs().end());
     for (const auto& wb : trace.writebacks)
       wanted.insert(wb.second);
@@ -519,7 +529,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           step_inputs.push_back(env.at(v));
         bool ran = false;
         if (const codegen::Kernel* kernel = kernel_of(s)) {
-          check_indices(*kernel, step_inputs);
+          check_indices(*kernel, step_inputs, options.capture);
           std::vector<TensorHandle> buffers(step.outputs.size());
           std::vector<bool> in_caller(step.outputs.size(), false);
           for (const Step::Writeback& wb : step.writebacks) {
@@ -560,6 +570,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           }
         }
         bool eager = is_eager_call(step);
+        if (options.capture && eager) options.capture->refuse("a step PyTorch runs (eager_call)");
         if (eager) {
           // PyTorch runs it, on the tensors where they are (device memory included): the
           // interpreter only hands them to the registered function (eager_calls.h), after the
@@ -583,6 +594,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         } else if (ran) {
           ++stats->kernel_steps;
           stats->writebacks_in_kernel += static_cast<int>(stored.size());
+        } else if (options.capture) {
+          options.capture->refuse("a step without a kernel");
         } else if (options.step_runner) {
           ++stats->torch_steps;
           std::vector<RtValue> outs = (*options.step_runner)(step.body, step_inputs);

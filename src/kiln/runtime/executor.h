@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kiln/analysis/alias_pattern.h"
@@ -16,6 +17,10 @@
 #include "kiln/runtime/interpreter/rt_tensor.h"
 
 namespace kiln {
+
+namespace codegen {
+struct IndexCheck;
+}
 
 // How an argument looks to the alias analysis.
 TensorDescription describe(const RtValue& arg);
@@ -34,6 +39,20 @@ struct ExecutionStats {
   // bytes (both directions). DESIGN.md 7 wants none: every step on the device.
   int host_copies = 0;
   int64_t host_copy_bytes = 0;
+  // CUDA graphs (cuda/graph_replay.h): the call captured the program into one, or replayed it
+  // (then the counts above are those of the captured run).
+  int graph_captures = 0;
+  int graph_replays = 0;
+};
+
+// Set while a call is captured into a CUDA graph (cuda/graph_replay.h), when nothing runs: the
+// executor hands each index check to it (it checks before every replay), and asks it to refuse
+// (throw cuda::CaptureRefused) at a step that needs the host or PyTorch.
+class ExecutionCapture {
+ public:
+  virtual ~ExecutionCapture() = default;
+  virtual void defer_index_check(const codegen::IndexCheck& check, const TensorHandle& index) = 0;
+  [[noreturn]] virtual void refuse(const std::string& why) = 0;
 };
 
 // Runs a step that has no kernel op by op where its tensors are (the Python front end: through
@@ -50,6 +69,7 @@ struct ExecuteOptions {
   // holds everything the pattern is computed from), so execute need not compute it again.
   bool pattern_known = false;
   const StepRunner* step_runner = nullptr;  // null: the reference interpreter runs such steps
+  ExecutionCapture* capture = nullptr;      // non-null while the call is captured
 };
 
 // Requires: `args` has the dtypes, shapes and layouts the program was compiled for, and the alias
@@ -61,5 +81,9 @@ inline std::vector<RtValue> execute(const CompiledProgram& program,
                                     ExecutionStats* stats = nullptr) {
   return execute(program, args, ExecuteOptions{nullptr, nullptr, stats});
 }
+
+// Raises IndexOutOfRange (naming the check's op and line) when an element of `index` that the
+// check covers is outside its dim; reads a device tensor back to the host (a synchronization).
+void check_index_values(const codegen::IndexCheck& check, const RtTensor& index);
 
 }  // namespace kiln

@@ -53,6 +53,14 @@ struct Driver {
   CUresult (*EventSynchronize)(CUevent) = nullptr;
   CUresult (*EventElapsedTime)(float*, CUevent, CUevent) = nullptr;
   CUresult (*EventDestroy)(CUevent) = nullptr;
+  CUresult (*StreamCreate)(Stream*, unsigned) = nullptr;
+  CUresult (*StreamWaitEvent)(Stream, CUevent, unsigned) = nullptr;
+  CUresult (*StreamBeginCapture)(Stream, int) = nullptr;
+  CUresult (*StreamEndCapture)(Stream, Graph*) = nullptr;
+  CUresult (*GraphInstantiate)(GraphExec*, Graph, unsigned long long) = nullptr;
+  CUresult (*GraphLaunch)(GraphExec, Stream) = nullptr;
+  CUresult (*GraphExecDestroy)(GraphExec) = nullptr;
+  CUresult (*GraphDestroy)(Graph) = nullptr;
 };
 
 template <class F>
@@ -102,7 +110,15 @@ const Driver& driver() {
               bind(d.handle, "cuEventRecord", &d.EventRecord) &&
               bind(d.handle, "cuEventSynchronize", &d.EventSynchronize) &&
               bind(d.handle, "cuEventElapsedTime", &d.EventElapsedTime) &&
-              bind(d.handle, "cuEventDestroy_v2", &d.EventDestroy);
+              bind(d.handle, "cuEventDestroy_v2", &d.EventDestroy) &&
+              bind(d.handle, "cuStreamCreate", &d.StreamCreate) &&
+              bind(d.handle, "cuStreamWaitEvent", &d.StreamWaitEvent) &&
+              bind(d.handle, "cuStreamBeginCapture_v2", &d.StreamBeginCapture) &&
+              bind(d.handle, "cuStreamEndCapture", &d.StreamEndCapture) &&
+              bind(d.handle, "cuGraphInstantiateWithFlags", &d.GraphInstantiate) &&
+              bind(d.handle, "cuGraphLaunch", &d.GraphLaunch) &&
+              bind(d.handle, "cuGraphExecDestroy", &d.GraphExecDestroy) &&
+              bind(d.handle, "cuGraphDestroy", &d.GraphDestroy);
     if (!ok) {
       d.why_not = "the CUDA driver on this machine lacks functions kiln needs (too old)";
       d.handle = nullptr;
@@ -137,6 +153,16 @@ const Driver& loaded() {
 void check(CUresult r, const char* call) {
   if (r == 0) return;
   KILN_ASSERT(false) << call << " failed: " << error_text(driver(), r);
+}
+
+// Set while this thread captures a CUDA graph (CaptureScope): nothing runs then, so a host read
+// would see memory the captured work has not written, and kiln's own memory would be freed
+// under the graph.
+thread_local bool capturing = false;
+
+void refuse_while_capturing(const char* what) {
+  if (capturing)
+    throw CaptureRefused(std::string(what) + " while a CUDA graph is captured (it needs the host)");
 }
 
 struct Contexts {
@@ -218,6 +244,11 @@ DeviceMemory::~DeviceMemory() {
 }
 
 std::shared_ptr<DeviceMemory> allocate(int device, size_t bytes) {
+  refuse_while_capturing("kiln's own device memory");
+  return allocate_for_graph(device, bytes);
+}
+
+std::shared_ptr<DeviceMemory> allocate_for_graph(int device, size_t bytes) {
   const Driver& d = loaded();
   use_device(device);
   auto m = std::make_shared<DeviceMemory>();
@@ -229,6 +260,7 @@ std::shared_ptr<DeviceMemory> allocate(int device, size_t bytes) {
 
 void copy_to_device(DevicePtr dst, const void* src, size_t bytes, int device) {
   if (bytes == 0) return;
+  refuse_while_capturing("a copy to the device");
   const Driver& d = loaded();
   use_device(device);
   check(d.MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD");
@@ -236,6 +268,7 @@ void copy_to_device(DevicePtr dst, const void* src, size_t bytes, int device) {
 
 void copy_to_host(void* dst, DevicePtr src, size_t bytes, int device) {
   if (bytes == 0) return;
+  refuse_while_capturing("a copy to the host");
   const Driver& d = loaded();
   use_device(device);
   check(d.MemcpyDtoH(dst, src, bytes), "cuMemcpyDtoH");
@@ -256,6 +289,7 @@ void fill_zero(DevicePtr dst, size_t bytes, int device, Stream stream) {
 }
 
 void synchronize(int device) {
+  refuse_while_capturing("a synchronization");
   const Driver& d = loaded();
   use_device(device);
   check(d.CtxSynchronize(), "cuCtxSynchronize");
@@ -283,6 +317,89 @@ void launch(Function f, unsigned grid, unsigned block, const void* param, size_t
   void* params[] = {const_cast<void*>(param)};
   call_profile::Scope timed(call_profile::Phase::kLaunch);
   check(d.LaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+}
+
+// ---- CUDA graphs
+// --------------------------------------------------------------------------
+
+Stream capture_stream(int device) {
+  static std::mutex mutex;
+  static std::map<int, Stream> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device);
+  if (it != streams.end()) return it->second;
+  const Driver& d = loaded();
+  use_device(device);
+  Stream s = nullptr;
+  check(d.StreamCreate(&s, 0), "cuStreamCreate");  // 0: blocking (ordered with the legacy stream)
+  return streams[device] = s;
+}
+
+CaptureScope::CaptureScope(Stream stream, int device) : stream_(stream), device_(device) {
+  KILN_ASSERT(!capturing) << "a CUDA graph capture inside another";
+  const Driver& d = loaded();
+  use_device(device);
+  constexpr int kRelaxed = 2;  // CU_STREAM_CAPTURE_MODE_RELAXED: allocation may call cudaMalloc
+  check(d.StreamBeginCapture(stream, kRelaxed), "cuStreamBeginCapture");
+  capturing = true;
+}
+
+CaptureScope::~CaptureScope() {
+  if (!capturing) return;
+  capturing = false;
+  Graph g = nullptr;
+  if (driver().StreamEndCapture(stream_, &g) == 0 && g) driver().GraphDestroy(g);
+}
+
+GraphExec CaptureScope::finish() {
+  KILN_ASSERT(capturing) << "a CUDA graph capture finished twice";
+  capturing = false;
+  const Driver& d = loaded();
+  use_device(device_);
+  Graph g = nullptr;
+  CUresult r = d.StreamEndCapture(stream_, &g);
+  if (r != 0 || !g) throw CaptureRefused("the capture failed: " + error_text(d, r));
+  GraphExec exec = nullptr;
+  r = d.GraphInstantiate(&exec, g, 0);
+  d.GraphDestroy(g);
+  if (r != 0) throw CaptureRefused("the graph did not instantiate: " + error_text(d, r));
+  return exec;
+}
+
+void launch_graph(GraphExec exec, int device, Stream stream) {
+  const Driver& d = loaded();
+  use_device(device);
+  call_profile::Scope timed(call_profile::Phase::kLaunch);
+  check(d.GraphLaunch(exec, stream), "cuGraphLaunch");
+}
+
+void destroy_graph(GraphExec exec) {
+  if (exec && driver().handle) driver().GraphExecDestroy(exec);
+}
+
+StreamEvent::StreamEvent(int device) : device_(device) {
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.EventCreate(&event_, 0), "cuEventCreate");
+}
+
+StreamEvent::~StreamEvent() {
+  if (event_ && driver().handle) driver().EventDestroy(event_);
+}
+
+void StreamEvent::record(Stream stream) {
+  use_device(device_);
+  check(loaded().EventRecord(event_, stream), "cuEventRecord");
+}
+
+void StreamEvent::make_wait(Stream stream) {
+  use_device(device_);
+  check(loaded().StreamWaitEvent(stream, event_, 0), "cuStreamWaitEvent");
+}
+
+void StreamEvent::synchronize() {
+  use_device(device_);
+  check(loaded().EventSynchronize(event_), "cuEventSynchronize");
 }
 
 EventTimer::EventTimer(int device) : device_(device) {

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace kiln::cuda {
@@ -17,6 +18,8 @@ using DevicePtr = uint64_t;  // CUdeviceptr
 using Stream = void*;        // CUstream; nullptr is the legacy default stream
 using Function = void*;      // CUfunction
 using Module = void*;        // CUmodule
+using Graph = void*;         // CUgraph
+using GraphExec = void*;     // CUgraphExec
 
 // Whether a CUDA device can be used; when not, `why` says why (no driver, no device, ...).
 bool cuda_available(std::string* why = nullptr);
@@ -41,6 +44,8 @@ struct DeviceMemory {
   ~DeviceMemory();
 };
 std::shared_ptr<DeviceMemory> allocate(int device, size_t bytes);
+// The same, allowed while a graph is captured: for memory the graph keeps for its life.
+std::shared_ptr<DeviceMemory> allocate_for_graph(int device, size_t bytes);
 
 void copy_to_device(DevicePtr dst, const void* src, size_t bytes, int device);
 void copy_to_host(void* dst, DevicePtr src, size_t bytes, int device);
@@ -53,6 +58,55 @@ Function get_function(Module module, const std::string& name);
 // Launches with one parameter: the `param_bytes` bytes at `param` (an argument block).
 void launch(Function f, unsigned grid, unsigned block, const void* param, size_t param_bytes,
             Stream stream);
+
+// ---- CUDA graphs (graph_replay.h)
+
+// A capture could not be made: something in it needs the host (a synchronization, a copy to or
+// from the host, kiln's own memory, a step PyTorch runs), or the driver refused it. The program
+// then runs without a graph; nothing was run.
+struct CaptureRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The stream kiln captures on for a device (one, made on first use; blocking, so that any work
+// queued on the legacy default stream during a capture fails it instead of escaping it).
+Stream capture_stream(int device);
+
+// Captures the work queued on `stream` (relaxed mode) until finish(), which returns the
+// instantiated graph. While a scope lives, this thread's synchronize, copy_to_host,
+// copy_to_device and allocate raise CaptureRefused. A scope destroyed unfinished discards the
+// capture.
+class CaptureScope {
+ public:
+  CaptureScope(Stream stream, int device);
+  ~CaptureScope();
+  CaptureScope(const CaptureScope&) = delete;
+  CaptureScope& operator=(const CaptureScope&) = delete;
+  GraphExec finish();
+
+ private:
+  Stream stream_;
+  int device_;
+};
+
+void launch_graph(GraphExec exec, int device, Stream stream);
+void destroy_graph(GraphExec exec);
+
+// An event that orders one stream's later work after another's (and lets the host wait).
+class StreamEvent {
+ public:
+  explicit StreamEvent(int device);
+  ~StreamEvent();
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(Stream stream);
+  void make_wait(Stream stream);  // `stream`'s later work waits for the recorded point
+  void synchronize();
+
+ private:
+  int device_;
+  void* event_ = nullptr;
+};
 
 // Device time between two points of a stream, for benchmarks.
 class EventTimer {

@@ -1,0 +1,421 @@
+#include "kiln/runtime/cuda/graph_replay.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "kiln/codegen/kernel.h"
+#include "kiln/runtime/cuda/cuda_kernels.h"
+#include "kiln/runtime/cuda/driver.h"
+#include "kiln/support/error.h"
+
+namespace kiln::cuda {
+
+namespace {
+
+bool graphs_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_CUDA_GRAPHS");
+    return !v || std::string(v) != "0";
+  }();
+  return on;
+}
+
+const RtTensor* tensor_of(const RtValue& v) {
+  const auto* t = std::get_if<TensorHandle>(&v);
+  return t ? t->get() : nullptr;
+}
+
+// Where an argument's storage starts (0 for a number): what a stable argument keeps.
+uint64_t address_of(const RtValue& v) {
+  const RtTensor* t = tensor_of(v);
+  return t ? t->storage->device_data : 0;
+}
+
+bool on_cuda(const std::vector<RtValue>& args) {
+  for (const RtValue& a : args)
+    if (const RtTensor* t = tensor_of(a)) return t->device().kind == Device::Kind::kCuda;
+  return false;
+}
+
+// The arguments whose memory the program writes (their group is a writeback target).
+std::vector<bool> written_arguments(const CompiledProgram& program) {
+  const Trace& trace = program.execution;
+  std::set<const Value*> targets;
+  for (const auto& wb : trace.writebacks)
+    targets.insert(wb.first);
+  for (const Step& step : program.plan.steps)
+    for (const Step::Writeback& wb : step.writebacks)
+      targets.insert(wb.target);
+  std::vector<bool> written(program.pattern.inputs.size(), false);
+  for (size_t j = 0; j < written.size(); ++j) {
+    int g = program.pattern.inputs[j].group;
+    written[j] = g >= 0 && targets.contains(trace.inputs()[static_cast<size_t>(g)]);
+  }
+  return written;
+}
+
+// Why a run through execute() could not be a graph's (empty: it could).
+std::string ineligible(const CompiledProgram& program, const ExecutionStats& s) {
+  if (s.eager_steps) return "a step PyTorch runs (eager_call)";
+  if (s.torch_steps || s.interpreted_steps || s.host_copies) return "a step without a kernel";
+  if (!program.interface.metadata.empty()) return "a metadata mutation of an argument";
+  if (s.kernel_steps + s.library_steps < 2) return "fewer than two launches";
+  return "";
+}
+
+// The first and last storage element a tensor covers (its strides are not negative).
+std::pair<int64_t, int64_t> span_of(const RtTensor& t) {
+  int64_t last = t.offset;
+  for (size_t d = 0; d < t.sizes.size(); ++d)
+    last += (t.sizes[d] - 1) * t.strides[d];
+  return {t.offset, last};
+}
+
+// Device memory of one captured graph: every block the capture allocates stays the graph's for
+// its life (each replay reads and writes it). A block freed during the capture goes to a later
+// allocation of the same capture: a capture is one stream, so the graph runs its nodes in
+// capture order and the block's earlier user is done by then.
+class CapturePool : public Allocator {
+ public:
+  CapturePool(Allocator* inner, int device) : state_(std::make_shared<State>()) {
+    state_->inner = inner;
+    state_->device = device;
+  }
+  // After the capture: the inner allocator is the capture call's and goes with it.
+  void seal() {
+    state_->inner = nullptr;
+    state_->sealed = true;
+  }
+
+  Block allocate(Device device, size_t bytes) override {
+    KILN_ASSERT(state_->sealed == false && device.index == state_->device)
+        << "a captured graph's memory was asked for after its capture";
+    bytes = std::max<size_t>((bytes + 255) / 256 * 256, 256);
+    auto it = state_->free.lower_bound(bytes);
+    Held held;
+    if (it != state_->free.end() && it->first <= 2 * bytes) {
+      held = it->second;
+      state_->free.erase(it);
+    } else {
+      held.bytes = bytes;
+      if (state_->inner) {
+        Block b = state_->inner->allocate(device, bytes);
+        held.address = b.device;
+        held.owner = b.owner;
+      } else {
+        std::shared_ptr<DeviceMemory> m = allocate_for_graph(device.index, bytes);
+        held.address = m->ptr;
+        held.owner = m;
+      }
+    }
+    std::shared_ptr<State> state = state_;
+    // Freed back into the pool, never to PyTorch or the driver while the graph lives.
+    std::shared_ptr<void> owner(state.get(),
+                                [state, held](void*) { state->free.emplace(held.bytes, held); });
+    return Block{nullptr, held.address, owner};
+  }
+
+ private:
+  struct Held {
+    size_t bytes = 0;
+    uint64_t address = 0;
+    std::shared_ptr<void> owner;  // the memory itself
+  };
+  struct State {
+    Allocator* inner = nullptr;
+    int device = 0;
+    bool sealed = false;
+    std::multimap<size_t, Held> free;
+  };
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace
+
+struct GraphReplay::Captured {
+  ~Captured() {
+    try {
+      if (launched) done->synchronize();  // the memory goes back only after the last replay
+    } catch (...) {  // the driver is shutting down (at exit): nothing runs any more
+    }
+    destroy_graph(exec);
+  }
+  int device = 0;
+  GraphExec exec = nullptr;
+  std::shared_ptr<CapturePool> pool;
+  // Per argument: the storage address a stable one must have (0: a number or a moving one).
+  std::vector<uint64_t> addresses;
+  // Moving arguments of one storage share a buffer of the graph holding their elements
+  // [first, first + count) of the caller's storage, copied in before each replay.
+  struct Moving {
+    int arg = 0;  // one of them
+    int64_t first = 0;
+    size_t bytes = 0;
+    TensorHandle buffer;
+  };
+  std::vector<Moving> moving;
+  std::vector<int> moving_of;  // per argument: its entry in `moving`, or -1
+  // An index check made before each replay, on the caller's argument `arg` viewed so.
+  struct Check {
+    codegen::IndexCheck check;
+    int arg = 0;
+    Shape sizes;
+    std::vector<int64_t> strides;
+    int64_t offset = 0;  // in the caller's storage
+  };
+  std::vector<Check> checks;
+  // Each result: the argument itself, a view of an argument's storage (the caller's), or a view
+  // of a fresh storage, copied out of the graph's memory after each replay.
+  struct Result {
+    enum class Kind { kArgument, kArgumentView, kFresh } kind = Kind::kFresh;
+    int index = 0;  // the argument, or the entry in `fresh`
+    Shape sizes;
+    std::vector<int64_t> strides;
+    int64_t offset = 0;
+  };
+  std::vector<Result> results;
+  std::vector<TensorHandle> fresh;  // graph memory
+  ExecutionStats stats;             // of the captured run
+  std::unique_ptr<StreamEvent> done;
+  Stream last_stream = nullptr;
+  bool launched = false;
+
+  // Offset in the caller's storage of an offset in the capture's argument `j`.
+  int64_t caller_offset(int j, int64_t offset) const {
+    int m = moving_of.at(static_cast<size_t>(j));
+    return m < 0 ? offset : offset + moving.at(static_cast<size_t>(m)).first;
+  }
+};
+
+namespace {
+
+// Records what the executor hands a capture.
+class Recorder : public ExecutionCapture {
+ public:
+  Recorder(GraphReplay::Captured& c, const std::vector<RtValue>& capture_args,
+           const std::vector<bool>& written)
+      : c_(c), args_(capture_args), written_(written) {}
+  void defer_index_check(const codegen::IndexCheck& check, const TensorHandle& index) override {
+    for (size_t j = 0; j < args_.size(); ++j) {
+      const RtTensor* a = tensor_of(args_[j]);
+      if (!a || a->storage != index->storage) continue;
+      if (written_[j]) refuse("an index in memory the program writes");
+      c_.checks.push_back(
+          GraphReplay::Captured::Check{check, static_cast<int>(j), index->sizes, index->strides,
+                                       c_.caller_offset(static_cast<int>(j), index->offset)});
+      return;
+    }
+    refuse("an index the program computes");
+  }
+  [[noreturn]] void refuse(const std::string& why) override { throw CaptureRefused(why); }
+
+ private:
+  GraphReplay::Captured& c_;
+  const std::vector<RtValue>& args_;
+  const std::vector<bool>& written_;
+};
+
+}  // namespace
+
+GraphReplay::GraphReplay() = default;
+GraphReplay::~GraphReplay() = default;
+
+std::vector<RtValue> GraphReplay::run(const CompiledProgram& program,
+                                      const std::vector<RtValue>& args,
+                                      const ExecuteOptions& options) {
+  if (!graphs_enabled() || options.capture || !on_cuda(args))
+    return execute(program, args, options);
+  if (graph_) {
+    if (std::optional<std::vector<RtValue>> out = replay(*graph_, args, options)) return *out;
+    graph_.reset();  // a stable argument moved: learn again
+    eligible_runs_ = 0;
+  }
+  if (!refused_.empty() || eligible_runs_ < 2) return execute_and_learn(program, args, options);
+  try {
+    graph_ = capture(program, args, options);
+  } catch (const std::exception& e) {
+    // Refused, or an error the capture met: the run below meets it again and reports it.
+    refused_ = e.what();
+    return execute(program, args, options);
+  }
+  std::optional<std::vector<RtValue>> out = replay(*graph_, args, options);
+  KILN_ASSERT(out) << "a graph did not replay for the call it was captured from";
+  if (options.stats) options.stats->graph_captures = 1;
+  return *out;
+}
+
+std::vector<RtValue> GraphReplay::execute_and_learn(const CompiledProgram& program,
+                                                    const std::vector<RtValue>& args,
+                                                    const ExecuteOptions& options) {
+  ExecutionStats local;
+  ExecuteOptions o = options;
+  if (!o.stats) o.stats = &local;
+  std::vector<RtValue> results = execute(program, args, o);
+  if (refused_.empty()) {
+    refused_ = ineligible(program, *o.stats);
+    last_addresses_.clear();
+    for (const RtValue& a : args)
+      last_addresses_.push_back(address_of(a));
+    ++eligible_runs_;
+  }
+  return results;
+}
+
+std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgram& program,
+                                                            const std::vector<RtValue>& args,
+                                                            const ExecuteOptions& options) {
+  auto c = std::make_unique<Captured>();
+  const std::vector<bool> written = written_arguments(program);
+  for (const RtValue& a : args)
+    if (const RtTensor* t = tensor_of(a)) c->device = t->device().index;
+  c->pool = std::make_shared<CapturePool>(options.allocator, c->device);
+  c->done = std::make_unique<StreamEvent>(c->device);
+  Stream stream = capture_stream(c->device);
+
+  // Stable arguments are used where they are; moving ones through a buffer of the graph.
+  std::vector<RtValue> capture_args = args;
+  c->addresses.assign(args.size(), 0);
+  c->moving_of.assign(args.size(), -1);
+  std::map<const Storage*, int> moving_storage;
+  for (size_t j = 0; j < args.size(); ++j) {
+    const RtTensor* t = tensor_of(args[j]);
+    if (!t) continue;
+    if (address_of(args[j]) == last_addresses_.at(j)) {
+      c->addresses[j] = address_of(args[j]);
+      continue;
+    }
+    if (written[j]) throw CaptureRefused("an argument the program writes moves between calls");
+    auto [it, added] = moving_storage.emplace(t->storage.get(), static_cast<int>(c->moving.size()));
+    if (added) c->moving.push_back(Captured::Moving{static_cast<int>(j), 0, 0, nullptr});
+    c->moving_of[j] = it->second;
+  }
+  for (size_t m = 0; m < c->moving.size(); ++m) {
+    int64_t first = INT64_MAX, last = -1;
+    const RtTensor* rep = tensor_of(args[static_cast<size_t>(c->moving[m].arg)]);
+    for (size_t j = 0; j < args.size(); ++j) {
+      const RtTensor* t = tensor_of(args[j]);
+      if (c->moving_of[j] != static_cast<int>(m) || t->numel() == 0) continue;
+      auto [lo, hi] = span_of(*t);
+      first = std::min(first, lo);
+      last = std::max(last, hi);
+    }
+    if (last < 0) first = last = 0;  // only empty tensors: a one-element buffer
+    int64_t count = last - first + 1;
+    Captured::Moving& mv = c->moving[m];
+    mv.first = first;
+    mv.bytes = static_cast<size_t>(count * dtype_size(rep->dtype()));
+    mv.buffer = cuda_strided(rep->dtype(), {count}, {1}, 0, count, rep->device(), false,
+                             c->pool.get(), stream);
+  }
+  for (size_t j = 0; j < args.size(); ++j) {
+    int m = c->moving_of[j];
+    if (m < 0) continue;
+    const RtTensor& t = *tensor_of(args[j]);
+    const Captured::Moving& mv = c->moving[static_cast<size_t>(m)];
+    int64_t offset = t.numel() == 0 ? 0 : t.offset - mv.first;
+    capture_args[j] = make_view(mv.buffer, t.sizes, t.strides, offset);
+  }
+
+  Recorder recorder(*c, capture_args, written);
+  ExecutionStats stats;
+  ExecuteOptions o = options;
+  o.allocator = c->pool.get();
+  o.stream = stream;
+  o.stats = &stats;
+  o.capture = &recorder;
+  std::vector<RtValue> results;
+  {
+    CaptureScope scope(stream, c->device);
+    results = execute(program, capture_args, o);
+    c->exec = scope.finish();
+  }
+  c->pool->seal();
+  c->stats = stats;
+
+  std::map<const Storage*, int> fresh_index;
+  for (const RtValue& v : results) {
+    const RtTensor* t = tensor_of(v);
+    if (!t) throw CaptureRefused("a number among the results");
+    Captured::Result r{Captured::Result::Kind::kFresh, 0, t->sizes, t->strides, t->offset};
+    for (size_t j = 0; j < capture_args.size() && r.kind == Captured::Result::Kind::kFresh; ++j) {
+      const RtTensor* a = tensor_of(capture_args[j]);
+      if (a == t) {
+        r.kind = Captured::Result::Kind::kArgument;
+        r.index = static_cast<int>(j);
+      } else if (a && a->storage == t->storage) {
+        r.kind = Captured::Result::Kind::kArgumentView;
+        r.index = static_cast<int>(j);
+        r.offset = c->caller_offset(static_cast<int>(j), t->offset);
+      }
+    }
+    if (r.kind == Captured::Result::Kind::kFresh) {
+      auto [it, added] = fresh_index.emplace(t->storage.get(), static_cast<int>(c->fresh.size()));
+      if (added) c->fresh.push_back(std::get<TensorHandle>(v));
+      r.index = it->second;
+    }
+    c->results.push_back(std::move(r));
+  }
+  return c;
+}
+
+std::optional<std::vector<RtValue>> GraphReplay::replay(Captured& c,
+                                                        const std::vector<RtValue>& args,
+                                                        const ExecuteOptions& options) {
+  for (size_t j = 0; j < args.size(); ++j)
+    if (c.addresses[j] && address_of(args[j]) != c.addresses[j]) return std::nullopt;
+  Stream stream = options.stream;
+  // Before anything is queued: an index out of range raises with every tensor untouched.
+  for (const Captured::Check& k : c.checks) {
+    TensorHandle view = make_view(std::get<TensorHandle>(args.at(static_cast<size_t>(k.arg))),
+                                  k.sizes, k.strides, k.offset);
+    check_index_values(k.check, *view);
+  }
+  // The graph's buffers were last used by the previous replay, perhaps on another stream.
+  if (c.launched && stream != c.last_stream) c.done->make_wait(stream);
+  for (const Captured::Moving& m : c.moving) {
+    const RtTensor& from = *std::get<TensorHandle>(args.at(static_cast<size_t>(m.arg)));
+    uint64_t source =
+        from.storage->device_data + static_cast<uint64_t>(m.first * dtype_size(from.dtype()));
+    copy_on_device(m.buffer->storage->device_data, source, m.bytes, c.device, stream);
+  }
+  launch_graph(c.exec, c.device, stream);
+  std::vector<TensorHandle> copies;
+  for (const TensorHandle& f : c.fresh) {
+    int64_t n = f->storage->numel();
+    TensorHandle copy =
+        cuda_strided(f->dtype(), {n}, {1}, 0, n, f->device(), false, options.allocator, stream);
+    copy_on_device(copy->storage->device_data, f->storage->device_data,
+                   static_cast<size_t>(n * dtype_size(f->dtype())), c.device, stream);
+    copies.push_back(copy);
+  }
+  c.done->record(stream);
+  c.last_stream = stream;
+  c.launched = true;
+  std::vector<RtValue> results;
+  for (const Captured::Result& r : c.results) {
+    switch (r.kind) {
+      case Captured::Result::Kind::kArgument:
+        results.push_back(args.at(static_cast<size_t>(r.index)));
+        break;
+      case Captured::Result::Kind::kArgumentView:
+        results.emplace_back(
+            make_view(std::get<TensorHandle>(args.at(static_cast<size_t>(r.index))), r.sizes,
+                      r.strides, r.offset));
+        break;
+      case Captured::Result::Kind::kFresh:
+        results.emplace_back(
+            make_view(copies.at(static_cast<size_t>(r.index)), r.sizes, r.strides, r.offset));
+        break;
+    }
+  }
+  if (options.stats) {
+    *options.stats = c.stats;
+    options.stats->graph_replays = 1;
+  }
+  return results;
+}
+
+}  // namespace kiln::cuda

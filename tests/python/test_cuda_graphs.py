@@ -1,0 +1,158 @@
+# CUDA graph replay (src/kiln/runtime/cuda/graph_replay.h): from its third call a program whose
+# steps all run on the device is one CUDA graph. Each test checks the calls against eager's
+# results and side effects, and that the graph was captured and replayed (or refused, and why).
+# They need a GPU; on the CPU they skip (the CI machine has none; scripts/gpu_check.sh runs them).
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+pytestmark = [
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device"),
+    pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built"),
+]
+DEVICE = "cuda"
+
+
+def _expected_graph(call: int) -> str:
+    return "" if call < 2 else "captured" if call == 2 else "replayed"
+
+
+def test_a_program_replays_as_one_graph_with_moving_inputs_and_a_buffer_written_in_place():
+    def step(x, w, buf):
+        buf.mul_(0.5).add_(F.linear(x, w).relu())
+        return (buf * x).sum(-1), buf.cos()
+
+    f = kiln.jit(step)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    w = torch.randn(128, 128, device=DEVICE, generator=gen)
+    buf, want_buf = torch.zeros(64, 128, device=DEVICE), torch.zeros(64, 128, device=DEVICE)
+    held = []
+    for call in range(8):
+        x = torch.randn(64, 128, device=DEVICE, generator=gen)  # a new tensor each call
+        got, want = f(x, w, buf), step(x, w, want_buf)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+        torch.testing.assert_close(buf, want_buf)
+        stats = kiln.last_stats(f)
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+        held.append((got, [t.clone() for t in want]))
+    # A replay writes the graph's own memory; what earlier calls returned is the caller's.
+    for got, want in held:
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+
+
+def test_a_kv_cache_written_at_a_moving_position_and_an_index_out_of_range_raises_untouched():
+    def write(cache, pos, v, w):
+        cache.index_copy_(0, pos, F.linear(v, w))
+        return cache.softmax(-1).sum(0)
+
+    f = kiln.jit(write)
+    gen = torch.Generator(device=DEVICE).manual_seed(1)
+    w = torch.randn(32, 32, device=DEVICE, generator=gen)
+    cache, want_cache = torch.zeros(16, 32, device=DEVICE), torch.zeros(16, 32, device=DEVICE)
+    for p in range(12):
+        pos = torch.tensor([p], device=DEVICE)
+        v = torch.randn(1, 32, device=DEVICE, generator=gen)
+        torch.testing.assert_close(f(cache, pos, v, w), write(want_cache, pos, v, w))
+        torch.testing.assert_close(cache, want_cache)
+        assert kiln.last_stats(f)["cuda_graph"] == _expected_graph(p), kiln.last_stats(f)["cuda_graph_refused"]
+    before = cache.clone()
+    with pytest.raises(IndexError, match="out of bounds"):
+        f(cache, torch.tensor([16], device=DEVICE), torch.ones(1, 32, device=DEVICE), w)
+    assert torch.equal(cache, before)
+    # The graph still replays after the error.
+    pos, v = torch.tensor([12], device=DEVICE), torch.randn(1, 32, device=DEVICE, generator=gen)
+    torch.testing.assert_close(f(cache, pos, v, w), write(want_cache, pos, v, w))
+    torch.testing.assert_close(cache, want_cache)
+    assert kiln.last_stats(f)["cuda_graph"] == "replayed"
+
+
+def test_a_stable_argument_at_another_address_runs_without_the_graph_then_is_learnt_again():
+    def step(x, w):
+        return F.linear(x, w).tanh() * 2
+
+    f = kiln.jit(step)
+    x = torch.randn(8, 64, device=DEVICE)
+    w = torch.randn(64, 64, device=DEVICE)
+    for call in range(4):
+        torch.testing.assert_close(f(x, w), step(x, w))
+        assert kiln.last_stats(f)["cuda_graph"] == _expected_graph(call)
+    # Both arguments at new addresses: neither is where the graph reads it.
+    x2, w2 = x.clone() + 1, w.clone() - 1
+    modes = []
+    for call in range(4):
+        torch.testing.assert_close(f(x2, w2), step(x2, w2))
+        modes.append(kiln.last_stats(f)["cuda_graph"])
+    assert modes == ["", "", "captured", "replayed"]
+
+
+def test_results_that_view_a_moving_argument_or_each_other_alias_as_in_eager():
+    def fn(x, w):
+        z = F.linear(x, w).relu()
+        return x[1:], z, z.view(-1), (z + 1).t()
+
+    f = kiln.jit(fn)
+    w = torch.randn(16, 16, device=DEVICE)
+    for call in range(5):
+        x = torch.randn(4, 16, device=DEVICE)
+        got, want = f(x, w), fn(x, w)
+        for g, e in zip(got, want):
+            torch.testing.assert_close(g, e)
+            assert g.stride() == e.stride()
+        assert got[0].data_ptr() == x[1:].data_ptr()  # a view of the caller's tensor
+        assert got[2].data_ptr() == got[1].data_ptr()  # one storage, as in eager
+        got[1].zero_()
+        assert not got[2].any()
+        assert kiln.last_stats(f)["cuda_graph"] == _expected_graph(call), kiln.last_stats(f)["cuda_graph_refused"]
+
+
+def test_a_program_with_a_step_pytorch_runs_is_not_captured_and_says_why():
+    def fn(x, w):
+        return F.linear(x, w).cumsum(-1) * 2  # cumsum: an eager step
+
+    f = kiln.jit(fn)
+    x, w = torch.randn(8, 32, device=DEVICE), torch.randn(32, 32, device=DEVICE)
+    for _ in range(4):
+        torch.testing.assert_close(f(x, w), fn(x, w))
+    stats = kiln.last_stats(f)
+    assert stats["cuda_graph"] == "" and "eager_call" in stats["cuda_graph_refused"]
+
+
+def test_an_argument_written_in_place_at_a_new_address_each_call_is_not_captured():
+    def fn(x, w):
+        x.add_(F.linear(x, w))
+        return x.sum()
+
+    f = kiln.jit(fn)
+    w = torch.randn(16, 16, device=DEVICE) * 0.1
+    for _ in range(4):
+        x = torch.randn(4, 16, device=DEVICE)
+        want_x = x.clone()
+        torch.testing.assert_close(f(x, w), fn(want_x, w))
+        torch.testing.assert_close(x, want_x)
+    stats = kiln.last_stats(f)
+    assert stats["cuda_graph"] == "" and "moves" in stats["cuda_graph_refused"]
+
+
+def test_calls_on_another_stream_wait_for_the_last_replay():
+    def step(x, w):
+        return F.linear(F.linear(x, w).relu(), w).sum(0)
+
+    f = kiln.jit(step)
+    w = torch.randn(256, 256, device=DEVICE)
+    side = torch.cuda.Stream()
+    results = []
+    for call in range(6):
+        x = torch.randn(512, 256, device=DEVICE)
+        stream = side if call % 2 else torch.cuda.current_stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            got = f(x, w)
+            want = step(x, w)
+        results.append((got, want))
+    torch.cuda.synchronize()
+    for got, want in results:
+        torch.testing.assert_close(got, want)
