@@ -275,11 +275,15 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     # Most steps write nothing and return one tensor (attention, a cumsum): a run without the
     # general case's lists and dicts (it is on every call's path, a few microseconds a step).
     if not written_slots and not CHECK_WRITES and flat_call and isinstance(result, torch.Tensor) and returned_index == [0]:
-        positional_only = not keywords and slots == list(range(len(arg_leaves)))
+        # The tensors first, then numbers and other constants (cumsum(x, 0), softmax(x, dim=-1),
+        # attention(q, k, v)): the arguments are the inputs and a constant tail.
+        leading = slots == list(range(len(slots))) and len(slots) <= n_positional
+        tail = list(arg_leaves[len(slots) : n_positional])
+        constant_kwargs = dict(zip(keywords, arg_leaves[n_positional:]))
 
         def run_one(inputs: list) -> list:
-            if positional_only and check is None:
-                args, kwargs = inputs, {}
+            if leading:
+                args, kwargs = (inputs + tail if tail else inputs), constant_kwargs
             else:
                 leaves = list(arg_leaves)
                 for i, t in zip(slots, inputs):

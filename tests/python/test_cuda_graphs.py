@@ -2,6 +2,8 @@
 # steps all run on the device is one CUDA graph. Each test checks the calls against eager's
 # results and side effects, and that the graph was captured and replayed (or refused, and why).
 # They need a GPU; on the CPU they skip (the CI machine has none; scripts/gpu_check.sh runs them).
+import functools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +15,8 @@ pytestmark = [
     pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built"),
 ]
 DEVICE = "cuda"
+# Matrix products: kiln's cuBLAS calls and PyTorch's may sum in different orders.
+close = functools.partial(torch.testing.assert_close, rtol=1e-4, atol=1e-4)
 
 
 def _expected_graph(call: int) -> str:
@@ -33,21 +37,21 @@ def test_a_program_replays_as_one_graph_with_moving_inputs_and_a_buffer_written_
         x = torch.randn(64, 128, device=DEVICE, generator=gen)  # a new tensor each call
         got, want = f(x, w, buf), step(x, w, want_buf)
         for g, e in zip(got, want):
-            torch.testing.assert_close(g, e)
-        torch.testing.assert_close(buf, want_buf)
+            close(g, e)
+        close(buf, want_buf)
         stats = kiln.last_stats(f)
         assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
         held.append((got, [t.clone() for t in want]))
     # A replay writes the graph's own memory; what earlier calls returned is the caller's.
     for got, want in held:
         for g, e in zip(got, want):
-            torch.testing.assert_close(g, e)
+            close(g, e)
 
 
 def test_a_kv_cache_written_at_a_moving_position_and_an_index_out_of_range_raises_untouched():
     def write(cache, pos, v, w):
         cache.index_copy_(0, pos, F.linear(v, w))
-        return cache.softmax(-1).sum(0)
+        return (v @ cache.t()).softmax(-1) @ cache
 
     f = kiln.jit(write)
     gen = torch.Generator(device=DEVICE).manual_seed(1)
@@ -56,8 +60,8 @@ def test_a_kv_cache_written_at_a_moving_position_and_an_index_out_of_range_raise
     for p in range(12):
         pos = torch.tensor([p], device=DEVICE)
         v = torch.randn(1, 32, device=DEVICE, generator=gen)
-        torch.testing.assert_close(f(cache, pos, v, w), write(want_cache, pos, v, w))
-        torch.testing.assert_close(cache, want_cache)
+        close(f(cache, pos, v, w), write(want_cache, pos, v, w))
+        close(cache, want_cache)
         assert kiln.last_stats(f)["cuda_graph"] == _expected_graph(p), kiln.last_stats(f)["cuda_graph_refused"]
     before = cache.clone()
     with pytest.raises(IndexError, match="out of bounds"):
@@ -65,8 +69,8 @@ def test_a_kv_cache_written_at_a_moving_position_and_an_index_out_of_range_raise
     assert torch.equal(cache, before)
     # The graph still replays after the error.
     pos, v = torch.tensor([12], device=DEVICE), torch.randn(1, 32, device=DEVICE, generator=gen)
-    torch.testing.assert_close(f(cache, pos, v, w), write(want_cache, pos, v, w))
-    torch.testing.assert_close(cache, want_cache)
+    close(f(cache, pos, v, w), write(want_cache, pos, v, w))
+    close(cache, want_cache)
     assert kiln.last_stats(f)["cuda_graph"] == "replayed"
 
 
@@ -78,13 +82,13 @@ def test_a_stable_argument_at_another_address_runs_without_the_graph_then_is_lea
     x = torch.randn(8, 64, device=DEVICE)
     w = torch.randn(64, 64, device=DEVICE)
     for call in range(4):
-        torch.testing.assert_close(f(x, w), step(x, w))
+        close(f(x, w), step(x, w))
         assert kiln.last_stats(f)["cuda_graph"] == _expected_graph(call)
     # Both arguments at new addresses: neither is where the graph reads it.
     x2, w2 = x.clone() + 1, w.clone() - 1
     modes = []
     for call in range(4):
-        torch.testing.assert_close(f(x2, w2), step(x2, w2))
+        close(f(x2, w2), step(x2, w2))
         modes.append(kiln.last_stats(f)["cuda_graph"])
     assert modes == ["", "", "captured", "replayed"]
 
@@ -100,7 +104,7 @@ def test_results_that_view_a_moving_argument_or_each_other_alias_as_in_eager():
         x = torch.randn(4, 16, device=DEVICE)
         got, want = f(x, w), fn(x, w)
         for g, e in zip(got, want):
-            torch.testing.assert_close(g, e)
+            close(g, e)
             assert g.stride() == e.stride()
         assert got[0].data_ptr() == x[1:].data_ptr()  # a view of the caller's tensor
         assert got[2].data_ptr() == got[1].data_ptr()  # one storage, as in eager
@@ -116,7 +120,7 @@ def test_a_program_with_a_step_pytorch_runs_is_not_captured_and_says_why():
     f = kiln.jit(fn)
     x, w = torch.randn(8, 32, device=DEVICE), torch.randn(32, 32, device=DEVICE)
     for _ in range(4):
-        torch.testing.assert_close(f(x, w), fn(x, w))
+        close(f(x, w), fn(x, w))
     stats = kiln.last_stats(f)
     assert stats["cuda_graph"] == "" and "eager_call" in stats["cuda_graph_refused"]
 
@@ -131,8 +135,8 @@ def test_an_argument_written_in_place_at_a_new_address_each_call_is_not_captured
     for _ in range(4):
         x = torch.randn(4, 16, device=DEVICE)
         want_x = x.clone()
-        torch.testing.assert_close(f(x, w), fn(want_x, w))
-        torch.testing.assert_close(x, want_x)
+        close(f(x, w), fn(want_x, w))
+        close(x, want_x)
     stats = kiln.last_stats(f)
     assert stats["cuda_graph"] == "" and "moves" in stats["cuda_graph_refused"]
 
@@ -155,4 +159,4 @@ def test_calls_on_another_stream_wait_for_the_last_replay():
         results.append((got, want))
     torch.cuda.synchronize()
     for got, want in results:
-        torch.testing.assert_close(got, want)
+        close(got, want)

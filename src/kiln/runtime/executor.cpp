@@ -163,6 +163,10 @@ class DeviceMemoryOps {
     copy_into(*out, t);
     return out;
   }
+  // clone_of as a function, for the interpreter's views of device tensors (DeviceCopyScope).
+  std::function<TensorHandle(const RtTensor&)> device_copier() const {
+    return [this](const RtTensor& t) { return clone_of(t); };
+  }
   void copy(RtTensor& dst, const RtTensor& src) const {
     if (cuda())
       cuda::cuda_copy_into(dst, src, stream_);
@@ -324,9 +328,7 @@ bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
       [&memory](const Node& n, const std::vector<RtValue>& operands) {
         return cuda::run_matrix_product(n, operands, memory.allocator(), memory.stream());
       },
-      [&memory](const RtTensor& t) {
-        return cuda::cuda_clone(t, memory.stream(), memory.allocator());
-      });
+      memory.device_copier());
   if (!out) return false;
   env[step.outputs[0]] = out;
   return true;
@@ -576,10 +578,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           // interpreter only hands them to the registered function (eager_calls.h), after the
           // views it reads through (a reshape no view expresses copies on the device).
           std::optional<DeviceCopyScope> device_copies;
-          if (memory.cuda())
-            device_copies.emplace([&memory](const RtTensor& t) {
-              return cuda::cuda_clone(t, memory.stream(), memory.allocator());
-            });
+          if (memory.cuda()) device_copies.emplace(memory.device_copier());
           std::vector<RtValue> outs = interpret(step.body, step_inputs);
           for (size_t k = 0; k < outs.size(); ++k)
             env[step.outputs[k]] = outs[k];
