@@ -109,9 +109,9 @@ const void* storage_identity(const at::Tensor& t, PyObject* object) {
 // One call's tensors as kiln values: one Storage per distinct storage, one TensorHandle per
 // distinct tensor object.
 struct CallArgs {
-  std::vector<RtValue> values;                // per tensor leaf
-  std::vector<PyObject*> objects;             // the caller's objects, per tensor leaf (borrowed)
-  std::map<const Storage*, int> storage_arg;  // a storage -> the first tensor leaf on it
+  std::vector<RtValue> values;     // per tensor leaf
+  std::vector<PyObject*> objects;  // the caller's objects, per tensor leaf (borrowed)
+  std::unordered_map<const Storage*, int> storage_arg;  // a storage -> its first tensor leaf
 };
 
 std::shared_ptr<void> borrowed_device_memory() {
@@ -123,8 +123,12 @@ std::shared_ptr<void> borrowed_device_memory() {
 
 CallArgs make_args(const std::vector<PyObject*>& tensor_leaves) {
   CallArgs call;
-  std::map<const void*, std::shared_ptr<Storage>> storages;
-  std::map<PyObject*, TensorHandle> objects;
+  // Hash maps: a module's call has hundreds of leaves (its parameters and buffers).
+  std::unordered_map<const void*, std::shared_ptr<Storage>> storages(tensor_leaves.size());
+  std::unordered_map<PyObject*, TensorHandle> objects(tensor_leaves.size());
+  call.storage_arg.reserve(tensor_leaves.size());
+  call.values.reserve(tensor_leaves.size());
+  call.objects.reserve(tensor_leaves.size());
   for (size_t i = 0; i < tensor_leaves.size(); ++i) {
     PyObject* object = tensor_leaves[i];
     call.objects.push_back(object);
@@ -487,17 +491,31 @@ std::optional<CallKey> call_key(nb::handle structure, nb::handle leaves,
   CallKey key;
   key.facts.push_back(c10::GradMode::is_enabled());
   key.values.push_back(nb::borrow(structure));
-  std::vector<const void*> storages;
-  std::vector<PyObject*> objects;
-  auto index_of = [](auto& seen, auto item) {
-    for (size_t i = 0; i < seen.size(); ++i)
-      if (seen[i] == item) return static_cast<int64_t>(i);
-    seen.push_back(item);
-    return static_cast<int64_t>(seen.size() - 1);
+  // First-seen numbers of storages and objects: a scan while there are few, then a hash map (a
+  // module's call has hundreds of leaves; the scan made the key quadratic in them).
+  struct FirstSeen {
+    std::vector<const void*> order;
+    std::unordered_map<const void*, int64_t> index;
+    int64_t operator()(const void* item) {
+      if (index.empty()) {
+        for (size_t i = 0; i < order.size(); ++i)
+          if (order[i] == item) return static_cast<int64_t>(i);
+        order.push_back(item);
+        if (order.size() > 16)
+          for (size_t i = 0; i < order.size(); ++i)
+            index.emplace(order[i], static_cast<int64_t>(i));
+        return static_cast<int64_t>(order.size() - 1);
+      }
+      auto [it, added] = index.emplace(item, static_cast<int64_t>(index.size()));
+      return it->second;
+    }
   };
+  FirstSeen storages, objects;
   PyObject* seq = leaves.ptr();
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
+  key.facts.reserve(static_cast<size_t>(n) * 24);
+  tensor_leaves.reserve(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* leaf = items[i];
     if (THPVariable_Check(leaf)) {
@@ -516,8 +534,8 @@ std::optional<CallKey> call_key(nb::handle structure, nb::handle leaves,
       key.facts.push_back(t.storage_offset());
       key.facts.push_back(t.requires_grad());
       key.facts.push_back(t.is_leaf());
-      key.facts.push_back(index_of(storages, storage_identity(t, leaf)));
-      key.facts.push_back(index_of(objects, leaf));
+      key.facts.push_back(storages(storage_identity(t, leaf)));
+      key.facts.push_back(objects(leaf));
     } else if (is_container(leaf)) {
       return std::nullopt;
     } else {
