@@ -203,9 +203,17 @@ class Recorder : public ExecutionCapture {
       const RtTensor* a = tensor_of(args_[j]);
       if (!a || a->storage != index->storage) continue;
       if (written_[j]) refuse("an index in memory the program writes");
-      c_.checks.push_back(
-          GraphReplay::Captured::Check{check, static_cast<int>(j), index->sizes, index->strides,
-                                       c_.caller_offset(static_cast<int>(j), index->offset)});
+      GraphReplay::Captured::Check k{check, static_cast<int>(j), index->sizes, index->strides,
+                                     c_.caller_offset(static_cast<int>(j), index->offset)};
+      // One check of each index for all the kernels that check it alike (a KV cache's position,
+      // checked by every layer's write): the first in program order names the op, as it would
+      // raise first without the graph.
+      for (const GraphReplay::Captured::Check& seen : c_.checks)
+        if (seen.arg == k.arg && seen.sizes == k.sizes && seen.strides == k.strides &&
+            seen.offset == k.offset && seen.check.size == check.size &&
+            seen.check.negative == check.negative && seen.check.view == check.view)
+          return;
+      c_.checks.push_back(std::move(k));
       return;
     }
     refuse("an index the program computes");
