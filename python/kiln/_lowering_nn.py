@@ -1,0 +1,93 @@
+"""The torch.nn.functional rules: softmax, the norms (layer, RMS, batch) and dropout. Each is
+one kiln op or a composition of kiln's elementwise ops, written as eager computes it (see
+_lowering.py for what a rule is); what has no exact form (batch_norm in training mode) is an
+eager step (_fallback.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from ._lowering import _bind, _cast, _register, _same_object, _emit_clone, _torch_fns, _via
+from ._tracer import Call, Proxy
+
+
+def _softmax(op: str) -> Callable[[Call], Any]:
+    def rule(call: Call) -> Any:
+        args = _bind(call, lambda input, dim=None, _stacklevel=3, dtype=None: None)
+        if args["dim"] is None:
+            raise call.unsupported(f"{op} without dim (the deprecated implicit dim) is not supported by kiln; pass dim.")
+        result = call.run_meta()
+        return call.emit(op, [args["input"], args["dim"], args["dtype"]], {}, result)
+
+    return rule
+
+
+_register(_softmax("softmax"), *_torch_fns("softmax"), F.softmax)
+_register(_softmax("log_softmax"), *_torch_fns("log_softmax"), F.log_softmax)
+
+
+def _layer_norm(call: Call) -> Any:
+    args = _bind(call, lambda input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True: None)
+    result = call.run_meta()
+    return call.emit(
+        "layer_norm", [args["input"], list(args["normalized_shape"]), args["weight"], args["bias"], args["eps"]], {}, result
+    )
+
+
+def _rms_norm(call: Call) -> Any:
+    args = _bind(call, lambda input, normalized_shape, weight=None, eps=None: None)
+    result = call.run_meta()
+    return call.emit("rms_norm", [args["input"], list(args["normalized_shape"]), args["weight"], args["eps"]], {}, result)
+
+
+def _batch_norm(call: Call) -> Any:
+    """Eval-mode batch_norm is elementwise, as eager's CPU kernel computes it: alpha = weight /
+    sqrt(running_var + eps), beta = bias - running_mean * alpha, y = x * alpha + beta, in float32
+    for half and bfloat16 inputs (eager's opmath). It fuses with what is around it (a ReLU, a
+    residual add). Training mode writes the running statistics: an eager step (kiln._fallback)."""
+    args = _bind(call, lambda input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5, cudnn_enabled=True: None)
+    x, mean, var, w, b = (args[k] for k in ("input", "running_mean", "running_var", "weight", "bias"))
+    tensors = [t for t in (x, mean, var, w, b) if t is not None]
+    if args["training"] or not all(isinstance(t, Proxy) for t in tensors) or mean is None or var is None or x.dim() < 2:
+        from ._fallback import eager_fallback
+
+        return eager_fallback(call)
+    result = call.run_meta()  # eager's checks (the statistics' length is the channel count)
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    shape = (1, x.shape[1], *([1] * (x.dim() - 2)))
+
+    def channel(t: Proxy) -> Proxy:
+        return _via(call, torch.Tensor.view, _cast(call, t, compute), shape)
+
+    alpha = _via(call, torch.rsqrt, _via(call, torch.add, channel(var), args["eps"]))
+    if w is not None:
+        alpha = _via(call, torch.mul, alpha, channel(w))
+    beta = _via(call, torch.neg, _via(call, torch.mul, channel(mean), alpha))
+    if b is not None:
+        beta = _via(call, torch.add, beta, channel(b))
+    y = _via(call, torch.add, _via(call, torch.mul, _cast(call, x, compute), alpha), beta)
+    return _cast(call, y, result.dtype)
+
+
+_register(_batch_norm, F.batch_norm)
+_register(_layer_norm, F.layer_norm, torch.layer_norm)
+_register(_rms_norm, getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None))
+
+
+def _dropout_eval(call: Call) -> Any:
+    # F.dropout(x, training=False) is the identity in eager (it returns x itself); training
+    # dropout is random and not supported.
+    args = _bind(call, lambda input, p=0.5, training=True, inplace=False: None)
+    if args["training"] and args["p"] != 0:
+        raise call.unsupported("dropout in training mode (random numbers) is not supported by kiln.")
+    result = call.run_meta()
+    if _same_object(call, result):
+        return result
+    return _emit_clone(call, args["input"])
+
+
+_register(_dropout_eval, F.dropout)
