@@ -160,3 +160,16 @@ def test_calls_on_another_stream_wait_for_the_last_replay():
     torch.cuda.synchronize()
     for got, want in results:
         close(got, want)
+
+
+def test_a_replay_that_would_copy_far_more_than_its_launches_cost_is_not_captured():
+    def fn(x, w):
+        return F.linear(x, w).relu().sum(-1)
+
+    f = kiln.jit(fn)
+    w = torch.randn(256, 1024, device=DEVICE)
+    for _ in range(4):
+        x = torch.randn(4096, 1024, device=DEVICE)  # 16 MiB moving, for a few launches
+        close(f(x, w), fn(x, w))
+    stats = kiln.last_stats(f)
+    assert stats["cuda_graph"] == "" and "would copy" in stats["cuda_graph_refused"]

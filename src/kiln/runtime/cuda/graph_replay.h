@@ -8,17 +8,19 @@
 //              host, launch the graph, copy the outputs into fresh memory
 //
 // Requires: a CUDA program that ran without a step needing the host or PyTorch (no eager_call,
-// no interpreted step, no host copy), with no metadata mutation, and at least two launched
-// steps. An argument the program writes must keep its address (it is written in place; a
-// moving one would need a copy back), and every index a kernel checks must be a view of an
-// argument the program does not write (its check runs before the launch, on the caller's tensor).
-// Anything else, or a capture the driver refuses, leaves the program running through execute()
-// (refused() says why).
+// no interpreted step, no host copy), with no metadata mutation, at least two launched steps,
+// and copies that cost little against the launches a replay saves (at most 256 KiB of moving
+// arguments and fresh results per launch). An argument the program writes must keep its
+// address (it is written in place; a moving one would need a copy back), and every index a
+// kernel checks must be a view of an argument the program does not write (its check runs
+// before the launch, on the caller's tensor). Anything else, or a capture the driver refuses,
+// leaves the program running through execute() (refused() says why).
+//
 // Ensures: the same results, writes into the caller's memory and errors as execute(): a replay
-// reads every argument's current contents, returns outputs in fresh memory (later replays
-// never overwrite them) or views of the caller's own tensors, and raises an index out of range
-// before anything runs. A stable argument found at another address runs that call without the
-// graph and starts learning again.
+// reads every argument's current contents, returns outputs in fresh memory (later replays never
+// overwrite them) or views of the caller's own tensors, and raises an index out of range before
+// anything runs. A stable argument found at another address runs that call without the graph
+// and starts learning again.
 #pragma once
 
 #include <memory>
