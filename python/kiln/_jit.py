@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 
+from ._autograd import CompiledFunction, GradientPlan, warn_eager
 from ._errors import UnsupportedError
 from ._state import ImplicitInputs
 from ._tracer import TracedProgram, trace_call
@@ -100,6 +101,9 @@ class JitFunction:
         self.fn = fn
         self.fallback = fallback
         self._cache = _C.JitCache() if _C is not None else None
+        # Calls in grad mode with tensors that require grad: differentiated programs, whose
+        # cache entries hold their GradientPlan (kiln._autograd).
+        self._grad_cache = _C.JitCache() if _C is not None else None
         # Parameters, buffers, globals and captured tensors the function reads (kiln._state).
         self._implicit = ImplicitInputs(fn, module)
 
@@ -121,6 +125,10 @@ class JitFunction:
             out = cache.run(structure, leaves, _MISS)
             if out is not _MISS:
                 return out
+        if torch.is_grad_enabled():
+            out = self._run_differentiated(args, kwargs, leaves, structure)
+            if out is not _MISS:
+                return out
         return self._compile_and_run(args, kwargs, leaves, structure)
 
     def _call_with_state(self, args: tuple, kwargs: dict) -> Any:
@@ -136,6 +144,10 @@ class JitFunction:
         out = self._cache.run((structure, guards), leaves + values, _MISS)
         if out is not _MISS:
             return out
+        if torch.is_grad_enabled():
+            out = self._run_differentiated(args, kwargs, leaves + values, (structure, guards))
+            if out is not _MISS:
+                return out
         return self._compile_and_run(args, kwargs, leaves, structure)
 
     def _compile_and_run(self, args: tuple, kwargs: dict, leaves: list, structure: Any) -> Any:
@@ -150,8 +162,6 @@ class JitFunction:
             values, guards = implicit.read()
             leaves, structure = leaves + values, (structure, guards)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
-            raise UnsupportedError("kiln.jit does not support autograd: an argument requires grad.")
         devices = {t.device for t in tensors}
         if len(devices) > 1:
             names = ", ".join(sorted(str(d) for d in devices))
@@ -162,9 +172,46 @@ class JitFunction:
         form, assemble = _output_form(traced)
         if traced.rebound_names:
             form, assemble = _ASSEMBLE, _replaying(implicit, traced, form, assemble)
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+            self._compile_differentiated(traced, trace_seconds, leaves, structure, form, assemble)
+            return self._run_differentiated(args, kwargs, leaves, structure)
         return self._cache.insert_and_run(
             structure, leaves, traced.text, trace_seconds, form, assemble, traced.fallback_ops
         )
+
+    def _run_differentiated(self, args: tuple, kwargs: dict, leaves: list, structure: Any) -> Any:
+        """A call in grad mode: the differentiated program as one autograd node (kiln._autograd),
+        eager PyTorch where kiln refused to differentiate it, or _MISS when the key has no plan
+        yet."""
+        with torch.no_grad():  # the forward program runs (and was cached) with grad mode off
+            plan = self._grad_cache.lookup(structure, leaves)
+        if plan is None:
+            return _MISS
+        if plan.refused:
+            return self.fn(*args, **kwargs)
+        return plan.finish(list(CompiledFunction.apply(plan, self._grad_cache, structure, *leaves)))
+
+    def _compile_differentiated(
+        self, traced: TracedProgram, trace_seconds: float, leaves: list, structure: Any, form: int, assemble: Callable | None
+    ) -> None:
+        def finish(own: list) -> Any:
+            if form == _SINGLE:
+                return own[0]
+            if form == _TUPLE:
+                return tuple(own)
+            return assemble(own)
+
+        positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+        refused = "an op in it runs under torch.no_grad()" if traced.ran_without_grad else ""
+        plan = GradientPlan(finish, positions, refused)
+        requires_grad = None if refused else [bool(leaves[i].requires_grad) for i in positions]
+        with torch.no_grad():
+            program = self._grad_cache.insert(
+                structure, leaves, traced.text, trace_seconds, _TUPLE, plan, traced.fallback_ops, requires_grad
+            )
+        plan.set_gradient(program.gradient)
+        if plan.refused:
+            warn_eager(self.fn, plan.refused)
 
 
 def _replaying(implicit: ImplicitInputs, traced: TracedProgram, form: int, assemble: Callable | None) -> Callable:

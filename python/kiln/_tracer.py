@@ -261,6 +261,7 @@ class TracedProgram:
     output_spec: Any  # a torch.utils._pytree.TreeSpec
     output_is_tensor: list[bool]
     fallback_ops: int = 0  # ops recorded as eager_call (kiln.jit's fallback)
+    ran_without_grad: bool = False  # some op ran with grad mode off
     # The program's outputs (each tensor object once), and the outputs that are the new values
     # of attributes the function rebound (kiln._state), in the order of its rebinds.
     output_names: list[str] = dataclasses.field(default_factory=list)
@@ -283,6 +284,9 @@ class Tracer:
         self.implicit = implicit
         self.implicit_proxies: dict[int, Proxy] = {}  # id(tensor) -> its input's proxy
         self.fallback_ops = 0
+        # Whether some op ran with grad mode off (torch.no_grad() inside the function): kiln's
+        # autograd does not model grad mode per op, so it leaves such a call to eager.
+        self.ran_without_grad = False
         self.lines: list[str] = []
         self.input_lines: list[str] = []
         self.input_names: list[str] = []
@@ -703,6 +707,8 @@ class _TracingMode(TorchFunctionMode):
             return func(*args, **kwargs)
         loc = user_location()
         call = Call(self.tracer, func, tuple(args), kwargs, loc)
+        if not torch.is_grad_enabled():
+            self.tracer.ran_without_grad = True
         if key in _lowering.NEEDS_VALUE:
             raise _value_error(call, _lowering.NEEDS_VALUE[key])
         leaves = pytree.tree_leaves((args, kwargs))
@@ -896,6 +902,7 @@ def trace_call(
         output_spec=out_spec,
         output_is_tensor=is_tensor,
         fallback_ops=tracer.fallback_ops,
+        ran_without_grad=tracer.ran_without_grad,
         output_names=out_names,
         rebound_names=rebound_names,
     )

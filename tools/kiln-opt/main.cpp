@@ -16,6 +16,9 @@
 //   kiln-opt seed.trace --pipeline --kernels  print the source of every fusion region's kernel,
 //                                             for the device the trace's types name (declare
 //                                             the inputs "cuda:0 f32[...]" for CUDA source)
+//   kiln-opt seed.trace --grad=x,w            differentiate with respect to inputs x and w: print
+//                                             the forward trace with its saved values and the
+//                                             backward trace (or why kiln refuses)
 //   kiln-opt - ...                            read the trace from standard input
 //
 // Exit status: 0 on success, 1 on a user error (malformed trace, bad input, an error eager
@@ -41,6 +44,7 @@ struct Options {
   bool history = false;
   bool kernels = false;
   std::string alias;
+  std::vector<std::string> grad;
   bool run = false;
   uint64_t seed = 0;
   std::map<std::string, std::vector<double>> inputs;
@@ -76,6 +80,8 @@ Options parse_args(int argc, char** argv) {
       o.history = true;
     } else if (a == "--kernels") {
       o.kernels = true;
+    } else if (a.starts_with("--grad=")) {
+      o.grad = split(a.substr(7), ',');
     } else if (a.starts_with("--alias=")) {
       o.alias = a.substr(8);
     } else if (a.starts_with("--seed=")) {
@@ -109,7 +115,7 @@ Options parse_args(int argc, char** argv) {
   }
   if (o.file.empty()) usage_error("no input file");
   if (o.kernels && !o.pipeline) usage_error("--kernels needs --pipeline");
-  if (o.passes.empty() && !o.run && !o.pipeline) o.passes = {"verify", "print"};
+  if (o.passes.empty() && !o.run && !o.pipeline && o.grad.empty()) o.passes = {"verify", "print"};
   return o;
 }
 
@@ -246,6 +252,32 @@ void print_kernels(const kiln::CompiledProgram& compiled) {
   }
 }
 
+// --grad: the forward after differentiate and the backward, or why kiln refuses.
+void print_gradient(const kiln::Trace& trace, const kiln::AliasPattern& pattern,
+                    const std::vector<std::string>& names) {
+  std::vector<bool> requires_grad;
+  for (kiln::Value* v : trace.inputs())
+    requires_grad.push_back(std::find(names.begin(), names.end(), v->name()) != names.end());
+  for (const std::string& name : names)
+    if (!trace.find_value(name)) usage_error("--grad names '" + name + "', which is not an input");
+  kiln::CompiledProgram compiled = kiln::compile(trace, pattern, "", &requires_grad);
+  const kiln::GradientProgram& g = *compiled.gradient;
+  if (!g.refused.empty()) {
+    std::cout << "// refused: " << g.refused << "\n";
+    return;
+  }
+  for (const kiln::PassRecord& r : compiled.history)
+    if (r.pass == "differentiate" || r.pass == "backward") std::cout << r.printed << "\n";
+  auto list = [](const std::vector<int>& v) {
+    std::string s;
+    for (int i : v)
+      s += (s.empty() ? "" : ", ") + std::to_string(i);
+    return "[" + s + "]";
+  };
+  std::cout << "// differentiable results " << list(g.differentiable_results) << ", saved results "
+            << list(g.saved_results) << ", gradients of inputs " << list(g.grad_inputs) << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -272,6 +304,10 @@ int main(int argc, char** argv) {
         std::cerr << "kiln-opt: error: unknown pass '" << pass << "' (known: " << names << ")\n";
         return 1;
       }
+    }
+    if (!o.grad.empty()) {
+      print_gradient(trace, pattern, o.grad);
+      return 0;
     }
     std::optional<kiln::CompiledProgram> compiled;
     if (o.pipeline || !stop_after.empty()) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,20 @@ struct CompileStats {
   int writebacks_with_temporary = 0;
 };
 
+// What compile made of a call whose inputs require grad (DESIGN.md 8): the backward program, and
+// how the forward program's results and the caller's arguments feed it.
+struct GradientProgram {
+  std::string refused;     // non-empty: not differentiated (why); the program runs eagerly
+  std::string backward;    // the backward trace, printed; its inputs carry no layouts
+  std::vector<std::string> backward_inputs;  // in order: the gradients, then the saved values
+  std::vector<int> differentiable_results;   // the results whose gradients are its first inputs
+  std::vector<int> saved_results;            // the results that are its saved inputs (the
+                                             // forward returns them after its own results)
+  std::vector<int> grad_inputs;              // the eager input each of its outputs is the
+                                             // gradient of
+  int own_results = 0;                       // the results the function itself returns
+};
+
 struct CompiledProgram {
   Trace execution;     // the functional trace the plan's steps are cut from
   ExecutionPlan plan;  // empty until fuse has run
@@ -32,6 +47,7 @@ struct CompiledProgram {
   ProgramInterface interface;
   std::vector<PassRecord> history;
   CompileStats stats;
+  std::optional<GradientProgram> gradient;  // when compiled with inputs that require grad
   // The executor's prepared kernels for this program (runtime/executor.cpp's type, made on the
   // first execute and reused by every later call: the hot path does no lowering or lookups).
   mutable std::shared_ptr<const void> executor_cache;
@@ -42,7 +58,10 @@ const std::vector<std::string>& pipeline_passes();
 
 // Requires: a verified eager trace; a pattern with one entry per trace input.
 // `stop_after`: run the pipeline only up to and including that pass (empty: all of it).
+// `requires_grad` (one flag per eager input; none: no autograd): differentiate after dce and
+// fill `gradient` (when it refuses, the program is compiled without saved values).
 CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
-                        const std::string& stop_after = "");
+                        const std::string& stop_after = "",
+                        const std::vector<bool>* requires_grad = nullptr);
 
 }  // namespace kiln

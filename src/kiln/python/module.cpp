@@ -17,6 +17,7 @@
 #include <c10/core/Storage.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
@@ -581,6 +582,10 @@ struct Program {
   OutputForm form = OutputForm::kAssemble;
   nb::object assemble;
   int fallback_ops = 0;      // torch ops PyTorch runs (eager_call)
+  // The caller's tensors whose memory the program writes: their version counters are bumped
+  // after each run, as an in-place op's are, so that autograd's saved-tensor checks see kiln's
+  // writes.
+  std::vector<size_t> written_args;
   cuda::GraphReplay graphs;  // on CUDA: replays the program as one CUDA graph when it can
 };
 
@@ -612,6 +617,19 @@ class JitCache {
   // Compiles trace text for this call's tensors, caches it under the call's key, and runs it.
   nb::object insert_and_run(nb::handle structure, nb::handle leaves, const std::string& text,
                             double trace_seconds, int form, nb::object assemble, int fallback_ops) {
+    std::vector<PyObject*> tensor_leaves;
+    std::shared_ptr<Program> program = insert(structure, leaves, text, trace_seconds, form,
+                                              std::move(assemble), fallback_ops, nullptr,
+                                              &tensor_leaves);
+    return execute_program(program, tensor_leaves);
+  }
+
+  // Compiles and caches without running. `requires_grad` (one flag per tensor leaf): compile
+  // the forward of a differentiated call (Program.gradient says what the backward is).
+  std::shared_ptr<Program> insert(nb::handle structure, nb::handle leaves, const std::string& text,
+                                  double trace_seconds, int form, nb::object assemble,
+                                  int fallback_ops, const std::vector<bool>* requires_grad,
+                                  std::vector<PyObject*>* tensor_leaves_out = nullptr) {
     nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
     if (!seq.is_valid()) throw nb::python_error();
     std::vector<PyObject*> tensor_leaves;
@@ -621,16 +639,31 @@ class JitCache {
     auto program = std::make_shared<Program>();
     Trace trace = parse_trace(text, "<kiln.jit>");
     CallArgs call = make_args(tensor_leaves);
-    program->compiled = compile(trace, alias_pattern_of(call.values));
+    program->compiled = compile(trace, alias_pattern_of(call.values), "", requires_grad);
     program->compile_seconds =
         trace_seconds +
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     program->form = static_cast<OutputForm>(form);
     program->assemble = std::move(assemble);
     program->fallback_ops = fallback_ops;
+    program->written_args = written_arguments(program->compiled);
     ++misses_;
     entries_[std::move(*key)] = program;
-    return execute_program(program, tensor_leaves);
+    if (tensor_leaves_out) *tensor_leaves_out = std::move(tensor_leaves);
+    return program;
+  }
+
+  // The cached program for this call (its `assemble` object), or None: a lookup that runs
+  // nothing (kiln's autograd wraps the run in a torch.autograd.Function).
+  nb::object lookup(nb::handle structure, nb::handle leaves) {
+    nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
+    if (!seq.is_valid()) throw nb::python_error();
+    std::vector<PyObject*> tensor_leaves;
+    std::optional<CallKey> key = call_key(structure, seq, tensor_leaves);
+    if (!key) return nb::none();
+    auto it = entries_.find(*key);
+    if (it == entries_.end()) return nb::none();
+    return it->second->assemble;
   }
 
   int hits() const { return hits_; }
@@ -669,6 +702,10 @@ class JitCache {
     last_ = LastRun{program, stats};
 
     call_profile::Scope results_timed(call_profile::Phase::kResults);
+    for (size_t i : program->written_args) {
+      const at::Tensor& t = THPVariable_Unpack(call.objects.at(i));
+      if (!t.is_inference()) t.unsafeGetTensorImpl()->bump_version();
+    }
     // Metadata mutations (transpose_, ...) of the caller's tensor objects.
     for (const MetadataUpdate& m : program->compiled.interface.metadata) {
       const RtTensor& t = *std::get<TensorHandle>(call.values.at(static_cast<size_t>(m.arg)));
@@ -683,6 +720,19 @@ class JitCache {
       out.append(result_object(v, call, allocator));
     if (program->form == OutputForm::kTuple) return nb::tuple(out);
     return program->assemble(out);
+  }
+
+  static std::vector<size_t> written_arguments(const CompiledProgram& p) {
+    const Trace& f = p.execution;
+    std::vector<bool> written(f.inputs().size(), false);
+    for (const auto& [input, value] : f.writebacks)
+      written[static_cast<size_t>(std::find(f.inputs().begin(), f.inputs().end(), input) -
+                                  f.inputs().begin())] = true;
+    std::vector<size_t> args;
+    for (size_t i = 0; i < p.pattern.inputs.size(); ++i)
+      if (int g = p.pattern.inputs[i].group; g >= 0 && written.at(static_cast<size_t>(g)))
+        args.push_back(i);
+    return args;
   }
 
   // A result as the caller sees it: the caller's own object, a view of the caller's tensor, or a
@@ -754,7 +804,20 @@ NB_MODULE(_C, m) {
       .def_prop_ro("compile_seconds", [](const Program& p) { return p.compile_seconds; })
       .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; })
       .def_prop_ro("fallback_ops", [](const Program& p) { return p.fallback_ops; })
-      .def_prop_ro("graph_refused", [](const Program& p) { return p.graphs.refused(); });
+      .def_prop_ro("graph_refused", [](const Program& p) { return p.graphs.refused(); })
+      .def_prop_ro("gradient", [](const Program& p) -> nb::object {
+        if (!p.compiled.gradient) return nb::none();
+        const GradientProgram& g = *p.compiled.gradient;
+        nb::dict d;
+        d["refused"] = g.refused;
+        d["backward"] = g.backward;
+        d["backward_inputs"] = g.backward_inputs;
+        d["differentiable_results"] = g.differentiable_results;
+        d["saved_results"] = g.saved_results;
+        d["grad_inputs"] = g.grad_inputs;
+        d["own_results"] = g.own_results;
+        return d;
+      });
   m.def("call_phase_seconds", &call_profile::seconds,
         "Host seconds so far in each phase of kiln.jit calls, as (phase, seconds) pairs; counted "
         "only when KILN_PROFILE_CALLS is set (see src/kiln/support/call_profile.h).");
@@ -769,6 +832,20 @@ NB_MODULE(_C, m) {
            nb::arg("text"), nb::arg("trace_seconds"), nb::arg("form"), nb::arg("assemble").none(),
            nb::arg("fallback_ops"),
            "Compiles trace text for the call, caches it under the call's key and runs it.")
+      .def("insert",
+           [](JitCache& c, nb::handle structure, nb::handle leaves, const std::string& text,
+              double trace_seconds, int form, nb::object assemble, int fallback_ops,
+              std::optional<std::vector<bool>> requires_grad) {
+             return c.insert(structure, leaves, text, trace_seconds, form, std::move(assemble),
+                             fallback_ops, requires_grad ? &*requires_grad : nullptr);
+           },
+           nb::arg("structure"), nb::arg("leaves"), nb::arg("text"), nb::arg("trace_seconds"),
+           nb::arg("form"), nb::arg("assemble").none(), nb::arg("fallback_ops"),
+           nb::arg("requires_grad").none(),
+           "Compiles trace text for the call and caches it under the call's key; returns the "
+           "Program. requires_grad: one flag per tensor leaf, to differentiate.")
+      .def("lookup", &JitCache::lookup, nb::arg("structure"), nb::arg("leaves"),
+           "The cached program's assemble object for the call, or None.")
       .def_prop_ro("hits", &JitCache::hits)
       .def_prop_ro("misses", &JitCache::misses)
       .def_prop_ro("last_program", [](const JitCache& c) { return c.last().program; })

@@ -1,0 +1,116 @@
+"""kiln's autograd (DESIGN.md 8): a kiln.jit call in grad mode with a tensor that requires grad
+runs a forward program that kiln differentiated (src/kiln/passes/differentiate.h) inside one
+torch.autograd.Function, whose backward runs the backward program, compiled by kiln like any
+program. PyTorch's engine sees an ordinary op: `.grad` accumulation, hooks, retain_graph, the
+version checks of saved tensors and optimizers work as they do for eager ops.
+
+A call kiln cannot differentiate (an op without a derivative rule, torch.no_grad() inside the
+function, a result that is a view and needs a gradient, ...) runs eagerly, with a warning that
+says why: slow, never wrong.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from ._errors import UnsupportedError
+from ._tracer import layout_type_str
+
+_MISS = object()
+_TUPLE = 1  # module.cpp's OutputForm::kTuple
+
+
+class GradientPlan:
+    """What kiln compiled for one specialization key of a differentiated call: how the forward
+    program's results split into the function's own and the saved values, and the backward
+    program (compiled per layout of its inputs, in its own cache)."""
+
+    def __init__(self, finish: Callable[[list], Any], tensor_positions: list[int], refused: str = "") -> None:
+        self.finish = finish  # the function's own results -> its return value
+        self.tensor_positions = tensor_positions  # the leaf position of each tensor leaf
+        self.refused = refused
+
+    def set_gradient(self, gradient: dict | None) -> None:
+        """Takes what compile made (kiln._C.Program.gradient)."""
+        from . import _C
+
+        if not self.refused:
+            self.refused = gradient["refused"] if gradient else "kiln did not differentiate it"
+        if self.refused:
+            return
+        self.own = gradient["own_results"]
+        self.differentiable = gradient["differentiable_results"]
+        self.saved = gradient["saved_results"]
+        self.grad_inputs = gradient["grad_inputs"]  # tensor-leaf index per backward output
+        self.backward_text = gradient["backward"]
+        self.backward_inputs = gradient["backward_inputs"]
+        self.backward_cache = _C.JitCache()
+
+    def backward_program_text(self, inputs: list[torch.Tensor]) -> str:
+        """The backward trace with its inputs declared as this call's tensors are laid out."""
+        text = self.backward_text
+        for name, t in zip(self.backward_inputs, inputs):
+            text = re.sub(
+                rf'^(\s*# {re.escape(name)}: )"[^"]*"$',
+                lambda m: f'{m.group(1)}"{layout_type_str(t, t.device)}"',
+                text,
+                count=1,
+                flags=re.M,
+            )
+        return text
+
+
+class CompiledFunction(torch.autograd.Function):
+    """One kiln program as one autograd node: forward runs the differentiated forward program,
+    backward the backward program."""
+
+    @staticmethod
+    def forward(ctx, plan: GradientPlan, cache: Any, structure: Any, *leaves: Any) -> Any:  # type: ignore[override]
+        results = cache.run(structure, list(leaves), _MISS)
+        if results is _MISS:  # the cache was looked up a moment ago, under the same key
+            raise RuntimeError("kiln: internal error: the differentiated program left the cache")
+        own = results[: plan.own]
+        saved = [results[i] for i in plan.saved]
+        ctx.plan = plan
+        ctx.n_leaves = len(leaves)
+        ctx.save_for_backward(*saved)
+        differentiable = set(plan.differentiable)
+        ctx.mark_non_differentiable(
+            *[r for i, r in enumerate(own) if isinstance(r, torch.Tensor) and i not in differentiable]
+        )
+        return tuple(own)
+
+    @staticmethod
+    def backward(ctx, *grads: Any) -> Any:  # type: ignore[override]
+        if torch.is_grad_enabled():
+            raise UnsupportedError(
+                "kiln.jit does not compute higher-order gradients (backward with create_graph=True "
+                "through a kiln program); call the function outside kiln.jit for them."
+            )
+        plan: GradientPlan = ctx.plan
+        inputs = [grads[i] for i in plan.differentiable] + list(ctx.saved_tensors)
+        computed = run_backward(plan, inputs) if plan.grad_inputs else ()
+        out: list[Any] = [None] * (3 + ctx.n_leaves)
+        for tensor_index, g in zip(plan.grad_inputs, computed):
+            out[3 + plan.tensor_positions[tensor_index]] = g
+        return tuple(out)
+
+
+def run_backward(plan: GradientPlan, inputs: list[torch.Tensor]) -> Any:
+    cache = plan.backward_cache
+    out = cache.run(len(inputs), inputs, _MISS)
+    if out is _MISS:
+        out = cache.insert_and_run(len(inputs), inputs, plan.backward_program_text(inputs), 0.0, _TUPLE, None, 0)
+    return out
+
+
+def warn_eager(fn: Callable, why: str) -> None:
+    warnings.warn(
+        f"kiln.jit runs {getattr(fn, '__qualname__', fn)} eagerly for this call, which needs "
+        f"gradients: {why}.",
+        stacklevel=4,
+    )

@@ -1,0 +1,169 @@
+// differentiate: see differentiate.h.
+#include "kiln/passes/differentiate.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "kiln/ir/derivative_rules.h"
+#include "kiln/ir/dtype.h"
+#include "kiln/support/error.h"
+
+namespace kiln {
+
+namespace {
+
+bool is_floating_tensor(const Value* v) {
+  return v->is_tensor() && is_floating(v->tensor_type().dtype);
+}
+
+// A value's type as a backward input: its layout is the caller's business (the saved tensor's
+// or the incoming gradient's strides, known per call).
+Type without_layout(const Value* v) {
+  if (!v->is_tensor()) return v->type();
+  TensorType t = v->tensor_type();
+  t.layout.reset();
+  return t;
+}
+
+std::string where(const Node& n) {
+  return n.loc.empty() ? "" : " (" + n.loc.str() + ")";
+}
+
+void for_each_operand_value(const Node& n, auto&& f) {
+  for (const Operand& o : n.operands) {
+    if (o.is_value()) f(o.value());
+    if (o.is_value_list())
+      for (Value* v : o.values()) f(v);
+  }
+}
+
+class Differentiator final : public GradContext {
+ public:
+  Differentiator(Trace& forward, Gradient& out)
+      : GradContext(builder_), forward_(forward), out_(out), builder_(out.backward) {
+    out.backward.name = "backward";
+    out.backward.constructed_by = "differentiate";
+  }
+
+  // The forward sweep: which values depend on an input that requires grad. Empty when some
+  // such value meets an op without a rule (`refused` says which).
+  bool mark(const std::vector<bool>& requires_grad) {
+    KILN_ASSERT(requires_grad.size() == forward_.inputs().size())
+        << "differentiate: one requires_grad flag per trace input";
+    for (size_t i = 0; i < requires_grad.size(); ++i)
+      if (requires_grad[i] && is_floating_tensor(forward_.inputs()[i]))
+        requires_.insert(forward_.inputs()[i]);
+    for (const auto& n : forward_.nodes()) {
+      bool depends = false;
+      for_each_operand_value(*n, [&](Value* v) { depends = depends || requires_.contains(v); });
+      if (!depends || is_non_differentiable(n->id())) continue;
+      if (!find_derivative_rule(n->id())) {
+        out_.refused = "kiln has no derivative rule for " + n->op->name + where(*n);
+        return false;
+      }
+      for (Value* o : n->outputs)
+        if (is_floating_tensor(o)) requires_.insert(o);
+    }
+    return true;
+  }
+
+  bool needs(Value* v) const override { return requires_.contains(v); }
+
+  Value* forward(Value* v) override {
+    auto [it, fresh] = saved_.try_emplace(v, nullptr);
+    if (fresh) {
+      it->second = builder_.add_input("s_" + v->name(), without_layout(v));
+      out_.saved.push_back(v);
+    }
+    return it->second;
+  }
+
+  void accumulate(Value* v, Value* g) override {
+    if (!needs(v)) return;
+    const TensorType& t = v->tensor_type();
+    if (g->tensor_type().shape != t.shape) g = grad::sum_to(builder_, g, t.shape);
+    g = grad::cast_to(builder_, g, t.dtype);
+    auto [it, fresh] = grads_.try_emplace(v, g);
+    if (!fresh) it->second = builder_.call1(OpId::kAdd, {it->second, g});
+  }
+
+  // The reverse sweep, from the gradients of the results.
+  bool sweep(const std::vector<ResultValue>& results) {
+    for (size_t i = 0; i < results.size(); ++i) {
+      const ResultValue& r = results[i];
+      if (!r.value || !needs(r.value)) continue;
+      if (r.is_view) {
+        out_.refused = "a result that requires grad is a view (of an argument or of another "
+                       "result); kiln differentiates fresh results only";
+        return false;
+      }
+      out_.differentiable_results.push_back(static_cast<int>(i));
+    }
+    // The gradient inputs come first: saved values are added as rules ask for them.
+    std::vector<Value*> incoming;
+    for (int i : out_.differentiable_results) {
+      Value* v = results[static_cast<size_t>(i)].value;
+      incoming.push_back(builder_.add_input("g" + std::to_string(i), without_layout(v)));
+    }
+    for (size_t k = 0; k < incoming.size(); ++k)
+      accumulate(results[static_cast<size_t>(out_.differentiable_results[k])].value, incoming[k]);
+    const auto& nodes = forward_.nodes();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      const Node& n = **it;
+      std::vector<Value*> grads;
+      bool any = false;
+      for (Value* o : n.outputs) {
+        auto g = grads_.find(o);
+        grads.push_back(g == grads_.end() ? nullptr : g->second);
+        any = any || grads.back();
+      }
+      if (!any || is_non_differentiable(n.id())) continue;
+      try {
+        find_derivative_rule(n.id())(*this, n, grads);
+      } catch (const NoDerivative& e) {
+        out_.refused = e.what() + where(n);
+        return false;
+      }
+    }
+    std::vector<Value*> outputs;
+    for (size_t i = 0; i < forward_.inputs().size(); ++i) {
+      auto g = grads_.find(forward_.inputs()[i]);
+      if (g == grads_.end()) continue;
+      outputs.push_back(g->second);
+      out_.grad_inputs.push_back(static_cast<int>(i));
+    }
+    builder_.set_outputs(outputs);
+    return true;
+  }
+
+ private:
+  Trace& forward_;
+  Gradient& out_;
+  Builder builder_;
+  std::unordered_set<Value*> requires_;
+  std::unordered_map<Value*, Value*> grads_;  // forward value -> its gradient so far
+  std::unordered_map<Value*, Value*> saved_;  // forward value -> backward input
+};
+
+}  // namespace
+
+Gradient differentiate(Trace& forward, const std::vector<bool>& requires_grad,
+                       const std::vector<ResultValue>& results) {
+  Gradient out;
+  Differentiator d(forward, out);
+  if (!d.mark(requires_grad) || !d.sweep(results)) {
+    out.saved.clear();
+    return out;
+  }
+  // The forward returns the saved intermediates after its own outputs (inputs the caller has).
+  std::vector<Value*> outputs = forward.outputs();
+  const std::unordered_set<Value*> inputs(forward.inputs().begin(), forward.inputs().end());
+  for (Value* v : out.saved)
+    if (!inputs.contains(v) && std::find(outputs.begin(), outputs.end(), v) == outputs.end())
+      outputs.push_back(v);
+  forward.set_outputs(std::move(outputs));
+  return out;
+}
+
+}  // namespace kiln
