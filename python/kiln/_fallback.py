@@ -61,9 +61,11 @@ class _WrittenArguments(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.written: list[torch.Tensor] = []
+        self.seeded = False  # some op draws random numbers (its gradient cannot be replayed)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.seeded = self.seeded or torch.Tag.nondeterministic_seeded in func.tags
         schema = func._schema
         bound = list(args) + [None] * (len(schema.arguments) - len(args))
         unannotated, flag = _UNANNOTATED_WRITES.get(schema.name, ((), None))
@@ -243,7 +245,8 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     )
     n_positional, keywords = len(call.args), list(call.kwargs)
 
-    def run(inputs: list) -> list:
+    def prepare(inputs: list) -> tuple[tuple, dict, list, dict]:
+        """The op's arguments for these input values, written ones cloned."""
         inputs = list(inputs)
         clones = {}
         for k in written_slots:
@@ -257,6 +260,19 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
             args, kwargs = tuple(leaves[:n_positional]), dict(zip(keywords, leaves[n_positional:]))
         else:
             args, kwargs = pytree.tree_unflatten(leaves, arg_spec)
+        return args, kwargs, inputs, clones
+
+    def results_of(out: Any, clones: dict) -> list:
+        out_flat = [out] if isinstance(out, torch.Tensor) else pytree.tree_leaves(out)
+        fresh = [out_flat[i] for i in returned_index]
+        return [r for r in fresh if isinstance(r, torch.Tensor)] + [clones[k] for k in written_slots]
+
+    def apply_op(inputs: list) -> list:
+        args, kwargs, _, clones = prepare(inputs)
+        return results_of(func(*args, **kwargs), clones)
+
+    def run(inputs: list) -> list:
+        args, kwargs, inputs, clones = prepare(inputs)
         written_now = {id(c) for c in clones.values()}
         before = [(t, t.clone()) for t in inputs if id(t) not in written_now] if CHECK_WRITES else []
         try:
@@ -268,9 +284,7 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
         for t, old in before:
             if not _unchanged(t, old):
                 raise AssertionError(f"kiln bug: {name}, run by PyTorch as an eager step, wrote into an argument kiln did not find written")
-        out_flat = [out] if isinstance(out, torch.Tensor) else pytree.tree_leaves(out)
-        fresh = [out_flat[i] for i in returned_index]
-        return [r for r in fresh if isinstance(r, torch.Tensor)] + [clones[k] for k in written_slots]
+        return results_of(out, clones)
 
     # Most steps write nothing and return one tensor (attention, a cumsum): a run without the
     # general case's lists and dicts (it is on every call's path, a few microseconds a step).
@@ -300,13 +314,74 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
 
     fn_id = tracer.register_eager(run)
     tracer.fallback_ops += 1
-    made = call.emit("eager_call", [fn_id, proxies, results], results=meta_results, device=device)
+    # Traced in grad mode, the step carries its gradient (kiln._autograd differentiates it).
+    # A random op's gradient would need its draws again: none (the differentiated program is
+    # refused and runs eagerly).
+    differentiable = torch.is_grad_enabled() and not watch.seeded
+    gradient = _gradient_of(apply_op, proxies, device, tracer.register_eager, name, where) if differentiable else {}
+    made = call.emit("eager_call", [fn_id, proxies, results], gradient, results=meta_results, device=device)
     made = list(made) if isinstance(made, (list, tuple)) else [made]
     fresh_made, written_made = made[: len(tensors)], made[len(tensors) :]
     _copy_written_values(call, [proxies[i] for i in written], written_made)
     it = iter(fresh_made)
     out = [r if w else (next(it) if isinstance(r, torch.Tensor) else r) for r, w in zip(flat, returned_written)]
     return pytree.tree_unflatten(out, spec)
+
+
+def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.device, register: Callable, name: str, where: str) -> dict:
+    """eager_call's vjp arguments (ops.def): a function of the step's inputs and the gradients of
+    the results autograd tracks that runs the op again with grad on and returns
+    torch.autograd.grad for each floating input, contiguous. Which results autograd tracks is
+    found by running the op on the meta tensors with grad on (a batch norm's updated running
+    statistics are not tracked)."""
+    floating = [i for i, p in enumerate(proxies) if p.dtype.is_floating_point]
+    if not floating:
+        return {}
+
+    def tracked_with(grad_inputs: list[int]) -> list[int] | None:
+        """The results autograd tracks when these inputs require grad; None if PyTorch refuses
+        (an argument the op is not differentiable in, as batch norm's running statistics)."""
+        with torch.enable_grad():
+            metas = [p.as_subclass(torch.Tensor).detach() for p in proxies]
+            for i in grad_inputs:
+                metas[i].requires_grad_()
+            try:
+                return [i for i, r in enumerate(apply_op(metas)) if r.requires_grad]
+            except RuntimeError:
+                return None
+
+    differentiable = floating
+    tracked = tracked_with(floating)
+    if tracked is None:
+        differentiable = [i for i in floating if tracked_with([i]) is not None]
+        tracked = tracked_with(differentiable) or []
+    n_inputs = len(proxies)
+
+    def vjp(tensors: list) -> list:
+        inputs, grads = tensors[:n_inputs], tensors[n_inputs:]
+        try:
+            with torch.enable_grad():
+                xs = list(inputs)
+                for i in differentiable:
+                    xs[i] = inputs[i].detach().requires_grad_()
+                outs = apply_op(xs)
+                pairs = [(outs[i], g) for i, g in zip(tracked, grads) if outs[i].requires_grad]
+                wrt = [xs[i] for i in differentiable]
+                got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs and wrt else []
+        except (RuntimeError, IndexError, ValueError, TypeError) as e:
+            _raise_with_step(e, f"the gradient of {name}", where)
+        by_input = dict(zip(differentiable, got))
+        return [
+            by_input[i].contiguous() if by_input.get(i) is not None else torch.zeros_like(inputs[i], memory_format=torch.contiguous_format)
+            for i in floating
+        ]
+
+    shapes = [torch.empty(proxies[i].shape, dtype=proxies[i].dtype, device="meta") for i in floating]
+    return {
+        "vjp": register(vjp),
+        "vjp_results": "; ".join(layout_type_str(t, device) for t in shapes),
+        "vjp_outputs": tracked,
+    }
 
 
 def _raise_with_step(e: Exception, name: str, where: str) -> None:

@@ -260,10 +260,17 @@ def _jitted(fn: Any) -> JitFunction:
     return fn
 
 
+def _last_cache(fn: JitFunction) -> Any:
+    """The cache whose program ran last: the plain one, or the differentiated programs' (the
+    forward program of a call in grad mode)."""
+    plain, grad = fn._cache, fn._grad_cache
+    return grad if grad.last_sequence > plain.last_sequence else plain
+
+
 def last_traces(fn: JitFunction) -> list[str]:
     """The trace after each pass of the program the last call ran (the first is the trace as
     traced; each starts with `# Constructed by <pass> (<time>)`)."""
-    return [printed for _, printed in _jitted(fn)._cache.last_program.history]
+    return [printed for _, printed in _last_cache(_jitted(fn)).last_program.history]
 
 
 def last_stats(fn: JitFunction) -> dict[str, Any]:
@@ -278,8 +285,11 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     interpret a step there, and their bytes (0 when every step ran on the device); cuda_graph:
     on CUDA, "replayed" when the last call ran the program as one CUDA graph, "captured" when it
     made that graph, else "" (src/kiln/runtime/cuda/graph_replay.h; KILN_CUDA_GRAPHS=0 turns
-    graphs off); cuda_graph_refused: why the program never runs as a graph ("" while it may)."""
-    cache = _jitted(fn)._cache
+    graphs off); cuda_graph_refused: why the program never runs as a graph ("" while it may);
+    differentiated: the last call ran a differentiated forward program (grad mode, an input that
+    requires grad: kiln._autograd), whose facts these are."""
+    jitted = _jitted(fn)
+    cache = _last_cache(jitted)
     p = cache.last_program
     run = cache.last_run_stats
     return {
@@ -292,10 +302,11 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "writebacks_with_temporary": p.writebacks_with_temporary,
         "host_copies": run["host_copies"],
         "host_copy_bytes": run["host_copy_bytes"],
-        "cache_hits": cache.hits,
-        "cache_misses": cache.misses,
+        "cache_hits": jitted._cache.hits + jitted._grad_cache.hits,
+        "cache_misses": jitted._cache.misses + jitted._grad_cache.misses,
         "compile_seconds": p.compile_seconds,
         "first_run_seconds": p.first_run_seconds,
         "cuda_graph": "captured" if run["graph_captures"] else "replayed" if run["graph_replays"] else "",
         "cuda_graph_refused": p.graph_refused,
+        "differentiated": cache is jitted._grad_cache,
     }

@@ -440,6 +440,14 @@ class Call:
     def run_meta(self, func: Callable | None = None, args: Sequence | None = None, kwargs: dict | None = None) -> Any:
         """Runs a torch function on the meta tensors: the result's dtype, shape and strides as
         eager makes them, and eager's error (with the user's line added) where eager raises."""
+        # Without autograd: the fast rules' results are fresh leaves while the meta kernels'
+        # carry history, and an in-place op meeting both raised where eager does not. Eager's
+        # error for an in-place op on a leaf input is the lowering's own (_check_write); for one
+        # on a view of it, the differentiated program is refused and eager raises.
+        with torch.no_grad():
+            return self._run_meta(func, args, kwargs)
+
+    def _run_meta(self, func: Callable | None, args: Sequence | None, kwargs: dict | None) -> Any:
         func = self.func if func is None else func
         args = self.args if args is None else args
         kwargs = self.kwargs if kwargs is None else kwargs
@@ -707,7 +715,7 @@ class _TracingMode(TorchFunctionMode):
             return func(*args, **kwargs)
         loc = user_location()
         call = Call(self.tracer, func, tuple(args), kwargs, loc)
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() and not _running_meta[0]:
             self.tracer.ran_without_grad = True
         if key in _lowering.NEEDS_VALUE:
             raise _value_error(call, _lowering.NEEDS_VALUE[key])
@@ -756,6 +764,12 @@ class _TracingMode(TorchFunctionMode):
 
         if not isinstance(out, Proxy):
             raise call.unsupported("out= takes one tensor of the traced function here (a tuple of outputs is not supported).")
+        if torch.is_grad_enabled() and any(isinstance(a, Proxy) and a.requires_grad for a in pytree.tree_leaves((call.args, call.kwargs))):
+            # Eager's refusal, for arguments the trace knows require grad (its inputs).
+            raise RuntimeError(
+                f"{call.name}(): functions with out=... arguments don't support automatic differentiation, "
+                f"but one of the arguments requires grad.\n(kiln: raised at {call.where()} while tracing)"
+            )
         call.kwargs.pop("out", None)
         result = rule(call)
         if not isinstance(result, Proxy):

@@ -264,7 +264,7 @@ def test_in_place_on_a_leaf_that_requires_grad_raises_like_eager():
         kiln.jit(f)(torch.ones(3, requires_grad=True))
 
 
-def test_autograd_is_refused_not_ignored():
+def test_grad_mode_with_an_argument_that_requires_grad_is_differentiated():
     def f(x):
         return x * 2
 
@@ -272,8 +272,10 @@ def test_autograd_is_refused_not_ignored():
     x = torch.ones(3, requires_grad=True)
     with torch.no_grad():
         torch.testing.assert_close(jitted(x), torch.full((3,), 2.0))
-    with pytest.raises(kiln.UnsupportedError, match="autograd"):
-        jitted(x)  # grad on: a different key, and kiln cannot record the graph
+    y = jitted(x)  # grad on: a different key, and a differentiated program (test_autograd.py)
+    assert type(y.grad_fn).__name__ == "CompiledFunctionBackward"
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
 
 
 def test_structured_arguments_and_results():

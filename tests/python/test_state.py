@@ -3,8 +3,8 @@ parameters and buffers, globals and captured tensors are read on every call, wri
 mutated, replayed when rebound, and a changed module compiles again. CASES.md M1-M3 (module
 state) and a static KV cache written with index_copy_ at a position tensor.
 
-Modules run under torch.no_grad(): their parameters require grad, and kiln.jit has no autograd
-yet (a call that would need it raises; test_grad_mode_with_parameters_that_require_grad_raises).
+Modules run under torch.no_grad() here: their parameters require grad, and a call in grad mode is
+differentiated (test_autograd.py; test_grad_mode_with_parameters_that_require_grad_trains).
 """
 
 from __future__ import annotations
@@ -210,10 +210,18 @@ def test_a_module_used_by_a_function_and_a_returned_parameter():
     assert kiln.last_stats(jitted)["cache_misses"] == 2
 
 
-def test_grad_mode_with_parameters_that_require_grad_raises():
-    m = kiln.jit(torch.nn.Linear(3, 3))
-    with torch.enable_grad(), pytest.raises(kiln.UnsupportedError, match="autograd"):
-        m(torch.randn(2, 3))
+def test_grad_mode_with_parameters_that_require_grad_trains():
+    lin = torch.nn.Linear(3, 3)
+    m = kiln.jit(lin)
+    x = torch.randn(2, 3)
+    with torch.enable_grad():
+        m(x).square().sum().backward()
+    grads = [p.grad.clone() for p in lin.parameters()]
+    lin.zero_grad(set_to_none=True)
+    with torch.enable_grad():
+        lin(x).square().sum().backward()
+    for got, want in zip(grads, (p.grad for p in lin.parameters())):
+        torch.testing.assert_close(got, want)
 
 
 def test_to_and_train_act_on_the_original():

@@ -281,7 +281,10 @@ void ternary(GradContext& c, const Node& n, std::span<Value* const> grads) {
       return;
     }
     case OpId::kLerp: {  // a + w * (end - a)
-      if (Value* a = need(0)) c.accumulate(a, mul(c, g, one_minus(c, fwd(2))));
+      const Operand& w = n.arg(2);
+      if (Value* a = need(0))
+        c.accumulate(a, mul(c, g, w.is_constant() ? Operand(1.0 - number_as_double(w.constant()))
+                                                  : Operand(one_minus(c, fwd(2)))));
       if (Value* e = need(1)) c.accumulate(e, mul(c, g, fwd(2)));
       if (Value* w = need(2)) c.accumulate(w, mul(c, g, sub(c, fwd(1), fwd(0))));
       return;

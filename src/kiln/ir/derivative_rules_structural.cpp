@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "kiln/ir/derivative_rules.h"
+#include "kiln/ir/dtype.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
 
@@ -258,6 +259,31 @@ void linear(GradContext& c, const Node& n, std::span<Value* const> grads) {
   if (!bias.is_none() && c.needs(bias.value())) c.accumulate(bias.value(), g);
 }
 
+// ---- eager steps ----------------------------------------------------------------------------------
+
+// eager_call: its gradient is PyTorch's, an eager step of the backward (the `vjp` function the
+// tracer registered runs the op again with grad on and returns torch.autograd.grad of it).
+void eager_step(GradContext& c, const Node& n, std::span<Value* const> grads) {
+  const int64_t vjp = n.arg("vjp").as_int();
+  if (vjp < 0) throw NoDerivative("an op PyTorch runs as an eager step has no gradient here");
+  const std::vector<Value*>& inputs = n.arg(1).values();
+  std::vector<Value*> args;
+  for (Value* v : inputs)
+    args.push_back(c.forward(v));
+  for (int64_t i : n.arg("vjp_outputs").as_ints()) {
+    Value* g = grads[static_cast<size_t>(i)];
+    args.push_back(g ? g : zeros_of(c.b, n.outputs[static_cast<size_t>(i)]));
+  }
+  std::vector<Value*> got =
+      c.b.call(OpId::kEagerCall, {Operand(vjp), Operand(args), n.arg("vjp_results")});
+  size_t k = 0;
+  for (Value* v : inputs) {
+    if (!is_floating(v->tensor_type().dtype)) continue;
+    KILN_ASSERT(k < got.size()) << "eager_call's vjp_results has fewer entries than floating inputs";
+    c.accumulate(v, got[k++]);
+  }
+}
+
 }  // namespace
 
 DerivativeRule find_structural_derivative_rule(OpId id) {
@@ -293,6 +319,7 @@ DerivativeRule find_structural_derivative_rule(OpId id) {
       {OpId::kMatmul, &matmul},
       {OpId::kBmm, &matmul},
       {OpId::kLinear, &linear},
+      {OpId::kEagerCall, &eager_step},
   };
   auto it = table.find(id);
   return it == table.end() ? nullptr : it->second;

@@ -95,7 +95,10 @@ std::vector<Param> parse_signature(std::string_view sig) {
     size_t comma = sig.find(", ");
     // A default may be a list "[1, 2]": do not split inside brackets.
     size_t bracket = sig.find('[');
-    if (bracket != std::string_view::npos && bracket < comma) comma = sig.find(']', bracket) + 1;
+    if (bracket != std::string_view::npos && bracket < comma) {
+      comma = sig.find(']', bracket) + 1;
+      if (comma >= sig.size()) comma = std::string_view::npos;  // the list ends the signature
+    }
     std::string_view item = sig.substr(0, comma);
     sig = comma == std::string_view::npos ? std::string_view() : sig.substr(comma + 2);
     if (item == "*") {

@@ -62,6 +62,19 @@ class Differentiator final : public GradContext {
         out_.refused = "kiln has no derivative rule for " + n->op->name + where(*n);
         return false;
       }
+      if (n->id() == OpId::kEagerCall) {
+        // Only the results PyTorch's autograd tracks carry gradients (a batch norm's updated
+        // running statistics do not).
+        if (n->arg("vjp").as_int() < 0) {
+          out_.refused = "an op PyTorch runs as an eager step" + where(*n) +
+                         " has no gradient kiln can replay (it draws random numbers, or was "
+                         "traced with grad mode off)";
+          return false;
+        }
+        for (int64_t i : n->arg("vjp_outputs").as_ints())
+          requires_.insert(n->outputs.at(static_cast<size_t>(i)));
+        continue;
+      }
       for (Value* o : n->outputs)
         if (is_floating_tensor(o)) requires_.insert(o);
     }
@@ -86,6 +99,20 @@ class Differentiator final : public GradContext {
     g = grad::cast_to(builder_, g, t.dtype);
     auto [it, fresh] = grads_.try_emplace(v, g);
     if (!fresh) it->second = builder_.call1(OpId::kAdd, {it->second, g});
+  }
+
+  // A write into the caller's memory changes that tensor's place in eager's graph (an in-place
+  // op rebases its history); one autograd node cannot, so such a program is refused.
+  bool check_writebacks() {
+    for (const auto& [input, value] : forward_.writebacks) {
+      if (needs(input) || needs(value)) {
+        out_.refused = "the program writes into argument " + input->name() +
+                       (needs(input) ? ", which requires grad"
+                                     : ", and what it writes requires grad");
+        return false;
+      }
+    }
+    return true;
   }
 
   // The reverse sweep, from the gradients of the results.
@@ -152,7 +179,7 @@ Gradient differentiate(Trace& forward, const std::vector<bool>& requires_grad,
                        const std::vector<ResultValue>& results) {
   Gradient out;
   Differentiator d(forward, out);
-  if (!d.mark(requires_grad) || !d.sweep(results)) {
+  if (!d.mark(requires_grad) || !d.check_writebacks() || !d.sweep(results)) {
     out.saved.clear();
     return out;
   }

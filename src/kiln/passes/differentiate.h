@@ -16,7 +16,8 @@
 // one flag per trace input; the trace values of the program's results (nullptr for a result
 // that is not a fresh value: a number, the caller's tensor, a view of it).
 // Ensures: `refused` says why when the program cannot be differentiated (an op without a rule,
-// a result that is a view and needs a gradient); otherwise the forward trace's outputs gain the
+// a result that is a view and needs a gradient, a write into an argument that requires grad or
+// of a value that does: eager would rebase that tensor's history); otherwise the forward trace's outputs gain the
 // saved intermediates (appended after its own, each once) and `backward` is a functional trace:
 // inputs g0.. (the gradients of the differentiable results, in order) then the saved values
 // (named s_<forward name>); outputs the gradients of the inputs in `grad_inputs`, each of its

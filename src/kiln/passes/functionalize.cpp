@@ -20,7 +20,7 @@ namespace {
 // One view op of a handle's chain, replayable on a functional value and invertible.
 struct ViewStep {
   OpId op;                    // kSlice kSelect kDiagonal kPermute kTranspose kT kReshape
-                              // kExpand kAlias kAsStrided
+                              // kExpand kAlias kDetach kAsStrided
   std::vector<Operand> args;  // constant arguments after `self`
 };
 
@@ -324,7 +324,8 @@ class Functionalizer {
       case OpId::kAsStrided:
       case OpId::kAsStrided_:
         return {OpId::kAsStrided, {}};
-      case OpId::kDetach:
+      case OpId::kDetach:  // an identity for values, a boundary for gradients (differentiate)
+        return {OpId::kDetach, {}};
       case OpId::kAlias:
       case OpId::kTo:
         return {OpId::kAlias, {}};
@@ -393,6 +394,8 @@ class Functionalizer {
       }
       case OpId::kReshape:
         return b_.call1(OpId::kReshape, {y, Constant(IntList(x->tensor_type().shape))}, {}, loc);
+      case OpId::kDetach:  // eager's base does not take the history of what a detached view got
+        return b_.call1(OpId::kDetach, {y}, {}, loc);
       default:
         KILN_ASSERT(false) << "no inverse for view step " << op_info(step.op).name;
         return nullptr;

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "kiln/analysis/storage_analysis.h"
+#include "kiln/ir/builder.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ir/verifier.h"
 #include "kiln/passes/cse.h"
@@ -98,6 +99,15 @@ std::vector<ResultValue> result_values(const Trace& functional, const ProgramInt
   return results;
 }
 
+// A fresh copy of a value, exact (cat of one tensor allocates; no arithmetic touches a bit).
+Value* copy_of(Trace& trace, Value* v) {
+  Builder b(trace);
+  const Shape& shape = v->tensor_type().shape;
+  Value* flat = b.call1(OpId::kReshape, {v, Constant(IntList{-1})});
+  Value* copy = b.call1(OpId::kCat, {std::vector<Value*>{flat}});
+  return b.call1(OpId::kReshape, {copy, Constant(IntList(shape.begin(), shape.end()))});
+}
+
 // Runs differentiate on the functional trace and connects its saved values to results: an input
 // is the caller's own tensor (kInputObject), an intermediate a fresh result after the function's.
 GradientProgram differentiate_program(CompiledProgram& p, const Trace& eager,
@@ -134,10 +144,21 @@ GradientProgram differentiate_program(CompiledProgram& p, const Trace& eager,
   for (Value* v : g.saved) {
     auto in = std::find(f.inputs().begin(), f.inputs().end(), v);
     ReturnBinding r;
+    if (in != f.inputs().end() && written.contains(v)) {
+      // The backward needs the argument as it was before the program wrote it (a batch norm's
+      // running statistics, which its eager step's gradient reads): the forward keeps a copy.
+      v = copy_of(f, v);
+      f.set_outputs([&] {
+        std::vector<Value*> outputs = f.outputs();
+        outputs.push_back(v);
+        return outputs;
+      }());
+      in = f.inputs().end();
+    }
     if (in != f.inputs().end()) {
       auto arg = eager_input.find(v->name());
-      if (arg == eager_input.end() || written.contains(v)) {
-        out.refused = "the backward needs " + v->name() + " as it was before the program wrote it";
+      if (arg == eager_input.end()) {
+        out.refused = "the backward needs " + v->name() + ", which is a view of a synthetic base";
         return out;
       }
       r.kind = ReturnBinding::Kind::kInputObject;

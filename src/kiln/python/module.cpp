@@ -592,7 +592,13 @@ struct Program {
 struct LastRun {
   std::shared_ptr<Program> program;
   ExecutionStats stats;
+  uint64_t sequence = 0;  // when, among all caches' runs (kiln.last_stats picks the latest)
 };
+
+uint64_t next_run_sequence() {
+  static uint64_t counter = 0;  // under the GIL
+  return ++counter;
+}
 
 class JitCache {
  public:
@@ -666,6 +672,7 @@ class JitCache {
     return it->second->assemble;
   }
 
+  uint64_t last_sequence() const { return last_.sequence; }
   int hits() const { return hits_; }
   int misses() const { return misses_; }
   const LastRun& last() const {
@@ -699,7 +706,7 @@ class JitCache {
     if (program->first_run_seconds < 0)
       program->first_run_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    last_ = LastRun{program, stats};
+    last_ = LastRun{program, stats, next_run_sequence()};
 
     call_profile::Scope results_timed(call_profile::Phase::kResults);
     for (size_t i : program->written_args) {
@@ -846,6 +853,7 @@ NB_MODULE(_C, m) {
            "Program. requires_grad: one flag per tensor leaf, to differentiate.")
       .def("lookup", &JitCache::lookup, nb::arg("structure"), nb::arg("leaves"),
            "The cached program's assemble object for the call, or None.")
+      .def_prop_ro("last_sequence", &JitCache::last_sequence)
       .def_prop_ro("hits", &JitCache::hits)
       .def_prop_ro("misses", &JitCache::misses)
       .def_prop_ro("last_program", [](const JitCache& c) { return c.last().program; })
