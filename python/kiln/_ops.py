@@ -110,6 +110,7 @@ ROWS: tuple[Row, ...] = (
     Row("logical_xor", "binary", "self:T, other:T", True),
     Row("bitwise_and", "binary", "self:T, other:TS", True),
     Row("bitwise_or", "binary", "self:T, other:TS", True),
+    Row("copy", "binary", "self:T, src:T", False),
     Row("bitwise_xor", "binary", "self:T, other:TS", True),
     # elementwise ternary and casts
     Row("where", "ternary", "condition:T, self:TS, other:TS", False),

@@ -84,6 +84,8 @@ _SPECIAL: dict[str, Callable] = {
     "gelu": F.gelu,
     "silu": F.silu,
     "scatter": _scatter,
+    # copy(self, src): src's values in self's shape and dtype (functionalization's copy_).
+    "copy": lambda self, src: torch.ops.aten.copy.default(self.to(torch.promote_types(self.dtype, src.dtype)), src),
     "wrap_index": lambda index, size: torch.where((index < 0) & (index >= -size), index + size, index),
 }
 

@@ -2,7 +2,8 @@
 source, traced with kiln.trace and run with kiln-opt against eager PyTorch. A failure prints
 the program (a reproducer: paste it, call it on the inputs shown).
 
-KILN_RANDOM_PROGRAMS sets how many programs per mode (default 100).
+KILN_RANDOM_PROGRAMS sets how many programs per mode (default 100); KILN_GRADIENT_PROGRAMS how
+many test_autograd.py differentiates (default 1000).
 """
 
 from __future__ import annotations
@@ -49,6 +50,29 @@ _FALLBACK_STEPS = [
     "{new} = {v}.gather(-1, ({v} < 0).long())",
     "{v}.index_put_((torch.tensor([0, 1, 0]),), torch.tensor({c}), accumulate=True)",
 ]
+
+
+# For the gradient tests (test_autograd.py): leaves that require grad, and a wrapper `g` that
+# makes from them intermediates laid out and aliased as _inputs(kind) lays out its tensors, then
+# calls the program `f` on them (in-place ops on a leaf that requires grad raise in eager).
+_GRADIENT_WRAPPERS = {
+    0: ("def g(x0):\n    return f(x0 * 1)\n", lambda base: [base[:12].reshape(3, 4)]),
+    1: ("def g(x0, y0):\n    return f(x0 * 1, y0 * 1)\n", lambda base: [base[:12].reshape(3, 4), base[12:16]]),
+    2: ("def g(b0):\n    b = b0 * 1\n    return f(b[0:12].view(3, 4), b[4:16].view(3, 4))\n", lambda base: [base[:16]]),
+    3: ("def g(b0, y0):\n    return f((b0 * 1).view(4, 6)[:, 1::2], y0 * 1)\n", lambda base: [base, base[:4]]),
+}
+
+
+def gradient_program(seed: int) -> tuple[str, Callable[[], list]]:
+    """random_program(seed, fallback_ops=True) as `g`, a function of leaves that require grad."""
+    source, _ = random_program(seed, fallback_ops=True)
+    wrapper, leaves = _GRADIENT_WRAPPERS[random.Random(seed).randrange(4)]
+
+    def make_leaves() -> list[torch.Tensor]:
+        base = (torch.arange(24, dtype=torch.float32) % 7 - 3) / 4
+        return [t.clone().requires_grad_() for t in leaves(base)]
+
+    return source + wrapper, make_leaves
 
 
 def random_program(seed: int, fallback_ops: bool = False) -> tuple[str, Callable[[], list]]:
@@ -121,10 +145,10 @@ def random_program(seed: int, fallback_ops: bool = False) -> tuple[str, Callable
     return source, make_args
 
 
-def _compile(source: str, seed: int) -> Callable:
+def _compile(source: str, seed: int, name: str = "f") -> Callable:
     env = {"torch": torch}
     exec(compile(source, f"<random program {seed}>", "exec"), env)
-    return env["f"]
+    return env[name]
 
 
 @needs_kiln_opt

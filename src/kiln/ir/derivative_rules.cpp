@@ -57,12 +57,24 @@ using grad::operand;
 Value* call(GradContext& c, OpId op, std::vector<Operand> args, KeywordArgs kwargs = {}) {
   return c.b.call1(op, std::move(args), std::move(kwargs));
 }
-Value* mul(GradContext& c, Operand a, Operand b) { return call(c, OpId::kMul, {a, b}); }
-Value* div(GradContext& c, Operand a, Operand b) { return call(c, OpId::kDiv, {a, b}); }
-Value* add(GradContext& c, Operand a, Operand b) { return call(c, OpId::kAdd, {a, b}); }
-Value* sub(GradContext& c, Operand a, Operand b) { return call(c, OpId::kSub, {a, b}); }
-Value* neg(GradContext& c, Operand a) { return call(c, OpId::kNeg, {a}); }
-Value* one_minus(GradContext& c, Operand a) { return add(c, neg(c, a), 1.0); }
+Value* mul(GradContext& c, Operand a, Operand b) {
+  return call(c, OpId::kMul, {a, b});
+}
+Value* div(GradContext& c, Operand a, Operand b) {
+  return call(c, OpId::kDiv, {a, b});
+}
+Value* add(GradContext& c, Operand a, Operand b) {
+  return call(c, OpId::kAdd, {a, b});
+}
+Value* sub(GradContext& c, Operand a, Operand b) {
+  return call(c, OpId::kSub, {a, b});
+}
+Value* neg(GradContext& c, Operand a) {
+  return call(c, OpId::kNeg, {a});
+}
+Value* one_minus(GradContext& c, Operand a) {
+  return add(c, neg(c, a), 1.0);
+}
 Value* zero_where_not(GradContext& c, Value* mask, Value* g) {
   return call(c, OpId::kWhere, {mask, g, 0.0});
 }
@@ -77,38 +89,80 @@ void unary(GradContext& c, const Node& n, std::span<Value* const> grads) {
   constexpr double kLn2 = std::numbers::ln2;
   Value* r = nullptr;
   switch (n.id()) {
-    case OpId::kAbs: r = mul(c, g, call(c, OpId::kSign, {a()})); break;
-    case OpId::kNeg: r = neg(c, g); break;
-    case OpId::kExp: r = mul(c, g, y()); break;
-    case OpId::kExp2: r = mul(c, g, mul(c, y(), kLn2)); break;
-    case OpId::kExpm1: r = mul(c, g, add(c, y(), 1.0)); break;
-    case OpId::kLog: r = div(c, g, a()); break;
-    case OpId::kLog1p: r = div(c, g, add(c, a(), 1.0)); break;
-    case OpId::kLog2: r = div(c, g, mul(c, a(), kLn2)); break;
-    case OpId::kSqrt: r = div(c, g, mul(c, y(), 2.0)); break;
-    case OpId::kRsqrt: r = mul(c, g, mul(c, call(c, OpId::kPow, {y(), 3.0}), -0.5)); break;
-    case OpId::kSin: r = mul(c, g, call(c, OpId::kCos, {a()})); break;
-    case OpId::kCos: r = mul(c, g, neg(c, call(c, OpId::kSin, {a()}))); break;
-    case OpId::kTan: r = mul(c, g, add(c, call(c, OpId::kSquare, {y()}), 1.0)); break;
-    case OpId::kTanh: r = mul(c, g, one_minus(c, call(c, OpId::kSquare, {y()}))); break;
+    case OpId::kAbs:
+      r = mul(c, g, call(c, OpId::kSign, {a()}));
+      break;
+    case OpId::kNeg:
+      r = neg(c, g);
+      break;
+    case OpId::kExp:
+      r = mul(c, g, y());
+      break;
+    case OpId::kExp2:
+      r = mul(c, g, mul(c, y(), kLn2));
+      break;
+    case OpId::kExpm1:
+      r = mul(c, g, add(c, y(), 1.0));
+      break;
+    case OpId::kLog:
+      r = div(c, g, a());
+      break;
+    case OpId::kLog1p:
+      r = div(c, g, add(c, a(), 1.0));
+      break;
+    case OpId::kLog2:
+      r = div(c, g, mul(c, a(), kLn2));
+      break;
+    case OpId::kSqrt:
+      r = div(c, g, mul(c, y(), 2.0));
+      break;
+    case OpId::kRsqrt:
+      r = mul(c, g, mul(c, call(c, OpId::kPow, {y(), 3.0}), -0.5));
+      break;
+    case OpId::kSin:
+      r = mul(c, g, call(c, OpId::kCos, {a()}));
+      break;
+    case OpId::kCos:
+      r = mul(c, g, neg(c, call(c, OpId::kSin, {a()})));
+      break;
+    case OpId::kTan:
+      r = mul(c, g, add(c, call(c, OpId::kSquare, {y()}), 1.0));
+      break;
+    case OpId::kTanh:
+      r = mul(c, g, one_minus(c, call(c, OpId::kSquare, {y()})));
+      break;
     case OpId::kAsin:
       r = mul(c, g, call(c, OpId::kRsqrt, {one_minus(c, call(c, OpId::kSquare, {a()}))}));
       break;
     case OpId::kAcos:
       r = neg(c, mul(c, g, call(c, OpId::kRsqrt, {one_minus(c, call(c, OpId::kSquare, {a()}))})));
       break;
-    case OpId::kAtan: r = div(c, g, add(c, call(c, OpId::kSquare, {a()}), 1.0)); break;
-    case OpId::kSinh: r = mul(c, g, call(c, OpId::kCosh, {a()})); break;
-    case OpId::kCosh: r = mul(c, g, call(c, OpId::kSinh, {a()})); break;
-    case OpId::kSigmoid: r = mul(c, g, mul(c, y(), one_minus(c, y()))); break;
-    case OpId::kRelu: r = zero_where_not(c, call(c, OpId::kGt, {y(), 0.0}), g); break;
+    case OpId::kAtan:
+      r = div(c, g, add(c, call(c, OpId::kSquare, {a()}), 1.0));
+      break;
+    case OpId::kSinh:
+      r = mul(c, g, call(c, OpId::kCosh, {a()}));
+      break;
+    case OpId::kCosh:
+      r = mul(c, g, call(c, OpId::kSinh, {a()}));
+      break;
+    case OpId::kSigmoid:
+      r = mul(c, g, mul(c, y(), one_minus(c, y())));
+      break;
+    case OpId::kRelu:
+      r = zero_where_not(c, call(c, OpId::kGt, {y(), 0.0}), g);
+      break;
     case OpId::kErf:
       r = mul(c, g,
               mul(c, call(c, OpId::kExp, {neg(c, call(c, OpId::kSquare, {a()}))}),
                   2.0 / std::sqrt(std::numbers::pi)));
       break;
-    case OpId::kReciprocal: r = mul(c, g, neg(c, call(c, OpId::kSquare, {y()}))); break;
-    case OpId::kSquare: r = mul(c, g, mul(c, a(), 2.0)); break;
+    case OpId::kReciprocal:
+      r = mul(c, g, neg(c, call(c, OpId::kSquare, {y()})));
+      break;
+    case OpId::kSquare:
+      r = mul(c, g, mul(c, a(), 2.0));
+      break;
     case OpId::kSilu: {
       Value* s = call(c, OpId::kSigmoid, {a()});
       r = mul(c, g, mul(c, s, add(c, mul(c, a(), one_minus(c, s)), 1.0)));
@@ -128,8 +182,8 @@ void unary(GradContext& c, const Node& n, std::span<Value* const> grads) {
         r = mul(c, g, add(c, left_d, right_d));
       } else {
         Value* x = a();
-        Value* cdf = mul(c, add(c, call(c, OpId::kErf, {mul(c, x, std::numbers::sqrt2 / 2)}), 1.0),
-                         0.5);
+        Value* cdf =
+            mul(c, add(c, call(c, OpId::kErf, {mul(c, x, std::numbers::sqrt2 / 2)}), 1.0), 0.5);
         Value* pdf = mul(c, call(c, OpId::kExp, {mul(c, call(c, OpId::kSquare, {x}), -0.5)}),
                          1.0 / std::sqrt(2.0 * std::numbers::pi));
         r = mul(c, g, add(c, cdf, mul(c, x, pdf)));
@@ -140,8 +194,12 @@ void unary(GradContext& c, const Node& n, std::span<Value* const> grads) {
     case OpId::kCeil:
     case OpId::kRound:
     case OpId::kTrunc:
-    case OpId::kSign: r = grad::zeros_of(c.b, a0); break;
-    case OpId::kTo: r = g; break;
+    case OpId::kSign:
+      r = grad::zeros_of(c.b, a0);
+      break;
+    case OpId::kTo:
+      r = g;
+      break;
     default:
       throw NoDerivative("kiln has no derivative rule for " + n.op->name);
   }
@@ -188,8 +246,9 @@ void binary(GradContext& c, const Node& n, std::span<Value* const> grads) {
       // d/da = b * a^(b-1) (0 where b == 0); d/db = y * log(a) (0 where a == 0 and b >= 0).
       if (need_a) {
         Operand e = b();
-        Value* base = e.is_value() ? call(c, OpId::kPow, {a(), sub(c, e, 1.0)})
-                                   : call(c, OpId::kPow, {a(), number_as_double(e.constant()) - 1.0});
+        Value* base = e.is_value()
+                          ? call(c, OpId::kPow, {a(), sub(c, e, 1.0)})
+                          : call(c, OpId::kPow, {a(), number_as_double(e.constant()) - 1.0});
         Value* da = mul(c, base, e);
         if (e.is_value())
           da = call(c, OpId::kWhere, {call(c, OpId::kEq, {e, 0.0}), 0.0, da});
@@ -223,11 +282,17 @@ void binary(GradContext& c, const Node& n, std::span<Value* const> grads) {
       Value* tie = call(c, OpId::kEq, {a(), b()});
       Value* half = mul(c, g, 0.5);
       if (need_a)
-        c.accumulate(a0, call(c, OpId::kWhere, {tie, half, zero_where_not(c, call(c, wins, {a(), b()}), g)}));
+        c.accumulate(a0, call(c, OpId::kWhere,
+                              {tie, half, zero_where_not(c, call(c, wins, {a(), b()}), g)}));
       if (need_b)
-        c.accumulate(b0, call(c, OpId::kWhere, {tie, half, zero_where_not(c, call(c, wins, {b(), a()}), g)}));
+        c.accumulate(b0, call(c, OpId::kWhere,
+                              {tie, half, zero_where_not(c, call(c, wins, {b(), a()}), g)}));
       return;
     }
+    case OpId::kCopy:
+      if (need_a) c.accumulate(a0, grad::zeros_of(c.b, a0));
+      if (need_b) c.accumulate(b0, g);
+      return;
     case OpId::kAtan2: {
       Value* r2 = add(c, call(c, OpId::kSquare, {a()}), call(c, OpId::kSquare, {b()}));
       if (need_a) c.accumulate(a0, mul(c, g, div(c, b(), r2)));
@@ -250,7 +315,8 @@ void ternary(GradContext& c, const Node& n, std::span<Value* const> grads) {
   switch (n.id()) {
     case OpId::kWhere: {
       Value* cond = nullptr;
-      if (Value* x = need(1)) c.accumulate(x, call(c, OpId::kWhere, {cond = c.forward(n.input(0)), g, 0.0}));
+      if (Value* x = need(1))
+        c.accumulate(x, call(c, OpId::kWhere, {cond = c.forward(n.input(0)), g, 0.0}));
       if (Value* y = need(2))
         c.accumulate(y, call(c, OpId::kWhere, {cond ? cond : c.forward(n.input(0)), 0.0, g}));
       return;
@@ -283,8 +349,9 @@ void ternary(GradContext& c, const Node& n, std::span<Value* const> grads) {
     case OpId::kLerp: {  // a + w * (end - a)
       const Operand& w = n.arg(2);
       if (Value* a = need(0))
-        c.accumulate(a, mul(c, g, w.is_constant() ? Operand(1.0 - number_as_double(w.constant()))
-                                                  : Operand(one_minus(c, fwd(2)))));
+        c.accumulate(a, mul(c, g,
+                            w.is_constant() ? Operand(1.0 - number_as_double(w.constant()))
+                                            : Operand(one_minus(c, fwd(2)))));
       if (Value* e = need(1)) c.accumulate(e, mul(c, g, fwd(2)));
       if (Value* w = need(2)) c.accumulate(w, mul(c, g, sub(c, fwd(1), fwd(0))));
       return;
@@ -295,7 +362,8 @@ void ternary(GradContext& c, const Node& n, std::span<Value* const> grads) {
       const bool is_mul = n.id() == OpId::kAddcmul;
       if (Value* a = need(0)) c.accumulate(a, g);
       if (Value* t1 = need(1))
-        c.accumulate(t1, mul(c, mul(c, g, value), is_mul ? fwd(2) : Operand(call(c, OpId::kReciprocal, {fwd(2)}))));
+        c.accumulate(t1, mul(c, mul(c, g, value),
+                             is_mul ? fwd(2) : Operand(call(c, OpId::kReciprocal, {fwd(2)}))));
       if (Value* t2 = need(2)) {
         Value* r = is_mul ? mul(c, mul(c, g, value), fwd(1))
                           : neg(c, div(c, mul(c, mul(c, g, value), fwd(1)),
@@ -345,7 +413,9 @@ void reduction(GradContext& c, const Node& n, std::span<Value* const> grads) {
     return call(c, OpId::kExpand, {v, Constant(IntList(shape.begin(), shape.end()))});
   };
   switch (n.id()) {
-    case OpId::kSum: c.accumulate(a0, expand(kept(c, g, r))); return;
+    case OpId::kSum:
+      c.accumulate(a0, expand(kept(c, g, r)));
+      return;
     case OpId::kMean:
       c.accumulate(a0, expand(div(c, kept(c, g, r), static_cast<double>(r.count))));
       return;
@@ -354,7 +424,9 @@ void reduction(GradContext& c, const Node& n, std::span<Value* const> grads) {
       // Eager spreads the gradient evenly over the elements equal to the extremum.
       Value* hit = call(c, OpId::kEq, {c.forward(a0), kept(c, c.forward(n.outputs[0]), r)});
       Value* gk = kept(c, g, r);
-      Value* count = call(c, OpId::kSum, {grad::cast_to(c.b, hit, gk->tensor_type().dtype), Constant(IntList(r.dims.begin(), r.dims.end())), true});
+      Value* count = call(c, OpId::kSum,
+                          {grad::cast_to(c.b, hit, gk->tensor_type().dtype),
+                           Constant(IntList(r.dims.begin(), r.dims.end())), true});
       c.accumulate(a0, zero_where_not(c, hit, div(c, gk, count)));
       return;
     }
@@ -375,10 +447,12 @@ void reduction(GradContext& c, const Node& n, std::span<Value* const> grads) {
   }
 }
 
-// fill(self, value): the result does not depend on self; a tensor value gets the sum.
+// fill(self, value): self gets zeros (eager's fill_ keeps it in the graph); a tensor value the sum.
 void fill(GradContext& c, const Node& n, std::span<Value* const> grads) {
+  if (!grads[0]) return;
+  if (c.needs(n.input(0))) c.accumulate(n.input(0), grad::zeros_of(c.b, n.input(0)));
   Value* v = value_of(n.arg(1));
-  if (grads[0] && v && c.needs(v)) c.accumulate(v, grads[0]);
+  if (v && c.needs(v)) c.accumulate(v, grads[0]);
 }
 
 }  // namespace
@@ -387,9 +461,12 @@ DerivativeRule find_derivative_rule(OpId id) {
   const OpInfo& op = op_info(id);
   if (op.kind == OpKind::kElementwise) {
     switch (op.arity) {
-      case 1: return &unary;
-      case 2: return &binary;
-      default: return &ternary;
+      case 1:
+        return &unary;
+      case 2:
+        return &binary;
+      default:
+        return &ternary;
     }
   }
   switch (id) {
@@ -398,9 +475,12 @@ DerivativeRule find_derivative_rule(OpId id) {
     case OpId::kAmax:
     case OpId::kAmin:
     case OpId::kVar:
-    case OpId::kStd: return &reduction;
-    case OpId::kFill: return &fill;
-    default: return find_structural_derivative_rule(id);
+    case OpId::kStd:
+      return &reduction;
+    case OpId::kFill:
+      return &fill;
+    default:
+      return find_structural_derivative_rule(id);
   }
 }
 
@@ -417,8 +497,10 @@ bool is_non_differentiable(OpId id) {
     case OpId::kZerosLike:
     case OpId::kOnesLike:
     case OpId::kEmptyLike:
-    case OpId::kArange: return true;
-    default: return false;
+    case OpId::kArange:
+      return true;
+    default:
+      return false;
   }
 }
 

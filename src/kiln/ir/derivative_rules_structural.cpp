@@ -40,8 +40,8 @@ void view(GradContext& c, const Node& n, std::span<Value* const> grads) {
     for (size_t i = 0; i < n.outputs.size(); ++i)
       pieces.push_back(grads[i] ? grads[i] : zeros_of(c.b, n.outputs[i]));
     const int64_t dim = n.arg("dim").as_int();
-    c.accumulate(a, call(c, n.id() == OpId::kUnbind ? OpId::kStack : OpId::kCat,
-                         {Operand(pieces), dim}));
+    c.accumulate(
+        a, call(c, n.id() == OpId::kUnbind ? OpId::kStack : OpId::kCat, {Operand(pieces), dim}));
     return;
   }
   Value* g = grads[0];
@@ -72,12 +72,22 @@ void view(GradContext& c, const Node& n, std::span<Value* const> grads) {
     case OpId::kTranspose:
       c.accumulate(a, call(c, OpId::kTranspose, {g, n.arg(1), n.arg(2)}));
       return;
-    case OpId::kT: c.accumulate(a, call(c, OpId::kT, {g})); return;
+    case OpId::kT:
+      c.accumulate(a, call(c, OpId::kT, {g}));
+      return;
     case OpId::kExpand:
-    case OpId::kAlias: c.accumulate(a, g); return;  // accumulate sums what expand broadcast
-    case OpId::kSlice: c.accumulate(a, call(c, OpId::kSliceScatter, args_from(1))); return;
-    case OpId::kSelect: c.accumulate(a, call(c, OpId::kSelectScatter, args_from(1))); return;
-    case OpId::kDiagonal: c.accumulate(a, call(c, OpId::kDiagonalScatter, args_from(1))); return;
+    case OpId::kAlias:
+      c.accumulate(a, g);
+      return;  // accumulate sums what expand broadcast
+    case OpId::kSlice:
+      c.accumulate(a, call(c, OpId::kSliceScatter, args_from(1)));
+      return;
+    case OpId::kSelect:
+      c.accumulate(a, call(c, OpId::kSelectScatter, args_from(1)));
+      return;
+    case OpId::kDiagonal:
+      c.accumulate(a, call(c, OpId::kDiagonalScatter, args_from(1)));
+      return;
     case OpId::kNarrow: {
       const int64_t dim = n.arg("dim").as_int();
       const int64_t size = shape_of(a)[static_cast<size_t>(wrap_dim(dim, rank_of(a)))];
@@ -116,6 +126,50 @@ void scatter_of_view(GradContext& c, const Node& n, std::span<Value* const> grad
 
 // ---- index reads and writes -------------------------------------------------------------------
 
+// scatter(self, dim, index, src, reduce, include_self): replace and sum pass the gradient to the
+// positions each value reached; amax and amin share it evenly among the values equal to the
+// result (PyTorch's scatter_reduce backward).
+void scatter(GradContext& c, const Node& n, Value* g) {
+  Value* self = n.input(0);
+  Value* src = n.arg("src").value();
+  const Operand dim = n.arg("dim");
+  auto index = [&] { return c.forward(n.arg("index").value()); };
+  const Operand& reduce_arg = n.arg("reduce");
+  const std::string reduce = reduce_arg.is_none() ? "" : reduce_arg.as_string();
+  const bool include_self = n.arg("include_self").as_bool();
+  if (c.needs(src) && shape_of(n.arg("index").value()) != shape_of(src))
+    throw NoDerivative("kiln differentiates scatter's src only when the index has its shape");
+  auto zero_where_reached = [&](Value* v) {
+    return call(c, OpId::kScatter, {v, dim, index(), zeros_of(c.b, src)});
+  };
+  if (reduce.empty() || reduce == "sum") {
+    if (c.needs(self))
+      c.accumulate(self, reduce == "sum" && include_self ? g : zero_where_reached(g));
+    if (c.needs(src)) c.accumulate(src, call(c, OpId::kGather, {g, dim, index()}));
+    return;
+  }
+  if (reduce != "amax" && reduce != "amin")
+    throw NoDerivative("kiln has no derivative rule for scatter with reduce=\"" + reduce + "\"");
+  const DType dtype = g->tensor_type().dtype;
+  Value* y = c.forward(n.outputs[0]);
+  Value* self_hit = call(c, OpId::kEq, {c.forward(self), y});
+  Value* src_hit = call(c, OpId::kEq, {c.forward(src), call(c, OpId::kGather, {y, dim, index()})});
+  Value* count =
+      call(c, OpId::kScatter,
+           {grad::cast_to(c.b, self_hit, dtype), dim, index(), grad::cast_to(c.b, src_hit, dtype)},
+           {{"reduce", Constant(std::string("sum"))}});
+  Value* share = call(c, OpId::kDiv, {g, count});
+  // Eager counts a self equal to the result even where include_self=False left it out, then
+  // gives self nothing there: so does this.
+  if (c.needs(self)) {
+    Value* gs = call(c, OpId::kWhere, {self_hit, share, 0.0});
+    c.accumulate(self, include_self ? gs : zero_where_reached(gs));
+  }
+  if (c.needs(src))
+    c.accumulate(
+        src, call(c, OpId::kWhere, {src_hit, call(c, OpId::kGather, {share, dim, index()}), 0.0}));
+}
+
 void index_op(GradContext& c, const Node& n, std::span<Value* const> grads) {
   Value* g = grads[0];
   if (!g) return;
@@ -137,34 +191,19 @@ void index_op(GradContext& c, const Node& n, std::span<Value* const> grads) {
       Value* source = n.arg("source").value();
       const bool copy = n.id() == OpId::kIndexCopy;
       if (c.needs(self))
-        c.accumulate(self, copy ? call(c, OpId::kIndexCopy, {g, dim, index(), zeros_of(c.b, source)})
-                                : g);
+        c.accumulate(
+            self, copy ? call(c, OpId::kIndexCopy, {g, dim, index(), zeros_of(c.b, source)}) : g);
       if (c.needs(source)) {
         Value* picked = call(c, OpId::kIndexSelect, {g, dim, index()});
         if (!copy) picked = call(c, OpId::kMul, {picked, grad::operand(c, n.arg("alpha"))});
-        c.accumulate(source, rank_of(source) == 0 ? call(c, OpId::kReshape, {picked, Constant(IntList{})})
-                                                  : picked);
+        c.accumulate(source, rank_of(source) == 0
+                                 ? call(c, OpId::kReshape, {picked, Constant(IntList{})})
+                                 : picked);
       }
       return;
     }
-    case OpId::kScatter: {
-      Value* src = n.arg("src").value();
-      const Operand& reduce = n.arg("reduce");
-      const bool sum = !reduce.is_none() && reduce.as_string() == "sum";
-      if (!reduce.is_none() && !sum)
-        throw NoDerivative("kiln has no derivative rule for scatter with reduce=\"" +
-                           reduce.as_string() + "\"");
-      if (c.needs(self)) {
-        const bool kept = sum && n.arg("include_self").as_bool();
-        c.accumulate(self, kept ? g : call(c, OpId::kScatter, {g, dim, index(), zeros_of(c.b, src)}));
-      }
-      if (c.needs(src)) {
-        if (shape_of(n.arg("index").value()) != shape_of(src))
-          throw NoDerivative("kiln differentiates scatter's src only when the index has its shape");
-        c.accumulate(src, call(c, OpId::kGather, {g, dim, index()}));
-      }
-      return;
-    }
+    case OpId::kScatter:
+      return scatter(c, n, g);
     default:
       throw NoDerivative("kiln has no derivative rule for " + n.op->name);
   }
@@ -235,8 +274,9 @@ void matmul(GradContext& c, const Node& n, std::span<Value* const> grads) {
   if (need_b) {
     // A batch of rows times a matrix: one [k, rows] x [rows, n] product, not a batched one
     // summed afterwards.
-    Value* gb = ra > 2 && rb == 2 ? call(c, OpId::kMatmul, {transpose_last(c, as_rows(c, a())), as_rows(c, gm)})
-                                  : call(c, OpId::kMatmul, {transpose_last(c, a()), gm});
+    Value* gb = ra > 2 && rb == 2
+                    ? call(c, OpId::kMatmul, {transpose_last(c, as_rows(c, a())), as_rows(c, gm)})
+                    : call(c, OpId::kMatmul, {transpose_last(c, a()), gm});
     if (rb == 1) gb = call(c, OpId::kSqueeze, {gb, Constant(IntList{-1})});
     c.accumulate(b0, gb);
   }
@@ -252,14 +292,16 @@ void linear(GradContext& c, const Node& n, std::span<Value* const> grads) {
   if (c.needs(x)) c.accumulate(x, call(c, OpId::kMatmul, {g, c.forward(w)}));
   if (c.needs(w)) {
     Value* g_rows = rank_of(g) == 1 ? call(c, OpId::kUnsqueeze, {g, 0}) : as_rows(c, g);
-    Value* x_rows = rank_of(x) == 1 ? call(c, OpId::kUnsqueeze, {c.forward(x), 0}) : as_rows(c, c.forward(x));
+    Value* x_rows =
+        rank_of(x) == 1 ? call(c, OpId::kUnsqueeze, {c.forward(x), 0}) : as_rows(c, c.forward(x));
     c.accumulate(w, call(c, OpId::kMatmul, {call(c, OpId::kT, {g_rows}), x_rows}));
   }
   const Operand& bias = n.arg("bias");
   if (!bias.is_none() && c.needs(bias.value())) c.accumulate(bias.value(), g);
 }
 
-// ---- eager steps ----------------------------------------------------------------------------------
+// ---- eager steps
+// ----------------------------------------------------------------------------------
 
 // eager_call: its gradient is PyTorch's, an eager step of the backward (the `vjp` function the
 // tracer registered runs the op again with grad on and returns torch.autograd.grad of it).
@@ -279,7 +321,8 @@ void eager_step(GradContext& c, const Node& n, std::span<Value* const> grads) {
   size_t k = 0;
   for (Value* v : inputs) {
     if (!is_floating(v->tensor_type().dtype)) continue;
-    KILN_ASSERT(k < got.size()) << "eager_call's vjp_results has fewer entries than floating inputs";
+    KILN_ASSERT(k < got.size())
+        << "eager_call's vjp_results has fewer entries than floating inputs";
     c.accumulate(v, got[k++]);
   }
 }

@@ -34,7 +34,8 @@ void for_each_operand_value(const Node& n, auto&& f) {
   for (const Operand& o : n.operands) {
     if (o.is_value()) f(o.value());
     if (o.is_value_list())
-      for (Value* v : o.values()) f(v);
+      for (Value* v : o.values())
+        f(v);
   }
 }
 
@@ -83,6 +84,19 @@ class Differentiator final : public GradContext {
 
   bool needs(Value* v) const override { return requires_.contains(v); }
 
+  // The gradient of a view of `value`'s storage as a gradient of `value`: scattered into the
+  // storage in storage order (where as_strided indexes), then read as `value` lies there.
+  Value* through_storage(Value* value, const FreshView& v, Value* g) {
+    auto ints = [](const std::vector<int64_t>& x) { return Constant(IntList(x.begin(), x.end())); };
+    Value* zeros = builder_.call1(OpId::kZeros, {Constant(IntList{v.storage_numel})},
+                                  {{"dtype", Constant(g->tensor_type().dtype)},
+                                   {"device", Constant(value->tensor_type().device)}});
+    Value* flat = builder_.call1(OpId::kAsStridedScatter, {zeros, g, ints(v.view.sizes),
+                                                           ints(v.view.strides), v.view.offset});
+    return builder_.call1(OpId::kAsStrided,
+                          {flat, ints(v.storage.sizes), ints(v.storage.strides), v.storage.offset});
+  }
+
   Value* forward(Value* v) override {
     auto [it, fresh] = saved_.try_emplace(v, nullptr);
     if (fresh) {
@@ -106,9 +120,9 @@ class Differentiator final : public GradContext {
   bool check_writebacks() {
     for (const auto& [input, value] : forward_.writebacks) {
       if (needs(input) || needs(value)) {
-        out_.refused = "the program writes into argument " + input->name() +
-                       (needs(input) ? ", which requires grad"
-                                     : ", and what it writes requires grad");
+        out_.refused =
+            "the program writes into argument " + input->name() +
+            (needs(input) ? ", which requires grad" : ", and what it writes requires grad");
         return false;
       }
     }
@@ -121,8 +135,9 @@ class Differentiator final : public GradContext {
       const ResultValue& r = results[i];
       if (!r.value || !needs(r.value)) continue;
       if (r.is_view) {
-        out_.refused = "a result that requires grad is a view (of an argument or of another "
-                       "result); kiln differentiates fresh results only";
+        out_.refused =
+            "a result that requires grad is a view of an argument; kiln differentiates the "
+            "results the program makes";
         return false;
       }
       out_.differentiable_results.push_back(static_cast<int>(i));
@@ -130,11 +145,16 @@ class Differentiator final : public GradContext {
     // The gradient inputs come first: saved values are added as rules ask for them.
     std::vector<Value*> incoming;
     for (int i : out_.differentiable_results) {
-      Value* v = results[static_cast<size_t>(i)].value;
-      incoming.push_back(builder_.add_input("g" + std::to_string(i), without_layout(v)));
+      const ResultValue& r = results[static_cast<size_t>(i)];
+      Type type = without_layout(r.value);
+      if (r.fresh_view) std::get<TensorType>(type).shape = r.fresh_view->view.sizes;
+      incoming.push_back(builder_.add_input("g" + std::to_string(i), type));
     }
-    for (size_t k = 0; k < incoming.size(); ++k)
-      accumulate(results[static_cast<size_t>(out_.differentiable_results[k])].value, incoming[k]);
+    for (size_t k = 0; k < incoming.size(); ++k) {
+      const ResultValue& r = results[static_cast<size_t>(out_.differentiable_results[k])];
+      accumulate(r.value,
+                 r.fresh_view ? through_storage(r.value, *r.fresh_view, incoming[k]) : incoming[k]);
+    }
     const auto& nodes = forward_.nodes();
     for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
       const Node& n = **it;

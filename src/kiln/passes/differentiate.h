@@ -16,19 +16,21 @@
 // one flag per trace input; the trace values of the program's results (nullptr for a result
 // that is not a fresh value: a number, the caller's tensor, a view of it).
 // Ensures: `refused` says why when the program cannot be differentiated (an op without a rule,
-// a result that is a view and needs a gradient, a write into an argument that requires grad or
-// of a value that does: eager would rebase that tensor's history); otherwise the forward trace's outputs gain the
-// saved intermediates (appended after its own, each once) and `backward` is a functional trace:
-// inputs g0.. (the gradients of the differentiable results, in order) then the saved values
-// (named s_<forward name>); outputs the gradients of the inputs in `grad_inputs`, each of its
-// input's shape and dtype. An input that requires grad but no result depends on gets none (as
-// eager leaves its .grad None).
-// Tests: tests/lit/passes/differentiate*.trace, tests/python/test_autograd.py.
+// a result that is a view of the caller's memory and needs a gradient, a write into an argument
+// that requires grad or of a value that does: eager would rebase that tensor's history); otherwise
+// the forward trace's outputs gain the saved intermediates (appended after its own, each once) and
+// `backward` is a functional trace: inputs g0.. (the gradients of the differentiable results, in
+// order) then the saved values (named s_<forward name>); outputs the gradients of the inputs in
+// `grad_inputs`, each of its input's shape and dtype. An input that requires grad but no result
+// depends on gets none (as eager leaves its .grad None). Tests:
+// tests/lit/passes/differentiate*.trace, tests/python/test_autograd.py.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "kiln/analysis/geometry.h"
 #include "kiln/ir/trace.h"
 
 namespace kiln {
@@ -41,9 +43,19 @@ struct Gradient {
   std::vector<int> grad_inputs;             // forward trace inputs, one per backward output
 };
 
+// A result that is one of several views of one fresh storage (ReturnBinding::kFreshView): its
+// place in the storage, and where the storage's whole value (the result's `value`) lies in it.
+struct FreshView {
+  Geometry view;
+  int64_t storage_numel = 0;
+  Geometry storage;
+};
+
 struct ResultValue {
   Value* value = nullptr;  // the fresh trace value the result is (nullptr: it is not one)
-  bool is_view = false;    // the result is a view of a value (of a fresh or caller storage)
+  bool is_view = false;    // the result is a view of the caller's memory (refused if it needs
+                           // a gradient)
+  std::optional<FreshView> fresh_view;  // the result is this view of `value`'s storage
 };
 
 Gradient differentiate(Trace& forward, const std::vector<bool>& requires_grad,

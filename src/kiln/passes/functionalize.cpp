@@ -55,8 +55,9 @@ bool is_identity(const std::vector<int64_t>& perm) {
 
 class Functionalizer {
  public:
-  Functionalizer(const Trace& eager, const AliasPattern& pattern, const StorageAnalysis& sa)
-      : eager_(eager), pattern_(pattern), sa_(sa), b_(out_.trace) {}
+  Functionalizer(const Trace& eager, const AliasPattern& pattern, const StorageAnalysis& sa,
+                 const FunctionalizeOptions& options)
+      : eager_(eager), pattern_(pattern), sa_(sa), options_(options), b_(out_.trace) {}
 
   FunctionalProgram run() {
     auto start = std::chrono::steady_clock::now();
@@ -230,9 +231,17 @@ class Functionalizer {
       updated = b_.call1(OpId::kFill, {Operand(read(target)), map_operand(node.operands[1])}, {},
                          node.loc);
     } else if (node.id() == OpId::kZero_) {
-      updated = b_.call1(OpId::kZerosLike, {Operand(read(target))}, {}, node.loc);
+      // For gradients, a fill of the old value: the tensor stays in eager's graph (with a zero
+      // gradient), where zeros_like's result would not be.
+      updated = options_.for_gradients
+                    ? b_.call1(OpId::kFill, {Operand(read(target)), Operand(0.0)}, {}, node.loc)
+                    : b_.call1(OpId::kZerosLike, {Operand(read(target))}, {}, node.loc);
     } else if (node.id() == OpId::kCopy_) {
-      updated = read(node.input(1));
+      // For gradients, copy(old, src): src's values, and the old value's place in the graph.
+      updated = options_.for_gradients
+                    ? b_.call1(OpId::kCopy, {Operand(read(target)), Operand(read(node.input(1)))},
+                               {}, node.loc)
+                    : read(node.input(1));
     } else {
       KILN_ASSERT(false) << "functionalize does not know how to write with " << op.name;
       return;
@@ -595,6 +604,7 @@ class Functionalizer {
 
   const Trace& eager_;
   const AliasPattern& pattern_;
+  const FunctionalizeOptions options_;
   const StorageAnalysis& sa_;
   FunctionalProgram out_;
   Builder b_;
@@ -611,8 +621,9 @@ class Functionalizer {
 }  // namespace
 
 FunctionalProgram functionalize(const Trace& eager, const AliasPattern& pattern,
-                                const StorageAnalysis& storage) {
-  return Functionalizer(eager, pattern, storage).run();
+                                const StorageAnalysis& storage,
+                                const FunctionalizeOptions& options) {
+  return Functionalizer(eager, pattern, storage, options).run();
 }
 
 }  // namespace kiln

@@ -62,7 +62,15 @@ struct FunctionalProgram {
   ProgramInterface interface;
 };
 
+// for_gradients: the program will be differentiated, so a write keeps the written tensor's place
+// in eager's graph where eager's does: zero_ becomes fill(old, 0) and copy_ copy(old, src)
+// (values as without it; the old value reaches the result, with a zero gradient).
+struct FunctionalizeOptions {
+  bool for_gradients = false;
+};
+
 FunctionalProgram functionalize(const Trace& eager, const AliasPattern& pattern,
-                                const StorageAnalysis& storage);
+                                const StorageAnalysis& storage,
+                                const FunctionalizeOptions& options = {});
 
 }  // namespace kiln

@@ -82,17 +82,18 @@ std::vector<ResultValue> result_values(const Trace& functional, const ProgramInt
     switch (r.kind) {
       case ReturnBinding::Kind::kValue: {
         Value* v = functional.outputs().at(index);
-        results.push_back({v->is_tensor() ? v : nullptr, false});
+        results.push_back({v->is_tensor() ? v : nullptr, false, std::nullopt});
         break;
       }
       case ReturnBinding::Kind::kFreshView:
-        results.push_back({functional.outputs().at(index), true});
+        results.push_back({functional.outputs().at(index), false,
+                           FreshView{r.geometry, r.storage_numel, r.storage_geometry}});
         break;
       case ReturnBinding::Kind::kInputObject:
-        results.push_back({input_named(eager.inputs().at(index)->name()), true});
+        results.push_back({input_named(eager.inputs().at(index)->name()), true, std::nullopt});
         break;
       case ReturnBinding::Kind::kInputView:
-        results.push_back({functional.inputs().at(index), true});
+        results.push_back({functional.inputs().at(index), true, std::nullopt});
         break;
     }
   }
@@ -216,7 +217,8 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
   StorageAnalysis storage = analyze_storage(eager, pattern);
   // Mutation goes first: with it gone, nothing orders the ops but their data dependences.
   history.run("functionalize", [&] {
-    FunctionalProgram f = functionalize(eager, pattern, storage);
+    FunctionalProgram f =
+        functionalize(eager, pattern, storage, {.for_gradients = requires_grad != nullptr});
     p.execution = std::move(f.trace);
     p.interface = std::move(f.interface);
   });
@@ -229,9 +231,9 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
   if (stop_after == "dce") return p;
   // On the pure program, before fusion: the forward's saved values are outputs fusion must keep.
   if (requires_grad) {
-    history.run("differentiate", [&] { p.gradient = differentiate_program(p, eager, *requires_grad); });
-    if (p.gradient->refused.empty())
-      p.history.push_back({"backward", 0, p.gradient->backward});
+    history.run("differentiate",
+                [&] { p.gradient = differentiate_program(p, eager, *requires_grad); });
+    if (p.gradient->refused.empty()) p.history.push_back({"backward", 0, p.gradient->backward});
   }
   // Regions over the pure program: no mutation is left to cut them.
   history.run(

@@ -29,8 +29,8 @@ struct CompileStats {
 // What compile made of a call whose inputs require grad (DESIGN.md 8): the backward program, and
 // how the forward program's results and the caller's arguments feed it.
 struct GradientProgram {
-  std::string refused;     // non-empty: not differentiated (why); the program runs eagerly
-  std::string backward;    // the backward trace, printed; its inputs carry no layouts
+  std::string refused;   // non-empty: not differentiated (why); the program runs eagerly
+  std::string backward;  // the backward trace, printed; its inputs carry no layouts
   std::vector<std::string> backward_inputs;  // in order: the gradients, then the saved values
   std::vector<int> differentiable_results;   // the results whose gradients are its first inputs
   std::vector<int> saved_results;            // the results that are its saved inputs (the

@@ -581,7 +581,7 @@ struct Program {
   double first_run_seconds = -1;  // the first run, which prepares the kernels
   OutputForm form = OutputForm::kAssemble;
   nb::object assemble;
-  int fallback_ops = 0;      // torch ops PyTorch runs (eager_call)
+  int fallback_ops = 0;  // torch ops PyTorch runs (eager_call)
   // The caller's tensors whose memory the program writes: their version counters are bumped
   // after each run, as an in-place op's are, so that autograd's saved-tensor checks see kiln's
   // writes.
@@ -624,9 +624,9 @@ class JitCache {
   nb::object insert_and_run(nb::handle structure, nb::handle leaves, const std::string& text,
                             double trace_seconds, int form, nb::object assemble, int fallback_ops) {
     std::vector<PyObject*> tensor_leaves;
-    std::shared_ptr<Program> program = insert(structure, leaves, text, trace_seconds, form,
-                                              std::move(assemble), fallback_ops, nullptr,
-                                              &tensor_leaves);
+    std::shared_ptr<Program> program =
+        insert(structure, leaves, text, trace_seconds, form, std::move(assemble), fallback_ops,
+               nullptr, &tensor_leaves);
     return execute_program(program, tensor_leaves);
   }
 
@@ -839,18 +839,19 @@ NB_MODULE(_C, m) {
            nb::arg("text"), nb::arg("trace_seconds"), nb::arg("form"), nb::arg("assemble").none(),
            nb::arg("fallback_ops"),
            "Compiles trace text for the call, caches it under the call's key and runs it.")
-      .def("insert",
-           [](JitCache& c, nb::handle structure, nb::handle leaves, const std::string& text,
-              double trace_seconds, int form, nb::object assemble, int fallback_ops,
-              std::optional<std::vector<bool>> requires_grad) {
-             return c.insert(structure, leaves, text, trace_seconds, form, std::move(assemble),
-                             fallback_ops, requires_grad ? &*requires_grad : nullptr);
-           },
-           nb::arg("structure"), nb::arg("leaves"), nb::arg("text"), nb::arg("trace_seconds"),
-           nb::arg("form"), nb::arg("assemble").none(), nb::arg("fallback_ops"),
-           nb::arg("requires_grad").none(),
-           "Compiles trace text for the call and caches it under the call's key; returns the "
-           "Program. requires_grad: one flag per tensor leaf, to differentiate.")
+      .def(
+          "insert",
+          [](JitCache& c, nb::handle structure, nb::handle leaves, const std::string& text,
+             double trace_seconds, int form, nb::object assemble, int fallback_ops,
+             std::optional<std::vector<bool>> requires_grad) {
+            return c.insert(structure, leaves, text, trace_seconds, form, std::move(assemble),
+                            fallback_ops, requires_grad ? &*requires_grad : nullptr);
+          },
+          nb::arg("structure"), nb::arg("leaves"), nb::arg("text"), nb::arg("trace_seconds"),
+          nb::arg("form"), nb::arg("assemble").none(), nb::arg("fallback_ops"),
+          nb::arg("requires_grad").none(),
+          "Compiles trace text for the call and caches it under the call's key; returns the "
+          "Program. requires_grad: one flag per tensor leaf, to differentiate.")
       .def("lookup", &JitCache::lookup, nb::arg("structure"), nb::arg("leaves"),
            "The cached program's assemble object for the call, or None.")
       .def_prop_ro("last_sequence", &JitCache::last_sequence)
