@@ -347,6 +347,31 @@ def test_conv_and_batch_norm_in_training_mode():
         torch.testing.assert_close(b, c, msg=lambda m: f"buffer {name}: {m}")
 
 
+def test_a_non_contiguous_argument_and_one_passed_twice():
+    # Each is a view of a synthetic base (alias_pattern.h): its gradient is the base's, viewed.
+    def make():
+        x, w = leaves((4, 3), (3, 3))()
+        return [x, w]
+
+    check_gradients(lambda x, w: (x.t() * 2, w @ w), make)
+    f = kiln.jit(lambda a, b, c: a * b + c)
+    x, y = leaves((3, 4), (4, 3))()
+    out = f(x, x, y.t())
+    assert _is_kiln_node(out)
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
+    torch.testing.assert_close(y.grad, torch.ones(4, 3))
+
+
+def test_arguments_sharing_memory_run_eagerly():
+    # Two different views of one leaf's storage would merge their gradients in one base.
+    def make():
+        b = torch.arange(8.0).requires_grad_()
+        return [b[:4], b[2:6]]
+
+    _refused(lambda x, y: x * y, make)
+
+
 def test_detach_inside_the_function():
     check_gradients(lambda x: x * x.detach(), leaves((3,)))
 

@@ -6,6 +6,7 @@
 //   y = slice(a, 1, 2, 7)                ->  ga = slice_scatter(zeros(a), g, 1, 2, 7)
 //   y = slice_scatter(s, src, 1, 2, 7)   ->  gs = slice_scatter(g, zeros(src), 1, 2, 7)
 //                                            gsrc = slice(g, 1, 2, 7)
+#include <algorithm>
 #include <unordered_map>
 
 #include "kiln/ir/derivative_rules.h"
@@ -100,6 +101,44 @@ void view(GradContext& c, const Node& n, std::span<Value* const> grads) {
     default:
       throw NoDerivative("kiln has no derivative rule for " + n.op->name);
   }
+}
+
+// Whether a strided view reaches any element twice (then its gradient would be a scatter-add,
+// which kiln's as_strided_scatter is not): dims by stride, each stride past the others' extent.
+bool overlaps_itself(const IntList& sizes, const IntList& strides) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < sizes.size(); ++d)
+    if (sizes[d] > 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t extent = 0;  // the largest offset the smaller dims reach
+  for (size_t d : dims) {
+    if (strides[d] <= extent) return true;
+    extent += (sizes[d] - 1) * strides[d];
+  }
+  return false;
+}
+
+// as_strided(self, size, stride, offset) and its scatter, on the 1-D storage-order values
+// functionalization applies them to.
+void as_strided(GradContext& c, const Node& n, std::span<Value* const> grads) {
+  Value* g = grads[0];
+  if (!g) return;
+  const Operand size = n.arg("size"), stride = n.arg("stride"), offset = n.arg("storage_offset");
+  if (overlaps_itself(size.as_ints(), stride.as_ints()))
+    throw NoDerivative(
+        "kiln differentiates as_strided only for views that reach each element once");
+  Value* self = n.input(0);
+  if (n.id() == OpId::kAsStrided) {
+    if (c.needs(self))
+      c.accumulate(
+          self, call(c, OpId::kAsStridedScatter, {zeros_of(c.b, self), g, size, stride, offset}));
+    return;
+  }
+  Value* src = n.input(1);
+  if (c.needs(self))
+    c.accumulate(self,
+                 call(c, OpId::kAsStridedScatter, {g, zeros_of(c.b, src), size, stride, offset}));
+  if (c.needs(src)) c.accumulate(src, call(c, OpId::kAsStrided, {g, size, stride, offset}));
 }
 
 // slice_scatter / select_scatter / diagonal_scatter(self, src, view arguments...).
@@ -349,6 +388,8 @@ DerivativeRule find_structural_derivative_rule(OpId id) {
       {OpId::kSplit, &view},
       {OpId::kChunk, &view},
       {OpId::kUnbind, &view},
+      {OpId::kAsStrided, &as_strided},
+      {OpId::kAsStridedScatter, &as_strided},
       {OpId::kSliceScatter, &scatter_of_view},
       {OpId::kSelectScatter, &scatter_of_view},
       {OpId::kDiagonalScatter, &scatter_of_view},

@@ -5,16 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <unordered_map>
-#include <unordered_set>
 
 #include "kiln/analysis/storage_analysis.h"
-#include "kiln/ir/builder.h"
 #include "kiln/ir/printer.h"
 #include "kiln/ir/verifier.h"
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
-#include "kiln/passes/differentiate.h"
 #include "kiln/passes/fuse.h"
 #include "kiln/passes/place_writebacks.h"
 #include "kiln/support/error.h"
@@ -68,132 +64,6 @@ ExecutionPlan fuse_for_fewest_launches(const Trace& functional) {
                                                                  : std::move(plain);
 }
 
-// The results as differentiate sees them: the fresh value each is, or the value it is a view of.
-std::vector<ResultValue> result_values(const Trace& functional, const ProgramInterface& interface,
-                                       const Trace& eager) {
-  std::vector<ResultValue> results;
-  auto input_named = [&](const std::string& name) -> Value* {
-    for (Value* v : functional.inputs())
-      if (v->name() == name) return v;
-    return nullptr;
-  };
-  for (const ReturnBinding& r : interface.returns) {
-    const auto index = static_cast<size_t>(r.index);
-    switch (r.kind) {
-      case ReturnBinding::Kind::kValue: {
-        Value* v = functional.outputs().at(index);
-        results.push_back({v->is_tensor() ? v : nullptr, false, std::nullopt});
-        break;
-      }
-      case ReturnBinding::Kind::kFreshView:
-        results.push_back({functional.outputs().at(index), false,
-                           FreshView{r.geometry, r.storage_numel, r.storage_geometry}});
-        break;
-      case ReturnBinding::Kind::kInputObject:
-        results.push_back({input_named(eager.inputs().at(index)->name()), true, std::nullopt});
-        break;
-      case ReturnBinding::Kind::kInputView:
-        results.push_back({functional.inputs().at(index), true, std::nullopt});
-        break;
-    }
-  }
-  return results;
-}
-
-// A fresh copy of a value, exact (cat of one tensor allocates; no arithmetic touches a bit).
-Value* copy_of(Trace& trace, Value* v) {
-  Builder b(trace);
-  const Shape& shape = v->tensor_type().shape;
-  Value* flat = b.call1(OpId::kReshape, {v, Constant(IntList{-1})});
-  Value* copy = b.call1(OpId::kCat, {std::vector<Value*>{flat}});
-  return b.call1(OpId::kReshape, {copy, Constant(IntList(shape.begin(), shape.end()))});
-}
-
-// Runs differentiate on the functional trace and connects its saved values to results: an input
-// is the caller's own tensor (kInputObject), an intermediate a fresh result after the function's.
-GradientProgram differentiate_program(CompiledProgram& p, const Trace& eager,
-                                      const std::vector<bool>& eager_requires_grad) {
-  GradientProgram out;
-  Trace& f = p.execution;
-  std::unordered_map<std::string, int> eager_input;
-  for (size_t i = 0; i < eager.inputs().size(); ++i)
-    eager_input[eager.inputs()[i]->name()] = static_cast<int>(i);
-  std::vector<bool> requires_grad(f.inputs().size(), false);
-  for (size_t i = 0; i < eager.inputs().size(); ++i) {
-    if (!eager_requires_grad.at(i)) continue;
-    const std::string& name = eager.inputs()[i]->name();
-    auto own = std::find_if(f.inputs().begin(), f.inputs().end(),
-                            [&](Value* v) { return v->name() == name; });
-    if (own == f.inputs().end()) {
-      // Its value is a view of a synthetic base (alias_pattern.h), which has no derivative rule.
-      out.refused = "argument " + name +
-                    " requires grad and is not contiguous or shares memory with another argument";
-      return out;
-    }
-    requires_grad[static_cast<size_t>(own - f.inputs().begin())] = true;
-  }
-  const size_t own_outputs = f.outputs().size();
-  Gradient g = differentiate(f, requires_grad, result_values(f, p.interface, eager));
-  out.own_results = static_cast<int>(p.interface.returns.size());
-  if (!g.refused.empty()) {
-    out.refused = g.refused;
-    return out;
-  }
-  std::unordered_set<Value*> written;
-  for (const auto& [input, value] : f.writebacks)
-    written.insert(input);
-  for (Value* v : g.saved) {
-    auto in = std::find(f.inputs().begin(), f.inputs().end(), v);
-    ReturnBinding r;
-    if (in != f.inputs().end() && written.contains(v)) {
-      // The backward needs the argument as it was before the program wrote it (a batch norm's
-      // running statistics, which its eager step's gradient reads): the forward keeps a copy.
-      v = copy_of(f, v);
-      f.set_outputs([&] {
-        std::vector<Value*> outputs = f.outputs();
-        outputs.push_back(v);
-        return outputs;
-      }());
-      in = f.inputs().end();
-    }
-    if (in != f.inputs().end()) {
-      auto arg = eager_input.find(v->name());
-      if (arg == eager_input.end()) {
-        out.refused = "the backward needs " + v->name() + ", which is a view of a synthetic base";
-        return out;
-      }
-      r.kind = ReturnBinding::Kind::kInputObject;
-      r.index = arg->second;
-    } else {
-      auto at = std::find(f.outputs().begin(), f.outputs().end(), v);
-      KILN_ASSERT(at != f.outputs().end()) << "differentiate did not return saved " << v->name();
-      r.index = static_cast<int>(at - f.outputs().begin());
-      auto same = std::find_if(p.interface.returns.begin(), p.interface.returns.end(),
-                               [&](const ReturnBinding& b) {
-                                 return b.kind == ReturnBinding::Kind::kValue && b.index == r.index;
-                               });
-      if (static_cast<size_t>(r.index) < own_outputs && same != p.interface.returns.end()) {
-        out.saved_results.push_back(static_cast<int>(same - p.interface.returns.begin()));
-        continue;
-      }
-      if (v->is_tensor()) {
-        r.geometry = contiguous_geometry(v->tensor_type().shape);
-        r.storage_numel = v->tensor_type().numel();
-      }
-    }
-    out.saved_results.push_back(static_cast<int>(p.interface.returns.size()));
-    p.interface.returns.push_back(r);
-  }
-  out.differentiable_results = g.differentiable_results;
-  for (int i : g.grad_inputs)
-    out.grad_inputs.push_back(eager_input.at(f.inputs().at(static_cast<size_t>(i))->name()));
-  for (Value* v : g.backward.inputs())
-    out.backward_inputs.push_back(v->name());
-  verify_trace(g.backward);
-  out.backward = print_trace(g.backward);
-  return out;
-}
-
 }  // namespace
 
 const std::vector<std::string>& pipeline_passes() {
@@ -231,8 +101,10 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
   if (stop_after == "dce") return p;
   // On the pure program, before fusion: the forward's saved values are outputs fusion must keep.
   if (requires_grad) {
-    history.run("differentiate",
-                [&] { p.gradient = differentiate_program(p, eager, *requires_grad); });
+    history.run("differentiate", [&] {
+      p.gradient =
+          make_gradient_program(p.execution, p.interface, p.pattern, eager, *requires_grad);
+    });
     if (p.gradient->refused.empty()) p.history.push_back({"backward", 0, p.gradient->backward});
   }
   // Regions over the pure program: no mutation is left to cut them.

@@ -10,6 +10,7 @@
 #include "kiln/analysis/alias_pattern.h"
 #include "kiln/ir/trace.h"
 #include "kiln/passes/functionalize.h"
+#include "kiln/passes/gradient_program.h"
 #include "kiln/passes/plan.h"
 
 namespace kiln {
@@ -24,20 +25,6 @@ struct CompileStats {
   int fusion_regions = 0;
   int writebacks_in_kernel = 0;
   int writebacks_with_temporary = 0;
-};
-
-// What compile made of a call whose inputs require grad (DESIGN.md 8): the backward program, and
-// how the forward program's results and the caller's arguments feed it.
-struct GradientProgram {
-  std::string refused;   // non-empty: not differentiated (why); the program runs eagerly
-  std::string backward;  // the backward trace, printed; its inputs carry no layouts
-  std::vector<std::string> backward_inputs;  // in order: the gradients, then the saved values
-  std::vector<int> differentiable_results;   // the results whose gradients are its first inputs
-  std::vector<int> saved_results;            // the results that are its saved inputs (the
-                                             // forward returns them after its own results)
-  std::vector<int> grad_inputs;              // the eager input each of its outputs is the
-                                             // gradient of
-  int own_results = 0;                       // the results the function itself returns
 };
 
 struct CompiledProgram {

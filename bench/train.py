@@ -1,0 +1,152 @@
+"""Training steps: kiln against eager PyTorch and torch.compile, side by side in one process
+(issue 17).
+
+    KILN_EXT_DIR=build/py/python/kiln PYTHONPATH=python python bench/train.py [--device cuda|cpu]
+        [--small] [--systems kiln.jit,eager,compile] [--json out.json]
+
+One step is forward (the language-model loss), backward and torch.optim.AdamW's step (eager's
+foreach implementation for every system) on GPT-2 small (124M parameters, Hugging Face's
+GPT2LMHeadModel with random weights, dropout off) in bfloat16 at batch 8 x 1024 tokens
+(--small: the test configuration, float32, batch 2 x 32). Per system:
+  step_ms       median wall time of a step (synchronized after each; the optimizer included)
+  saved_mb      bytes the forward saves for the backward (autograd's saved-tensor hooks, each
+                storage once; kiln's node saves through ctx.save_for_backward like any op)
+  loss          the loss at each of the first --check steps from the same initial weights and
+                batches, and the largest difference from eager's
+  kiln          for kiln.jit: whether the step's forward ran as kiln's differentiated program
+Systems: kiln.jit (kiln.jit(model)), eager (the model), compile (torch.compile(model)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+import warnings
+
+import torch
+
+import kiln
+
+
+def gpt2(small: bool, dtype: torch.dtype, device: torch.device) -> torch.nn.Module:
+    import transformers
+
+    size = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=128) if small else dict(n_layer=12, n_embd=768, n_head=12, vocab_size=50257)
+    config = transformers.GPT2Config(
+        n_positions=1024, bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **size
+    )
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config).to(device=device, dtype=dtype).train()
+
+
+class LossOf(torch.nn.Module):
+    """The model's language-model loss as the module's one output."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=tokens, labels=tokens).loss
+
+
+def saved_bytes(step_forward) -> int:
+    """Bytes the forward saves for the backward, each storage counted once."""
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor):
+        if isinstance(t, torch.Tensor):
+            s = t.untyped_storage()
+            seen[s.data_ptr()] = max(seen.get(s.data_ptr(), 0), s.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = step_forward()
+    loss.backward()
+    return sum(seen.values())
+
+
+def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int) -> dict:
+    model = copy.deepcopy(base)
+    wrapped = LossOf(model)
+    forward = {"kiln.jit": lambda: kiln.jit(wrapped), "eager": lambda: wrapped, "compile": lambda: torch.compile(wrapped)}[name]()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    device = batches[0].device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step(tokens: torch.Tensor) -> torch.Tensor:
+        loss = forward(tokens)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    losses = []
+    differentiated = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for tokens in batches:
+            losses.append(float(step(tokens)))
+        if name == "kiln.jit":
+            try:
+                differentiated = kiln.last_stats(forward)["differentiated"]
+            except RuntimeError:  # no kiln program ran: every call ran eagerly
+                differentiated = False
+    refusals = sorted({str(w.message) for w in caught if "eagerly" in str(w.message)})
+    times = []
+    for _ in range(repeat):
+        sync()
+        start = time.perf_counter()
+        step(batches[0])
+        sync()
+        times.append(time.perf_counter() - start)
+    saved = saved_bytes(lambda: forward(batches[0]))
+    opt.zero_grad(set_to_none=True)
+    return {
+        "system": name,
+        "step_ms": statistics.median(times) * 1e3,
+        "saved_mb": saved / 2**20,
+        "losses": losses,
+        "differentiated": differentiated,
+        "refusals": refusals,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--small", action="store_true", help="the test configuration (float32)")
+    parser.add_argument("--systems", default="kiln.jit,eager,compile")
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--check", type=int, default=5, help="steps whose losses are compared")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    device = torch.device(args.device)
+    dtype = torch.float32 if args.small else torch.bfloat16
+    batch, seq = (2, 32) if args.small else (8, 1024)
+    base = gpt2(args.small, dtype, device)
+    vocab = base.config.vocab_size
+    gen = torch.Generator(device=device).manual_seed(1)
+    batches = [torch.randint(0, vocab, (batch, seq), generator=gen, device=device) for _ in range(args.check)]
+    results = [run_system(name, base, batches, args.repeat) for name in args.systems.split(",")]
+    eager = next((r for r in results if r["system"] == "eager"), None)
+    print(f"GPT-2 {'small test config' if args.small else '124M'} {str(dtype).removeprefix('torch.')} batch {batch}x{seq} on {device}")
+    print("| system | step ms | vs eager | saved MB | largest loss difference from eager | kiln's node |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        ratio = r["step_ms"] / eager["step_ms"] if eager else float("nan")
+        diff = max(abs(a - b) for a, b in zip(r["losses"], eager["losses"])) if eager else float("nan")
+        r["max_loss_difference"] = diff
+        print(f"| {r['system']} | {r['step_ms']:.2f} | {ratio:.2f}x | {r['saved_mb']:.1f} | {diff:.3g} | {r['differentiated']} |")
+        for why in r["refusals"]:
+            print(f"  {r['system']} ran eagerly: {why}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": str(device), "dtype": str(dtype), "batch": [batch, seq], "results": results}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
