@@ -507,7 +507,7 @@ def test_random_programs_gradients():
         want = fn(*eager_leaves)
         want_t = [w for w in _tensors(want) if w.requires_grad]
         gen = torch.Generator().manual_seed(seed)
-        weights = [torch.randn(w.shape, generator=gen).to(w.device) for w in want_t]
+        weights = [torch.randn(w.shape, generator=gen, device="cpu").to(w.device) for w in want_t]
         try:
             eager_grads = torch.autograd.grad(sum((w * k).sum() for w, k in zip(want_t, weights)), eager_leaves, allow_unused=True) if want_t else None
         except RuntimeError as e:
