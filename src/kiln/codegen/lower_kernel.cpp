@@ -1648,6 +1648,7 @@ class KernelEmitter {
     const Value* source = node.input(3);
     Val base = eval(self, at);
     if (count == 0) return base;
+    check_scan_length(node, count);
     const bool add = node.id() == OpId::kIndexAdd;
     const bool fl = is_floating(out);
     const int depth = depth_of(at);
@@ -1682,6 +1683,19 @@ class KernelEmitter {
     levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
     emit(depth, "}");
     return define(out, acc);
+  }
+
+  // An index write lowers as a gather: each output element scans the index for the positions
+  // that land on it, `length` of them, so the kernel does output x length work. That is what a
+  // KV cache's one-token index_copy_ wants (fused, in place); past kMaxScannedIndex positions
+  // (an embedding's gradient: 8192 tokens into 50257 rows) PyTorch's scatter of the slices, work
+  // of the slices alone, is faster, and the step runs through PyTorch.
+  static constexpr int64_t kMaxScannedIndex = 16;
+  void check_scan_length(const Node& node, int64_t length) {
+    if (length > kMaxScannedIndex)
+      not_lowered(node.op->name + ": " + std::to_string(length) +
+                  " index positions (a kernel scans at most " +
+                  std::to_string(kMaxScannedIndex) + " per element)");
   }
 
   // The index's values are a step input's, the input itself or a view of it (an embedding's
@@ -1787,6 +1801,7 @@ class KernelEmitter {
     if (mean) emit(depth, "int64_t " + count + " = " + (include_self ? "1" : "0") + ";", count);
     const int64_t positions =
         rank == 0 ? index_shape.empty() ? 1 : index_shape[0] : index_shape[dim];
+    check_scan_length(node, positions);
     std::string k = fresh("ik");
     const int level = static_cast<int>(levels_.size());
     levels_.emplace_back();
