@@ -1330,8 +1330,22 @@ class KernelEmitter {
     }
     static const char* names[] = {"a", "b", "c"};
     std::string decl = std::string("[[maybe_unused]] ") + (fl ? "K" : "int64_t") + " ";
-    for (size_t i = 0; i < operands.size(); ++i)
-      decl += (i ? ", " : "") + std::string(names[i]) + " = " + operands[i];
+    // where's condition is a bool: held as an integer, never through a floating conversion (a
+    // float32 where inside an H200 reduction loop lost elements when its condition was
+    // converted to K; the integer test is what the expression means anyway).
+    size_t first = 0;
+    if (op.dtype_rule == DTypeRule::kWhere && fl) {
+      const Operand& cond = node.arg(0);
+      if (cond.is_value() && cond.value()->is_tensor()) {
+        Val v = eval(cond.value(), broadcast_index(at, cond.value()->tensor_type().shape));
+        if (!is_floating(v.dtype)) {
+          decl = "[[maybe_unused]] const int64_t a = as_i(" + v.expr + ");\n  " + decl;
+          first = 1;
+        }
+      }
+    }
+    for (size_t i = first; i < operands.size(); ++i)
+      decl += (i > first ? ", " : "") + std::string(names[i]) + " = " + operands[i];
     decl += ";";
 
     Val r{fresh("v"), typing.out};
