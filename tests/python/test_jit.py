@@ -594,3 +594,33 @@ def test_outputs_that_alias_each_other_as_in_eager(name):
     want[0].add_(100)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
+
+
+# Elementwise ops feeding a reduction, with a broadcast operand loaded once outside the reduction
+# loop and lanes of the vectorized path: on the H200 a float32 where whose condition was a
+# comparison against such an operand lost elements (kernels now hold where's condition as an
+# integer). Shapes with and without a vector tail, both reduction directions.
+_REDUCED_ELEMENTWISE = {
+    "where_lt": lambda g, a, b: torch.where(b < a, g, 0.0),
+    "where_ge_tensor_other": lambda g, a, b: torch.where(a >= b, g, a),
+    "where_of_and": lambda g, a, b: torch.where((b < a) & (g > 0), g, b),
+    "mul_mask": lambda g, a, b: g * (b < a),
+    "clamp_min": lambda g, a, b: torch.clamp(g, min=b),
+    "maximum": lambda g, a, b: torch.maximum(g, b),
+}
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+@pytest.mark.parametrize("shape", [(8, 5), (64, 33), (3, 4)], ids=str)
+@pytest.mark.parametrize("name", sorted(_REDUCED_ELEMENTWISE))
+def test_elementwise_inside_a_reduction_with_a_broadcast_operand(name, shape, dim):
+    op = _REDUCED_ELEMENTWISE[name]
+
+    def make():
+        gen = torch.Generator(device="cpu").manual_seed(7)
+        g, a = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+        b = torch.randn(shape[1:], generator=gen)
+        device = torch.empty(0).device
+        return [g.to(device), a.to(device), b.to(device)]
+
+    check_against_eager(lambda g, a, b: op(g, a, b).sum(dim), make)

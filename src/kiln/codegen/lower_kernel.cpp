@@ -1708,8 +1708,8 @@ class KernelEmitter {
   void check_scan_length(const Node& node, int64_t length) {
     if (length > kMaxScannedIndex)
       not_lowered(node.op->name + ": " + std::to_string(length) +
-                  " index positions (a kernel scans at most " +
-                  std::to_string(kMaxScannedIndex) + " per element)");
+                  " index positions (a kernel scans at most " + std::to_string(kMaxScannedIndex) +
+                  " per element)");
   }
 
   // The index's values are a step input's, the input itself or a view of it (an embedding's
