@@ -16,10 +16,12 @@ are arguments of the kiln program, read on every call and written back where mut
 BatchNorm's running statistics); a constant the graph reads as an attribute is an implicit
 input (kiln._state), never a value baked into a kernel.
 
-Until kiln differentiates programs, a graph called with grad enabled and an argument that
-requires grad runs as its GraphModule (eager PyTorch, with autograd), and a graph kiln cannot
-compile (kiln.UnsupportedError or TraceError while tracing: a value-dependent shape, say) runs
-eagerly too; each says so once with a warning naming the reason. Every graph the backend
+A graph called with grad enabled and an argument that requires grad (a training step's
+forward: Dynamo hands the backend the forward graph and leaves autograd to it) is differentiated
+by kiln.jit like any call (kiln._autograd: one autograd node whose backward is a kiln program).
+A graph kiln cannot compile (kiln.UnsupportedError or TraceError while tracing: a
+value-dependent shape, say) runs as its GraphModule, eager PyTorch; it says so once with a
+warning naming the reason. Every graph the backend
 compiled is listed by `kiln.backend_graphs()`, for `kiln.last_traces`/`kiln.last_stats`.
 
 Registered for `backend="kiln"` through the `torch_dynamo_backends` entry point (pyproject.toml).
@@ -62,20 +64,9 @@ class CompiledGraph:
         self.jitted = JitFunction(graph, True)
         self._kiln_forward = self.jitted  # for kiln.last_traces / last_stats
         self.eager_reason: str | None = None  # set once the graph runs eagerly for good
-        self._warned_grad = False
 
     def __call__(self, *args: Any) -> Any:
         if self.eager_reason is not None:
-            return self.graph_module(*args)
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            if not self._warned_grad:
-                self._warned_grad = True
-                warnings.warn(
-                    f"kiln backend: graph {self.index} is called with arguments that require grad; "
-                    "kiln does not differentiate programs yet, so it runs in eager PyTorch (wrap "
-                    "inference in torch.no_grad() or torch.inference_mode() to compile it).",
-                    stacklevel=2,
-                )
             return self.graph_module(*args)
         try:
             return self.jitted(*args)
