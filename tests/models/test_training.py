@@ -31,12 +31,6 @@ pytestmark = [
 STEPS = int(os.environ.get("KILN_TRAINING_STEPS", "50"))
 
 
-@pytest.fixture(autouse=True)
-def _float32_convolutions_in_float32():
-    previous = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = previous
 
 
 def _gpt2() -> torch.nn.Module:

@@ -31,15 +31,6 @@ pytestmark = [
 _DTYPES = [torch.float32, torch.bfloat16]
 
 
-@pytest.fixture(autouse=True)
-def _float32_convolutions_in_float32():
-    """cuDNN's float32 convolutions default to TF32 (torch.backends.cudnn.allow_tf32): two runs
-    whose inputs differ only in strides can pick different algorithms and then differ by about
-    1e-3, over the float32 tolerance. The zoo compares in full float32 (no effect on the CPU)."""
-    previous = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = previous
 _TOLERANCE = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}
 
 
