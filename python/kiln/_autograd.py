@@ -43,6 +43,11 @@ class GradientPlan:
         if self.refused:
             return
         self.own = gradient["own_results"]
+        # The function's results that are the caller's tensors or views of them pass around
+        # the autograd node, so that they are the caller's objects as in eager.
+        caller = set(gradient["caller_results"])
+        self.through_node = [i for i in range(self.own) if i not in caller]
+        self.around_node = [i for i in range(self.own) if i in caller]
         self.differentiable = gradient["differentiable_results"]
         self.saved = gradient["saved_results"]
         self.grad_inputs = gradient["grad_inputs"]  # tensor-leaf index per backward output
@@ -69,20 +74,20 @@ class CompiledFunction(torch.autograd.Function):
     backward the backward program."""
 
     @staticmethod
-    def forward(ctx, plan: GradientPlan, cache: Any, structure: Any, *leaves: Any) -> Any:  # type: ignore[override]
+    def forward(ctx, plan: GradientPlan, cache: Any, around: list, structure: Any, *leaves: Any) -> Any:  # type: ignore[override]
         results = cache.run(structure, list(leaves), _MISS)
         if results is _MISS:  # the cache was looked up a moment ago, under the same key
             raise RuntimeError("kiln: internal error: the differentiated program left the cache")
-        own = results[: plan.own]
+        around.extend(results[i] for i in plan.around_node)
         saved = [results[i] for i in plan.saved]
         ctx.plan = plan
         ctx.n_leaves = len(leaves)
         ctx.save_for_backward(*saved)
         differentiable = set(plan.differentiable)
         ctx.mark_non_differentiable(
-            *[r for i, r in enumerate(own) if isinstance(r, torch.Tensor) and i not in differentiable]
+            *[results[i] for i in plan.through_node if isinstance(results[i], torch.Tensor) and i not in differentiable]
         )
-        return tuple(own)
+        return tuple(results[i] for i in plan.through_node)
 
     @staticmethod
     def backward(ctx, *grads: Any) -> Any:  # type: ignore[override]
@@ -92,12 +97,26 @@ class CompiledFunction(torch.autograd.Function):
                 "through a kiln program); call the function outside kiln.jit for them."
             )
         plan: GradientPlan = ctx.plan
-        inputs = [grads[i] for i in plan.differentiable] + list(ctx.saved_tensors)
+        position = {result: k for k, result in enumerate(plan.through_node)}
+        inputs = [grads[position[i]] for i in plan.differentiable] + list(ctx.saved_tensors)
         computed = run_backward(plan, inputs) if plan.grad_inputs else ()
-        out: list[Any] = [None] * (3 + ctx.n_leaves)
+        out: list[Any] = [None] * (4 + ctx.n_leaves)
         for tensor_index, g in zip(plan.grad_inputs, computed):
-            out[3 + plan.tensor_positions[tensor_index]] = g
+            out[4 + plan.tensor_positions[tensor_index]] = g
         return tuple(out)
+
+
+def run_differentiated(plan: GradientPlan, cache: Any, structure: Any, leaves: list) -> list:
+    """The function's own results of one call: kiln's node's outputs, and the caller's tensors
+    the program returns, in the order the program returns them."""
+    around: list = []
+    through = CompiledFunction.apply(plan, cache, around, structure, *leaves)
+    own: list = [None] * plan.own
+    for i, r in zip(plan.through_node, through):
+        own[i] = r
+    for i, r in zip(plan.around_node, around):
+        own[i] = r
+    return own
 
 
 def run_backward(plan: GradientPlan, inputs: list[torch.Tensor]) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 
-from ._autograd import CompiledFunction, GradientPlan, warn_eager
+from ._autograd import GradientPlan, run_differentiated, warn_eager
 from ._errors import UnsupportedError
 from ._state import ImplicitInputs
 from ._tracer import TracedProgram, trace_call
@@ -189,7 +189,7 @@ class JitFunction:
             return _MISS
         if plan.refused:
             return self.fn(*args, **kwargs)
-        return plan.finish(list(CompiledFunction.apply(plan, self._grad_cache, structure, *leaves)))
+        return plan.finish(run_differentiated(plan, self._grad_cache, structure, leaves))
 
     def _compile_differentiated(
         self, traced: TracedProgram, trace_seconds: float, leaves: list, structure: Any, form: int, assemble: Callable | None

@@ -372,6 +372,19 @@ def test_arguments_sharing_memory_run_eagerly():
     _refused(lambda x, y: x * y, make)
 
 
+def test_results_that_are_the_callers_tensors_keep_their_identity():
+    # They need no gradient (one that would is refused), so they pass around kiln's node: the
+    # caller's own object, and a view of the caller's memory, as in eager.
+    f = kiln.jit(lambda x, y: (x * 2, y, y.add_(1), y[1:]))
+    x, y = torch.ones(3, requires_grad=True), torch.zeros(3)
+    a, b, c, d = f(x, y)
+    assert _is_kiln_node(a) and b is y and c is y
+    assert d.untyped_storage().data_ptr() == y.untyped_storage().data_ptr() and d.storage_offset() == 1
+    a.sum().backward()
+    torch.testing.assert_close(x.grad, torch.full((3,), 2.0))
+    torch.testing.assert_close(y, torch.ones(3))
+
+
 def test_detach_inside_the_function():
     check_gradients(lambda x: x * x.detach(), leaves((3,)))
 

@@ -169,6 +169,11 @@ GradientProgram make_gradient_program(Trace& f, ProgramInterface& interface,
                                       const std::vector<bool>& requires_grad) {
   GradientProgram out;
   out.own_results = static_cast<int>(interface.returns.size());
+  for (size_t i = 0; i < interface.returns.size(); ++i) {
+    const ReturnBinding::Kind kind = interface.returns[i].kind;
+    if (kind == ReturnBinding::Kind::kInputObject || kind == ReturnBinding::Kind::kInputView)
+      out.caller_results.push_back(static_cast<int>(i));
+  }
   GradInputs grads = grad_inputs_of(f.inputs().size(), pattern, eager, requires_grad);
   if (!grads.refused.empty()) {
     out.refused = grads.refused;

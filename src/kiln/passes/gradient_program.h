@@ -36,6 +36,8 @@ struct GradientProgram {
   std::vector<int> grad_inputs;              // the eager input each of its outputs is the
                                              // gradient of
   int own_results = 0;                       // the results the function itself returns
+  std::vector<int> caller_results;           // those that are the caller's tensors or views of
+                                             // them (they need no gradient: else refused)
 };
 
 GradientProgram make_gradient_program(Trace& functional, ProgramInterface& interface,

@@ -823,6 +823,7 @@ NB_MODULE(_C, m) {
         d["saved_results"] = g.saved_results;
         d["grad_inputs"] = g.grad_inputs;
         d["own_results"] = g.own_results;
+        d["caller_results"] = g.caller_results;
         return d;
       });
   m.def("call_phase_seconds", &call_profile::seconds,
