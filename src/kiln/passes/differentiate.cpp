@@ -41,8 +41,14 @@ void for_each_operand_value(const Node& n, auto&& f) {
 
 class Differentiator final : public GradContext {
  public:
-  Differentiator(Trace& forward, Gradient& out)
-      : GradContext(builder_), forward_(forward), out_(out), builder_(out.backward) {
+  // `recompute`: forward values the backward computes again from other saved values instead of
+  // reading them saved (rematerializable, below).
+  Differentiator(Trace& forward, Gradient& out, std::unordered_set<Value*> recompute = {})
+      : GradContext(builder_),
+        forward_(forward),
+        out_(out),
+        builder_(out.backward),
+        recompute_(std::move(recompute)) {
     out.backward.name = "backward";
     out.backward.constructed_by = "differentiate";
   }
@@ -98,12 +104,22 @@ class Differentiator final : public GradContext {
   }
 
   Value* forward(Value* v) override {
-    auto [it, fresh] = saved_.try_emplace(v, nullptr);
-    if (fresh) {
-      it->second = builder_.add_input("s_" + v->name(), without_layout(v));
+    auto found = saved_.find(v);
+    if (found != saved_.end()) return found->second;
+    Value* got;
+    if (recompute_.contains(v)) {
+      // The producer again, on its operands as the backward has them.
+      const Node& p = *v->producer();
+      std::vector<Operand> operands;
+      for (const Operand& o : p.operands)
+        operands.push_back(o.is_value() ? Operand(forward(o.value())) : o);
+      got = builder_.call_bound(p.id(), std::move(operands), p.loc).at(0);
+    } else {
+      got = builder_.add_input("s_" + v->name(), without_layout(v));
       out_.saved.push_back(v);
     }
-    return it->second;
+    saved_.emplace(v, got);
+    return got;
   }
 
   void accumulate(Value* v, Value* g) override {
@@ -190,19 +206,71 @@ class Differentiator final : public GradContext {
   Builder builder_;
   std::unordered_set<Value*> requires_;
   std::unordered_map<Value*, Value*> grads_;  // forward value -> its gradient so far
-  std::unordered_map<Value*, Value*> saved_;  // forward value -> backward input
+  std::unordered_map<Value*, Value*> saved_;  // forward value -> backward input or recomputation
+  std::unordered_set<Value*> recompute_;
 };
+
+// The values the backward can compute again from what it reads anyway, so that the forward
+// need not write them nor the backward read them: a view or an elementwise op whose tensor
+// operands are saved, arguments the program does not write (the caller's tensors, saved for
+// free), or themselves such values, at most kRecomputeDepth ops from those. Recomputing adds
+// no saved value, so the saved bytes only fall; in the backward's fused kernels it costs
+// arithmetic, not memory traffic.
+//   t0 = mul(x, w); t1 = tanh(t0)   saved {t1, x, w}  ->  t1 = tanh(mul(x, w)) in the backward
+constexpr int kRecomputeDepth = 3;
+
+std::unordered_set<Value*> rematerializable(const Trace& forward, const std::vector<Value*>& saved,
+                                            const std::vector<bool>& caller_has) {
+  std::unordered_set<Value*> written;
+  for (const auto& [input, value] : forward.writebacks)
+    written.insert(input);
+  std::unordered_map<const Value*, int> depth;  // ops from what the backward has: 0 = has it
+  for (size_t i = 0; i < forward.inputs().size(); ++i) {
+    Value* v = forward.inputs()[i];
+    if (!written.contains(v) && (caller_has.empty() || caller_has[i])) depth[v] = 0;
+  }
+  const std::unordered_set<Value*> is_saved(saved.begin(), saved.end());
+  std::unordered_set<Value*> out;
+  for (const auto& n : forward.nodes()) {
+    if (n->outputs.size() != 1) continue;
+    Value* v = n->outputs[0];
+    int d = -1;  // the recomputation's depth, or -1 when it cannot be recomputed
+    if (n->op->kind == OpKind::kElementwise || n->op->kind == OpKind::kView) {
+      d = 1;
+      for_each_operand_value(*n, [&](Value* u) {
+        if (!u->is_tensor() || d < 0) return;
+        auto it = depth.find(u);
+        d = it == depth.end() ? -1 : std::max(d, it->second + 1);
+      });
+      if (d > kRecomputeDepth) d = -1;
+    }
+    if (d > 0) out.insert(v);  // computed again wherever the backward needs it
+    if (is_saved.contains(v))
+      depth[v] = d > 0 ? d : 0;  // saved, or recomputed from what is
+    else if (d > 0)
+      depth[v] = d;
+  }
+  return out;
+}
 
 }  // namespace
 
 Gradient differentiate(Trace& forward, const std::vector<bool>& requires_grad,
-                       const std::vector<ResultValue>& results) {
-  Gradient out;
-  Differentiator d(forward, out);
-  if (!d.mark(requires_grad) || !d.check_writebacks() || !d.sweep(results)) {
-    out.saved.clear();
-    return out;
+                       const std::vector<ResultValue>& results,
+                       const std::vector<bool>& caller_has) {
+  // A first sweep finds what the rules read; the second recomputes what it can of that.
+  Gradient probe;
+  {
+    Differentiator d(forward, probe);
+    if (!d.mark(requires_grad) || !d.check_writebacks() || !d.sweep(results)) {
+      probe.saved.clear();
+      return probe;
+    }
   }
+  Gradient out;
+  Differentiator d(forward, out, rematerializable(forward, probe.saved, caller_has));
+  KILN_ASSERT(d.mark(requires_grad) && d.check_writebacks() && d.sweep(results))
+      << "differentiate: the second sweep refused what the first did not";
   // The forward returns the saved intermediates after its own outputs (inputs the caller has).
   std::vector<Value*> outputs = forward.outputs();
   const std::unordered_set<Value*> inputs(forward.inputs().begin(), forward.inputs().end());

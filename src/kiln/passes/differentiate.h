@@ -9,8 +9,10 @@
 //     return (t1,)                      return (gx, gw)
 //
 // What the backward reads of the forward it reads as saved values: inputs, and intermediates the
-// forward program returns besides its own results. (Saving versus recomputing by byte cost is
-// not done yet: every value a rule reads is saved.)
+// forward program returns besides its own results. A saved value that is a view or an
+// elementwise op of other saved values (or of arguments) is recomputed in the backward instead,
+// which never adds a saved value. (A min-cut over byte cost, which would also trade a saved
+// value for a recomputation from unsaved ones, is not done yet.)
 //
 // Requires: a functional trace (after functionalize, cse and dce: no mutation, no subsymbols);
 // one flag per trace input; the trace values of the program's results (nullptr for a result
@@ -58,7 +60,10 @@ struct ResultValue {
   std::optional<FreshView> fresh_view;  // the result is this view of `value`'s storage
 };
 
+// `caller_has` (one flag per trace input; empty: all): the inputs the caller holds as tensors,
+// which cost nothing to save (a synthetic base does: the forward would return a copy).
 Gradient differentiate(Trace& forward, const std::vector<bool>& requires_grad,
-                       const std::vector<ResultValue>& results);
+                       const std::vector<ResultValue>& results,
+                       const std::vector<bool>& caller_has = {});
 
 }  // namespace kiln

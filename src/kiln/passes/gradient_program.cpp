@@ -180,7 +180,12 @@ GradientProgram make_gradient_program(Trace& f, ProgramInterface& interface,
     return out;
   }
   const size_t own_outputs = f.outputs().size();
-  Gradient g = differentiate(f, grads.requires_grad, result_values(f, interface, eager));
+  std::vector<bool> caller_has;
+  for (Value* v : f.inputs())
+    caller_has.push_back(std::any_of(eager.inputs().begin(), eager.inputs().end(),
+                                     [&](Value* e) { return e->name() == v->name(); }));
+  Gradient g =
+      differentiate(f, grads.requires_grad, result_values(f, interface, eager), caller_has);
   if (!g.refused.empty()) {
     out.refused = g.refused;
     return out;
