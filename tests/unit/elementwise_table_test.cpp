@@ -105,6 +105,7 @@ const std::map<std::string, Row>& rows() {
         {},
         false,
         true}},
+      {"copy", {[](double, double b, double) { return b; }}},
       {"bitwise_xor",
        {[](double a, double b, double) {
           return static_cast<double>(static_cast<int64_t>(a) ^ static_cast<int64_t>(b));

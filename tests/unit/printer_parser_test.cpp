@@ -85,6 +85,7 @@ const std::map<std::string, std::string>& samples() {
       {"bitwise_and", "ltorch.bitwise_and(i, 6)"},
       {"bitwise_or", "ltorch.bitwise_or(i, i)"},
       {"bitwise_xor", "ltorch.bitwise_xor(i, True)"},
+      {"copy", "ltorch.copy(x, y)"},
       {"where", "ltorch.where(m, x, float('inf'))"},
       {"clamp", "ltorch.clamp(x, None, 1.0)"},
       {"lerp", "ltorch.lerp(x, y, 0.25)"},
