@@ -4,8 +4,8 @@
 // type rules: one rule per op, found by its id (DESIGN.md 8).
 //
 // A rule reads forward values through `GradContext::forward` (the differentiate pass decides how
-// the backward program gets them: today a saved tensor) and gives each operand that needs a
-// gradient its contribution through `accumulate`. It computes in the dtype promotion gives and
+// the backward program gets them: a saved tensor, or the value computed again from saved ones)
+// and gives each operand that needs a gradient its contribution through `accumulate`. It computes in the dtype promotion gives and
 // returns contributions of the operand's shape and dtype (`sum_to` and `cast_to` below), as
 // PyTorch's derivatives.yaml formulas do.
 //
