@@ -49,6 +49,12 @@ class GradientPlan:
         self.through_node = [i for i in range(self.own) if i not in caller]
         self.around_node = [i for i in range(self.own) if i in caller]
         self.differentiable = gradient["differentiable_results"]
+        differentiable = set(self.differentiable)
+        # Per call, without rebuilding them: the node's outputs that carry no gradient, and
+        # where among the node's outputs each differentiable result is.
+        self.non_differentiable = [i for i in self.through_node if i not in differentiable]
+        position = {result: k for k, result in enumerate(self.through_node)}
+        self.gradient_positions = [position[i] for i in self.differentiable]
         self.saved = gradient["saved_results"]
         self.grad_inputs = gradient["grad_inputs"]  # tensor-leaf index per backward output
         self.backward_text = gradient["backward"]
@@ -83,10 +89,7 @@ class CompiledFunction(torch.autograd.Function):
         ctx.plan = plan
         ctx.n_leaves = len(leaves)
         ctx.save_for_backward(*saved)
-        differentiable = set(plan.differentiable)
-        ctx.mark_non_differentiable(
-            *[results[i] for i in plan.through_node if isinstance(results[i], torch.Tensor) and i not in differentiable]
-        )
+        ctx.mark_non_differentiable(*[results[i] for i in plan.non_differentiable if isinstance(results[i], torch.Tensor)])
         return tuple(results[i] for i in plan.through_node)
 
     @staticmethod
@@ -97,8 +100,7 @@ class CompiledFunction(torch.autograd.Function):
                 "through a kiln program); call the function outside kiln.jit for them."
             )
         plan: GradientPlan = ctx.plan
-        position = {result: k for k, result in enumerate(plan.through_node)}
-        inputs = [grads[position[i]] for i in plan.differentiable] + list(ctx.saved_tensors)
+        inputs = [grads[k] for k in plan.gradient_positions] + list(ctx.saved_tensors)
         computed = run_backward(plan, inputs) if plan.grad_inputs else ()
         out: list[Any] = [None] * (4 + ctx.n_leaves)
         for tensor_index, g in zip(plan.grad_inputs, computed):

@@ -194,13 +194,8 @@ class JitFunction:
     def _compile_differentiated(
         self, traced: TracedProgram, trace_seconds: float, leaves: list, structure: Any, form: int, assemble: Callable | None
     ) -> None:
-        def finish(own: list) -> Any:
-            if form == _SINGLE:
-                return own[0]
-            if form == _TUPLE:
-                return tuple(own)
-            return assemble(own)
-
+        # The function's own results -> its return value, as module.cpp's OutputForm does it.
+        finish = (lambda own: own[0]) if form == _SINGLE else tuple if form == _TUPLE else assemble
         positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         refused = "an op in it runs under torch.no_grad()" if traced.ran_without_grad else ""
         plan = GradientPlan(finish, positions, refused)

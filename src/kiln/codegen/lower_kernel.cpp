@@ -1306,6 +1306,7 @@ class KernelEmitter {
     // The operands, converted to the compute dtype (where's condition is not).
     const std::string c = suffix(typing.compute);
     std::vector<std::string> operands;
+    std::string integer_condition;  // where's condition, when it is held apart (below)
     for (int i = 0; i < op.arity; ++i) {
       const Operand& o = node.arg(static_cast<size_t>(i));
       bool convert = !(op.dtype_rule == DTypeRule::kWhere && i == 0);
@@ -1313,6 +1314,14 @@ class KernelEmitter {
         operands.push_back(fl ? "0.0" : "0LL");  // an absent clamp bound, never read
       } else if (o.is_value() && o.value()->is_tensor()) {
         Val v = eval(o.value(), broadcast_index(at, o.value()->tensor_type().shape));
+        if (!convert && fl && !is_floating(v.dtype)) {
+          // where's bool condition stays an integer: through a floating conversion a float32
+          // where inside an H200 reduction loop lost elements, and the integer test is what
+          // the expression means anyway.
+          integer_condition = "as_i(" + v.expr + ")";
+          operands.emplace_back();
+          continue;
+        }
         std::string held = fl ? "as_f(" + v.expr + ")" : "as_i(" + v.expr + ")";
         if (convert && v.dtype == typing.compute) {
           // Already exact in the compute dtype, in its register type: rounding it again would
@@ -1330,19 +1339,10 @@ class KernelEmitter {
     }
     static const char* names[] = {"a", "b", "c"};
     std::string decl = std::string("[[maybe_unused]] ") + (fl ? "K" : "int64_t") + " ";
-    // where's condition is a bool: held as an integer, never through a floating conversion (a
-    // float32 where inside an H200 reduction loop lost elements when its condition was
-    // converted to K; the integer test is what the expression means anyway).
     size_t first = 0;
-    if (op.dtype_rule == DTypeRule::kWhere && fl) {
-      const Operand& cond = node.arg(0);
-      if (cond.is_value() && cond.value()->is_tensor()) {
-        Val v = eval(cond.value(), broadcast_index(at, cond.value()->tensor_type().shape));
-        if (!is_floating(v.dtype)) {
-          decl = "[[maybe_unused]] const int64_t a = as_i(" + v.expr + ");\n  " + decl;
-          first = 1;
-        }
-      }
+    if (!integer_condition.empty()) {
+      decl = "[[maybe_unused]] const int64_t a = " + integer_condition + ";\n  " + decl;
+      first = 1;
     }
     for (size_t i = first; i < operands.size(); ++i)
       decl += (i > first ? ", " : "") + std::string(names[i]) + " = " + operands[i];

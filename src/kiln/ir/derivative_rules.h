@@ -5,9 +5,9 @@
 //
 // A rule reads forward values through `GradContext::forward` (the differentiate pass decides how
 // the backward program gets them: a saved tensor, or the value computed again from saved ones)
-// and gives each operand that needs a gradient its contribution through `accumulate`. It computes in the dtype promotion gives and
-// returns contributions of the operand's shape and dtype (`sum_to` and `cast_to` below), as
-// PyTorch's derivatives.yaml formulas do.
+// and gives each operand that needs a gradient its contribution through `accumulate`. It computes
+// in the dtype promotion gives and returns contributions of the operand's shape and dtype (`sum_to`
+// and `cast_to` below), as PyTorch's derivatives.yaml formulas do.
 //
 //   y = mul(a, b)       ->  accumulate(a, mul(g, forward(b)));  accumulate(b, mul(g, forward(a)))
 //   y = sum(a, [1])     ->  accumulate(a, expand(unsqueeze(g, 1), a.shape))

@@ -604,8 +604,8 @@ class Functionalizer {
 
   const Trace& eager_;
   const AliasPattern& pattern_;
-  const FunctionalizeOptions options_;
   const StorageAnalysis& sa_;
+  const FunctionalizeOptions options_;
   FunctionalProgram out_;
   Builder b_;
   std::unordered_map<int, StorageState> states_;

@@ -180,10 +180,12 @@ GradientProgram make_gradient_program(Trace& f, ProgramInterface& interface,
     return out;
   }
   const size_t own_outputs = f.outputs().size();
-  std::vector<bool> caller_has;
+  std::unordered_set<std::string> eager_names;
+  for (Value* e : eager.inputs())
+    eager_names.insert(e->name());
+  std::vector<bool> caller_has;  // an input that is its own base keeps its eager name
   for (Value* v : f.inputs())
-    caller_has.push_back(std::any_of(eager.inputs().begin(), eager.inputs().end(),
-                                     [&](Value* e) { return e->name() == v->name(); }));
+    caller_has.push_back(eager_names.contains(v->name()));
   Gradient g =
       differentiate(f, grads.requires_grad, result_values(f, interface, eager), caller_has);
   if (!g.refused.empty()) {
