@@ -46,13 +46,13 @@ def _resnet18() -> torch.nn.Module:
 
 
 def _gpt2_batch(gen: torch.Generator) -> tuple:
-    tokens = torch.randint(0, 128, (2, 16), generator=gen).to(torch.empty(0).device)
+    tokens = torch.randint(0, 128, (2, 16), generator=gen, device="cpu").to(torch.empty(0).device)
     return (tokens,), lambda model, tokens: model(input_ids=tokens, labels=tokens).loss
 
 
 def _resnet_batch(gen: torch.Generator) -> tuple:
-    x = torch.randn(4, 3, 32, 32, generator=gen).to(torch.empty(0).device)
-    y = torch.randint(0, 10, (4,), generator=gen).to(x.device)
+    x = torch.randn(4, 3, 32, 32, generator=gen, device="cpu").to(torch.empty(0).device)
+    y = torch.randint(0, 10, (4,), generator=gen, device="cpu").to(x.device)
     return (x, y), lambda model, x, y: F.cross_entropy(model(x), y)
 
 

@@ -618,8 +618,8 @@ def test_elementwise_inside_a_reduction_with_a_broadcast_operand(name, shape, di
 
     def make():
         gen = torch.Generator(device="cpu").manual_seed(7)
-        g, a = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
-        b = torch.randn(shape[1:], generator=gen)
+        g, a = (torch.randn(shape, generator=gen, device="cpu") for _ in range(2))
+        b = torch.randn(shape[1:], generator=gen, device="cpu")
         device = torch.empty(0).device
         return [g.to(device), a.to(device), b.to(device)]
 
