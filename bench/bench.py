@@ -83,6 +83,27 @@ def adam(params, grads, ms, vs):
         p.addcdiv_(m, v.sqrt().add_(eps), value=-lr)
 
 
+# Reductions whose output is one element per column or per row (issue 16; the reduction schedules
+# of src/kiln/codegen/schedule_reduction.h), and a full reduction.
+def column_sum(x):
+    x.mul_(2)
+    return x.sum(0)
+
+
+def row_sum(x):
+    x[:, : x.shape[1] // 2].clamp_(-1, 1)
+    return x.sum(-1)
+
+
+def norm_weight_grads(g, xhat):
+    return (g * xhat).sum(0), g.sum(0)
+
+
+def full_amax(x):
+    x.abs_()
+    return x.amax()
+
+
 @dataclass
 class Workload:
     name: str
@@ -93,6 +114,10 @@ class Workload:
 
 def _rows(n: int) -> tuple[int, int]:
     return max(n // 1024, 1), 1024
+
+
+def _wide(n: int, width: int = 4096) -> tuple[int, int]:
+    return max(n // width, 1), width
 
 
 def _adam_sizes(n: int) -> list[int]:
@@ -118,6 +143,11 @@ WORKLOADS = [
     Workload("rms norm", rms_norm, lambda n, d, dev: [torch.randn(*_rows(n), dtype=d, device=dev), torch.randn(1024, dtype=d, device=dev)], lambda n: 2 * n),
     Workload("softmax slice", softmax_slice, lambda n, d, dev: [torch.randn(*_rows(n), dtype=d, device=dev)], lambda n: 1 * n),
     Workload("adam", adam, _make_adam, lambda n: 7 * sum(_adam_sizes(n)) / n * n),
+    Workload("column sum", column_sum, lambda n, d, dev: [torch.randn(*_wide(n), dtype=d, device=dev)], lambda n: 2 * n),
+    Workload("row sum", row_sum, lambda n, d, dev: [torch.randn(*_wide(n), dtype=d, device=dev)], lambda n: 1.5 * n),
+    Workload("norm weight grads", norm_weight_grads,
+             lambda n, d, dev: [torch.randn(*_wide(n, 768), dtype=d, device=dev) for _ in range(2)], lambda n: 2 * n),
+    Workload("full amax", full_amax, lambda n, d, dev: [torch.randn(n, dtype=d, device=dev)], lambda n: 2 * n),
 ]
 
 # ---- timing --------------------------------------------------------------------------------------

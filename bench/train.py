@@ -15,6 +15,9 @@ GPT2LMHeadModel with random weights, dropout off) in bfloat16 at batch 8 x 1024 
                 batches, and the largest difference from eager's
   kiln          for kiln.jit: whether the step's forward ran as kiln's differentiated program
 Systems: kiln.jit (kiln.jit(model)), eager (the model), compile (torch.compile(model)).
+--profile N prints, per system, the N kernels of one step that took the most device time
+(torch.profiler); with KILN_DUMP=kernels KILN_DUMP_DIR=dir, a kiln kernel's source is the file
+of dir whose name holds the kernel's symbol.
 """
 
 from __future__ import annotations
@@ -69,7 +72,24 @@ def saved_bytes(step_forward) -> int:
     return sum(seen.values())
 
 
-def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int) -> dict:
+def top_kernels(step, count: int) -> list[dict]:
+    """The `count` kernels of one call of `step` that took the most device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    totals: dict[str, list] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            t = totals.setdefault(e.name, [0.0, 0])
+            t[0] += e.device_time_total / 1e3
+            t[1] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:count]
+    return [{"kernel": k, "ms": ms, "calls": n} for k, (ms, n) in ranked]
+
+
+def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int, profile: int = 0) -> dict:
     model = copy.deepcopy(base)
     wrapped = LossOf(model)
     forward = {"kiln.jit": lambda: kiln.jit(wrapped), "eager": lambda: wrapped, "compile": lambda: torch.compile(wrapped)}[name]()
@@ -103,9 +123,11 @@ def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], re
         step(batches[0])
         sync()
         times.append(time.perf_counter() - start)
+    kernels = top_kernels(lambda: step(batches[0]), profile) if profile and device.type == "cuda" else []
     saved = saved_bytes(lambda: forward(batches[0]))
     opt.zero_grad(set_to_none=True)
     return {
+        "top_kernels": kernels,
         "system": name,
         "step_ms": statistics.median(times) * 1e3,
         "saved_mb": saved / 2**20,
@@ -123,6 +145,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--check", type=int, default=5, help="steps whose losses are compared")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", type=int, default=0, help="kernels to list per system (CUDA)")
     args = parser.parse_args()
     device = torch.device(args.device)
     dtype = torch.float32 if args.small else torch.bfloat16
@@ -131,7 +154,7 @@ def main() -> None:
     vocab = base.config.vocab_size
     gen = torch.Generator(device=device).manual_seed(1)
     batches = [torch.randint(0, vocab, (batch, seq), generator=gen, device=device) for _ in range(args.check)]
-    results = [run_system(name, base, batches, args.repeat) for name in args.systems.split(",")]
+    results = [run_system(name, base, batches, args.repeat, args.profile) for name in args.systems.split(",")]
     eager = next((r for r in results if r["system"] == "eager"), None)
     print(f"GPT-2 {'small test config' if args.small else '124M'} {str(dtype).removeprefix('torch.')} batch {batch}x{seq} on {device}")
     print("| system | step ms | vs eager | saved MB | largest loss difference from eager | kiln's node |")
@@ -143,6 +166,11 @@ def main() -> None:
         print(f"| {r['system']} | {r['step_ms']:.2f} | {ratio:.2f}x | {r['saved_mb']:.1f} | {diff:.3g} | {r['differentiated']} |")
         for why in r["refusals"]:
             print(f"  {r['system']} ran eagerly: {why}")
+    for r in results:
+        if r["top_kernels"]:
+            print(f"{r['system']}: the kernels of one step with the most device time")
+            for t in r["top_kernels"]:
+                print(f"  {t['ms']:9.3f} ms {t['calls']:5d} calls  {t['kernel'][:110]}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(device), "dtype": str(dtype), "batch": [batch, seq], "results": results}, f, indent=2)

@@ -11,6 +11,7 @@
 
 #include "kiln/analysis/storage_analysis.h"
 #include "kiln/codegen/index_map.h"
+#include "kiln/codegen/schedule_reduction.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
 
@@ -103,10 +104,12 @@ struct NestBody {
   }
 };
 
-// How a nest runs: CPU loops (one per dim), one flat CUDA grid-stride loop over its elements, or
+// How a nest runs: CPU loops (one per dim), one flat CUDA grid-stride loop over its elements,
 // CUDA rows (a block or a warp per row of the dims before the last, its threads over the last
-// dim; the reductions at row level are computed by the row's threads together).
-enum class NestMode { kCpuLoops, kFlat, kRows };
+// dim; the reductions at row level are computed by the row's threads together), or CUDA columns
+// (a block per tile of consecutive elements, several threads per element sharing its reductions:
+// schedule_reduction.h).
+enum class NestMode { kCpuLoops, kFlat, kRows, kColumns };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
@@ -252,8 +255,10 @@ class KernelEmitter {
 
   // The body of the nest over `shape`, at the index loop_index(shape). With `lanes`, the body of
   // one lane of a vectorized CUDA nest: loads of lanes->inputs and every store use registers.
+  // With `unit_row`, `shape` ends in a dim of 1 that the outputs do not have: a row nest with one
+  // row per output element (ReductionSchedule::kRowPerElement), whose reductions are at row level.
   NestBody emit_body(const Shape& shape, Kernel& k, bool is_last, NestMode mode,
-                     const Lanes* lanes = nullptr) {
+                     const Lanes* lanes = nullptr, bool unit_row = false) {
     memo_.clear();
     loads_.assign(k.inputs.size(), {});
     unguarded_loads_.assign(k.inputs.size(), {});
@@ -271,6 +276,7 @@ class KernelEmitter {
     row_reductions_ = 0;
     row_reduce_count_ = 0;
     reductions_ = 0;
+    element_ = ElementReductions{};
     lanes_ = lanes;
     row_positions_.clear();
     row_caches_.clear();
@@ -283,10 +289,11 @@ class KernelEmitter {
       row_positions_[last] = RowPosition{cache_slot(last, row_lanes(shape.back())), shape.back()};
       level_of_[last + "_trip"] = level_of_[last + "_lane"] = static_cast<int>(shape.size());
     }
-    Index at = loop_index(shape);
+    const Shape out_shape(shape.begin(), shape.end() - (unit_row ? 1 : 0));
+    Index at = loop_index(out_shape);
     std::vector<std::pair<size_t, Val>> values;
     for (size_t j = 0; j < k.outputs.size(); ++j) {
-      if (k.outputs[j].shape != shape) continue;
+      if (k.outputs[j].shape != out_shape) continue;
       k.outputs[j].in_last_nest = is_last;
       values.emplace_back(j, eval(body_.outputs()[j], at));
     }
@@ -295,7 +302,7 @@ class KernelEmitter {
     for (const auto& [j, v] : values) {
       std::string n = std::to_string(j);
       IndexExpr address = IndexExpr::var("oo" + n);
-      for (size_t d = 0; d < shape.size(); ++d)
+      for (size_t d = 0; d < out_shape.size(); ++d)
         address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
       std::string where = lanes ? "lane_out" + n + ", l"
                           : lane_stores
@@ -566,25 +573,24 @@ class KernelEmitter {
   // A nest with a row statistic (a reduction that does not depend on the last dim): one block per
   // row of the dims before the last, the statistic computed by the block together, then each
   // thread computes and stores the row's elements at its own positions of the last dim.
+  // With `unit_row`, `shape` is the outputs' shape and a dim of 1 (emit_body): a row per element.
   std::string cuda_rows_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
-                             KernelNest& nest, std::string* entries) {
+                             KernelNest& nest, std::string* entries, bool unit_row = false) {
     std::vector<std::vector<StorageWindow>> windows = windows_;
     std::vector<bool> whole = whole_storage_;
-    const int64_t length = !shape.empty() && shape.back() > 1 ? shape.back() : row_reduce_count_;
+    const int64_t length = !shape.empty() && shape.back() > 1 ? shape.back()
+                           : unit_row                         ? element_.longest
+                                                              : row_reduce_count_;
     // The row vector width: 16 bytes of the kernel's widest tensor dtype.
-    int64_t widest = 1;
-    for (size_t i = 0; i < k.inputs.size(); ++i)
-      if (k.inputs[i].is_tensor)
-        widest = std::max<int64_t>(widest, dtype_size(body_.inputs()[i]->tensor_type().dtype));
-    for (const KernelOutput& o : k.outputs)
-      widest = std::max<int64_t>(widest, dtype_size(o.dtype));
+    const int64_t widest = widest_dtype_bytes(k);
     row_length_ = length;
     row_vector_ = static_cast<int>(std::min<int64_t>(8, 16 / widest));
     row_threads_ = row_threads_for(length, row_vector_);
     nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
     nest.rows_per_block = nest.block_threads / row_threads_;
-    NestBody rows = emit_body(shape, k, is_last, NestMode::kRows);
-    if (is_last) record_last_nest_loads(shape, k);
+    NestBody rows = emit_body(shape, k, is_last, NestMode::kRows, nullptr, unit_row);
+    if (is_last)
+      record_last_nest_loads(unit_row ? Shape(shape.begin(), shape.end() - 1) : shape, k);
     windows_ = windows;
     whole_storage_ = whole;
     Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
@@ -592,6 +598,7 @@ class KernelEmitter {
     std::string name = "nest" + std::to_string(index);
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                       "_rows(const Args& a) {\n" + cuda_decls(k);
+    if (unit_row) src += "  // schedule: row per element\n";
     src += "  const I rows = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
     if (nest.rows_per_block == 1) {
       src +=
@@ -726,6 +733,67 @@ class KernelEmitter {
     return "block_" + op + "<" + std::to_string(row_threads_) + ">";
   }
 
+  // Bytes of the widest dtype the kernel reads or writes.
+  int64_t widest_dtype_bytes(const Kernel& k) const {
+    int64_t widest = 1;
+    for (size_t i = 0; i < k.inputs.size(); ++i)
+      if (k.inputs[i].is_tensor)
+        widest = std::max<int64_t>(widest, dtype_size(body_.inputs()[i]->tensor_type().dtype));
+    for (const KernelOutput& o : k.outputs)
+      widest = std::max<int64_t>(widest, dtype_size(o.dtype));
+    return widest;
+  }
+
+  // A nest whose elements are outer reductions over few elements (ReductionSchedule::kColumns):
+  // a block per tile of consecutive elements, the tile's threads at neighbouring elements and
+  // each element's lanes splitting its reduced elements, combined by column_<op>. The tile loop is
+  // uniform over the block (the combines' barriers); a thread past the last element computes the
+  // last one's again and stores nothing.
+  //   for (tile ...) { column = tile * 16 + threadIdx.x % 16; lin = min(column, n - 1); ...
+  //     for (rl = column_lane; rl < 8192; rl += 16) acc = red_sum(acc, x[rl, i0]);
+  //     acc = column_sum<16, 16>(acc); if (column < n && column_lane == 0) store }
+  std::string cuda_columns_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                                KernelNest& nest, const ReductionSchedule& schedule,
+                                std::string* entries) {
+    std::vector<std::vector<StorageWindow>> windows = windows_;
+    std::vector<bool> whole = whole_storage_;
+    column_tile_ = schedule.tile;
+    column_lanes_ = schedule.lanes;
+    NestBody body = emit_body(shape, k, is_last, NestMode::kColumns);
+    if (is_last) record_last_nest_loads(shape, k);
+    windows_ = windows;
+    whole_storage_ = whole;
+    const std::string tile = std::to_string(schedule.tile);
+    nest.rows = (nest.numel + schedule.tile - 1) / schedule.tile;
+    nest.block_threads = schedule.tile * schedule.lanes;
+    std::string name = "nest" + std::to_string(index);
+    std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
+                      "_columns(const Args& a) {\n" + cuda_decls(k);
+    src += "  // schedule: " + schedule.describe() + "\n";
+    src += "  const I n = static_cast<I>(" + std::to_string(nest.numel) + "LL);\n";
+    src += "  const I tiles = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
+    src += "  [[maybe_unused]] const int column_lane = static_cast<int>(threadIdx.x) / " + tile +
+           ";\n";
+    src +=
+        "  for (I tile = static_cast<I>(blockIdx.x); tile < tiles; tile += "
+        "static_cast<I>(gridDim.x)) {\n";
+    src +=
+        "    const I column = tile * " + tile + " + static_cast<I>(threadIdx.x % " + tile + ");\n";
+    src += "    const I lin = column < n ? column : n - 1;\n";
+    src += decompose(shape, "    ") + indented(body.flat(), 2);
+    src += "    if (column < n && column_lane == 0) {\n" + indented(body.stores, 3) + "    }\n";
+    src += "  }\n}\n";
+    for (int bits : {32, 64}) {
+      std::string entry = "_n" + std::to_string(index) + "_s" + std::to_string(bits);
+      *entries += "extern \"C\" __global__ void __launch_bounds__(" +
+                  std::to_string(nest.block_threads) + ") KILN_CAT(KILN_KERNEL_NAME, " + entry +
+                  ")(const Args a) {\n  " + name + "_columns<" +
+                  (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
+    }
+    k.nests.push_back(std::move(nest));
+    return src;
+  }
+
   // The nest's device functions and their entries (appended to `entries`).
   std::string cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                         std::string* entries) {
@@ -738,6 +806,16 @@ class KernelEmitter {
 
     NestBody scalar = emit_body(shape, k, is_last, NestMode::kFlat);
     if (row_reductions_ > 0) return cuda_rows_nest(index, shape, k, is_last, nest, entries);
+    element_.numel = nest.numel;
+    element_.widest = widest_dtype_bytes(k);
+    const ReductionSchedule schedule = choose_reduction_schedule(element_, kCudaBlock);
+    if (schedule.kind == ReductionSchedule::Kind::kRowPerElement) {
+      Shape rows = shape;
+      rows.push_back(1);
+      return cuda_rows_nest(index, rows, k, is_last, nest, entries, /*unit_row=*/true);
+    }
+    if (schedule.kind == ReductionSchedule::Kind::kColumns)
+      return cuda_columns_nest(index, shape, k, is_last, nest, schedule, entries);
     if (is_last) record_last_nest_loads(shape, k);
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                       "_scalar(const Args& a) {\n" + decls;
@@ -1396,7 +1474,17 @@ class KernelEmitter {
       row_reduce_count_ = std::max(row_reduce_count_, count);
     }
     ++reductions_;
+    // At the nest's own element (not inside another reduction's pass): its threads may share it.
+    const bool element_level = !row_level && depth == nest_rank_;
+    if (element_level) {
+      ++element_.count;
+      element_.arg += arg ? 1 : 0;
+      element_.inner = element_.inner ||
+                       std::find(reduced.begin(), reduced.end(), in.rank() - 1) != reduced.end();
+      element_.longest = std::max(element_.longest, count);
+    }
     const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
+    const bool columnar = mode_ == NestMode::kColumns && element_level && !arg;
     // A pass every load of which comes before any store of the row's elements: a CUDA row nest's
     // pass over the row ends at a barrier (block_<op>) or a warp's shuffles, which every thread of
     // the row reaches only after its loads; a CPU row's passes run before its last loop, in the
@@ -1475,6 +1563,11 @@ class KernelEmitter {
       if (cooperative) {
         BlockLoop loop = block_loop(rl, "int64_t", count);
         levels_.at(static_cast<size_t>(depth)) += indented(loop.open + body + loop.close, 0);
+      } else if (columnar) {  // this thread's lane takes every column_lanes_-th element
+        emit(depth, "for (int64_t " + rl + " = column_lane; " + rl + " < " + n + "; " + rl +
+                        " += " + std::to_string(column_lanes_) + ") {");
+        levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
+        emit(depth, "}");
       } else {
         emit(depth, "for (int64_t " + rl + " = 0; " + rl + " < " + n + "; ++" + rl + ") {");
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
@@ -1482,10 +1575,15 @@ class KernelEmitter {
       }
     };
 
-    std::string acc = fresh("acc");
-    auto finish = [&](const std::string& op) {
-      if (cooperative) emit(depth, acc + " = " + row_combine(op) + "(" + acc + ");");
+    // The line that combines the threads' partial results `a` of a shared reduction, if any.
+    auto combine = [&](const std::string& a, const std::string& op) {
+      if (cooperative) emit(depth, a + " = " + row_combine(op) + "(" + a + ");");
+      if (columnar)
+        emit(depth, a + " = column_" + op + "<" + std::to_string(column_tile_) + ", " +
+                        std::to_string(column_lanes_) + ">(" + a + ");");
     };
+    std::string acc = fresh("acc");
+    auto finish = [&](const std::string& op) { combine(acc, op); };
     std::string result;
     switch (id) {
       case OpId::kSum:
@@ -1534,7 +1632,7 @@ class KernelEmitter {
           std::string dev = "(" + x + " - " + mean + ")";
           return m2 + " = red_sum(" + m2 + ", " + dev + " * " + dev + ");";
         });
-        if (cooperative) emit(depth, m2 + " = " + row_combine("sum") + "(" + m2 + ");");
+        combine(m2, "sum");
         // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
         std::string divisor = fresh("n");
         std::string excess = "(" + std::to_string(count) + ".0 - " + correction.as_double + ")";
@@ -2025,7 +2123,10 @@ class KernelEmitter {
   std::map<std::string, RowCache> row_caches_;
   std::string row_fills_;
   int64_t row_cache_words_ = 0;
-  int reductions_ = 0;  // reductions in the nest so far
+  int reductions_ = 0;         // reductions in the nest so far
+  ElementReductions element_;  // the nest's element-level reductions so far (reduction)
+  int column_tile_ = 0;        // a column nest's elements per block
+  int column_lanes_ = 0;       // ... and threads per element
   std::unordered_map<std::string, Val> memo_;
   std::vector<IndexCheck> index_checks_;      // of the index ops lowered so far (one per use)
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at

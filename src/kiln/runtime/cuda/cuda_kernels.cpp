@@ -369,7 +369,9 @@ CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
       dump("kernels", "step" + std::to_string(s) + "-not-lowered.txt", lowered.why_not + "\n");
       continue;
     }
-    dump("kernels", "step" + std::to_string(s) + ".cu", lowered.kernel->source);
+    // Named by its symbol too, so that a profiler's kernel name finds its source.
+    dump("kernels", "step" + std::to_string(s) + "-" + symbol_for(*lowered.kernel) + ".cu",
+         lowered.kernel->source);
     pk.steps[s] = CudaStepKernel{std::move(*lowered.kernel), {}, device};
     at.push_back(s);
   }

@@ -1,0 +1,52 @@
+#include "kiln/codegen/schedule_reduction.h"
+
+#include <algorithm>
+
+namespace kiln::codegen {
+
+namespace {
+
+// Reductions of fewer elements stay serial: a cooperative form's combine costs more than it
+// spreads.
+constexpr int64_t kShortestShared = 16;
+// Outer reductions with at least this many elements keep one thread each: the loads of a warp's
+// 32 threads are neighbours, and the elements fill the H200 (132 SMs x 2048 threads).
+constexpr int64_t kSerialOuterElements = int64_t{1} << 18;
+// The blocks a column schedule aims for (two per SM of the H200).
+constexpr int64_t kColumnBlocks = 264;
+// The narrowest row a column tile reads: one 32-byte memory sector.
+constexpr int64_t kSectorBytes = 32;
+
+}  // namespace
+
+std::string ReductionSchedule::describe() const {
+  switch (kind) {
+    case Kind::kSerial:
+      return "serial";
+    case Kind::kRowPerElement:
+      return "row per element";
+    case Kind::kColumns:
+      return "columns (tile " + std::to_string(tile) + ", " + std::to_string(lanes) + " lanes)";
+  }
+  return "";
+}
+
+ReductionSchedule choose_reduction_schedule(const ElementReductions& facts, int block) {
+  ReductionSchedule s;
+  if (facts.count == 0 || facts.arg > 0 || facts.longest < kShortestShared) return s;
+  if (facts.inner) {
+    s.kind = ReductionSchedule::Kind::kRowPerElement;
+    return s;
+  }
+  if (facts.numel >= kSerialOuterElements) return s;
+  const int64_t narrowest = std::max<int64_t>(1, kSectorBytes / std::max<int64_t>(facts.widest, 1));
+  int tile = 32;
+  while (tile > narrowest && (facts.numel + tile - 1) / tile < kColumnBlocks)
+    tile /= 2;
+  s.kind = ReductionSchedule::Kind::kColumns;
+  s.tile = tile;
+  s.lanes = block / tile;
+  return s;
+}
+
+}  // namespace kiln::codegen
