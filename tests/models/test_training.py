@@ -1,9 +1,14 @@
 """Training through kiln (kiln._autograd): a GPT (Hugging Face's GPT-2 architecture, small) and a
 ResNet-18 with BatchNorm in train mode, trained with AdamW from the same initial weights and
 batches under kiln and under eager, through kiln.jit(model) and torch.compile(model,
-backend="kiln"). The loss equals eager's at every step within float32's tolerance, the running
-statistics too, and every step's forward ran as kiln's differentiated program (not an eager
-refusal). KILN_TRAINING_STEPS sets the steps (default 50).
+backend="kiln"). Every step's forward ran as kiln's differentiated program (not an eager
+refusal), and kiln's float32 trajectory is as close to the exact one as eager's float32 is: a
+third copy trains in float64, and at every step kiln's loss (and at the end its running
+statistics) is no farther from float64's than a few times the farthest eager's has been so far,
+plus float32's rounding. (A fixed tolerance against eager's float32 does not hold on the GPU:
+AdamW turns the rounding of other summation orders, cuDNN's included, into differences that
+grow with the steps, by 2.5e-4 of the loss at step 3 of the ResNet on the H200.)
+KILN_TRAINING_STEPS sets the steps (default 50).
 
 On the CPU in CI; KILN_TEST_DEVICE=cuda runs them on the GPU (tests/conftest.py).
 """
@@ -71,6 +76,22 @@ def _kiln_node(loss: torch.Tensor) -> bool:
     return False
 
 
+# kiln's distance from the float64 trajectory may be this many times eager float32's largest so
+# far, plus FLOAT32_FLOOR of the value (the rounding of one float32 result).
+DISTANCE_FACTOR = 4.0
+FLOAT32_FLOOR = 1e-5
+
+
+def _within_eager_float32(got, eager, exact, worst: float, what: str) -> float:
+    """Checks |got - exact| against eager's distance; returns the largest eager distance so far."""
+    got, eager, exact = (torch.as_tensor(t).detach().double().cpu() for t in (got, eager, exact))
+    worst = max(worst, float((eager - exact).norm()))
+    distance = float((got - exact).norm())
+    bound = DISTANCE_FACTOR * worst + FLOAT32_FLOOR * float(exact.norm()) + 1e-12
+    assert distance <= bound, f"{what}: kiln is {distance:.3g} from float64, eager float32 at most {worst:.3g} (bound {bound:.3g})"
+    return worst
+
+
 @pytest.mark.parametrize("door", ["kiln.jit", "torch.compile"])
 @pytest.mark.parametrize("name", ["gpt2", "resnet18"])
 def test_trains_like_eager(name, door):
@@ -78,21 +99,28 @@ def test_trains_like_eager(name, door):
     torch.manual_seed(0)
     model = build().to(torch.empty(0).device)
     reference = copy.deepcopy(model)
+    exact = copy.deepcopy(model).double()
     compiled = kiln.jit(model) if door == "kiln.jit" else torch.compile(model, backend=kiln.backend)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-3)
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-3) for m in (model, reference, exact)]
     gen = torch.Generator().manual_seed(1)
+    worst = 0.0
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*(eagerly|eager PyTorch).*")  # kiln refused
         for step in range(STEPS):
             inputs, loss_of = batch(gen)
             loss = loss_of(compiled, *inputs)
             ref_loss = loss_of(reference, *inputs)
+            exact_loss = loss_of(exact, *(t.double() if t.is_floating_point() else t for t in inputs))
             assert _kiln_node(loss), f"step {step}: the forward did not run as kiln's program"
-            torch.testing.assert_close(loss, ref_loss, rtol=1e-4, atol=1e-5, msg=lambda m: f"step {step}: {m}")
-            for o, l in ((opt, loss), (ref_opt, ref_loss)):
+            assert torch.isfinite(loss), f"step {step}: loss {loss}"
+            worst = _within_eager_float32(loss, ref_loss, exact_loss, worst, f"step {step}'s loss")
+            for o, l in zip(opts, (loss, ref_loss, exact_loss)):
                 o.zero_grad(set_to_none=True)
                 l.backward()
                 o.step()
-    for (n, b), c in zip(model.named_buffers(), reference.buffers()):
-        torch.testing.assert_close(b, c, rtol=1e-4, atol=1e-5, msg=lambda m: f"buffer {n}: {m}")
+    for (n, b), c, e in zip(model.named_buffers(), reference.buffers(), exact.buffers()):
+        assert b.dtype == c.dtype and b.shape == c.shape, f"buffer {n}"
+        if b.is_floating_point():
+            _within_eager_float32(b, c, e, 0.0, f"buffer {n}")
+        else:
+            assert torch.equal(b, c), f"buffer {n}"

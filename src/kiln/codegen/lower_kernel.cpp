@@ -1498,8 +1498,10 @@ class KernelEmitter {
     // a float-to-double conversion per element (16 a clock per SM, the unit that also rounds to
     // bfloat16), which bounded the bf16 normalization at 2.6x its byte floor. Max and min are
     // exact in either.
+    // A column nest's lane sums count / lanes of the elements before the lanes combine.
+    const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_ : count;
     const bool float_acc =
-        fl && reg(held) == "float" && (id == OpId::kAmax || id == OpId::kAmin || count <= 4096);
+        fl && reg(held) == "float" && (id == OpId::kAmax || id == OpId::kAmin || serial <= 4096);
     const std::string acc_type = fl ? (float_acc ? "float" : "double") : "int64_t";
     // The type each element enters the accumulator in (red_<op> has float and double forms).
     const std::string element_type =
@@ -1564,6 +1566,7 @@ class KernelEmitter {
         BlockLoop loop = block_loop(rl, "int64_t", count);
         levels_.at(static_cast<size_t>(depth)) += indented(loop.open + body + loop.close, 0);
       } else if (columnar) {  // this thread's lane takes every column_lanes_-th element
+        emit(depth, "#pragma unroll 4");
         emit(depth, "for (int64_t " + rl + " = column_lane; " + rl + " < " + n + "; " + rl +
                         " += " + std::to_string(column_lanes_) + ") {");
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
