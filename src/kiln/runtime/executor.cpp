@@ -635,14 +635,32 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   // What the caller gets back.
   std::vector<RtValue> results;
   std::set<const RtTensor*> handed_out;        // fresh tensors returned as they are
+  std::set<const Storage*> handed_storages;    // ... and their storages
   std::map<int, TensorHandle> fresh_storages;  // kFreshView: one buffer per shared storage
+  // Whether `value` can be handed to the caller as it is, laid out as `g` in a storage of
+  // `numel` elements: a buffer of the program's own (not the caller's, nor one already handed
+  // out), from the caller's allocator where it has one, in that very layout.
+  auto hand_out_as_is = [&](const RtTensor& value, const Geometry& g, int64_t numel) {
+    bool from_allocator = !options.allocator || value.storage->from_allocator;
+    return from_allocator && !caller_storages.contains(value.storage.get()) &&
+           !handed_storages.contains(value.storage.get()) && value.sizes == g.sizes &&
+           value.strides == g.strides && value.offset == g.offset &&
+           value.storage->numel() == numel;
+  };
   for (const ReturnBinding& r : program.interface.returns) {
     switch (r.kind) {
       case ReturnBinding::Kind::kFreshView: {
         TensorHandle& buffer = fresh_storages[r.index];
         if (!buffer) {
           const auto& value = std::get<TensorHandle>(values.at(static_cast<size_t>(r.index)));
-          buffer = memory.materialize(*value, r.storage_geometry, r.storage_numel);
+          // The storage's value in its own buffer (a kernel's output, usually) is that buffer:
+          // the views (a forward's saved q, k and v of one projection) share it without a copy.
+          if (hand_out_as_is(*value, r.storage_geometry, r.storage_numel)) {
+            buffer = value;
+            handed_storages.insert(value->storage.get());
+          } else {
+            buffer = memory.materialize(*value, r.storage_geometry, r.storage_numel);
+          }
         }
         results.emplace_back(
             make_view(buffer, r.geometry.sizes, r.geometry.strides, r.geometry.offset));
@@ -660,11 +678,9 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         // copy. A layout with repeated elements (stride 0) is legal here: every copy gets the
         // same value.
         const RtTensor& value = **t;
-        bool from_allocator = !options.allocator || value.storage->from_allocator;
-        if (from_allocator && !caller_storages.contains(value.storage.get()) &&
-            value.sizes == r.geometry.sizes && value.strides == r.geometry.strides &&
-            value.offset == r.geometry.offset && value.storage->numel() == r.storage_numel &&
+        if (hand_out_as_is(value, r.geometry, r.storage_numel) &&
             handed_out.insert(t->get()).second) {
+          handed_storages.insert(value.storage.get());
           results.push_back(v);
           break;
         }
