@@ -595,6 +595,8 @@ class KernelEmitter {
     whole_storage_ = whole;
     Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
     nest.rows = std::max<int64_t>(shape_numel(outer), 1);
+    refuse_an_idle_device((nest.rows + nest.rows_per_block - 1) / nest.rows_per_block,
+                          nest.rows * length * widest);
     std::string name = "nest" + std::to_string(index);
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                       "_rows(const Args& a) {\n" + cuda_decls(k);
@@ -733,6 +735,15 @@ class KernelEmitter {
     return "block_" + op + "<" + std::to_string(row_threads_) + ">";
   }
 
+  // A reduction nest of `blocks` blocks over `bytes` that would be slower than eager's kernels
+  // (leaves_the_device_idle) is not lowered: PyTorch runs the region's ops on the device.
+  void refuse_an_idle_device(int64_t blocks, int64_t bytes) const {
+    if (leaves_the_device_idle(blocks, bytes))
+      not_lowered("a reduction over " + std::to_string(bytes) + " bytes in " +
+                  std::to_string(blocks) +
+                  " blocks would leave the GPU idle (no reduction split across blocks yet)");
+  }
+
   // Bytes of the widest dtype the kernel reads or writes.
   int64_t widest_dtype_bytes(const Kernel& k) const {
     int64_t widest = 1;
@@ -765,6 +776,7 @@ class KernelEmitter {
     whole_storage_ = whole;
     const std::string tile = std::to_string(schedule.tile);
     nest.rows = (nest.numel + schedule.tile - 1) / schedule.tile;
+    refuse_an_idle_device(nest.rows, nest.numel * element_.longest * widest_dtype_bytes(k));
     nest.block_threads = schedule.tile * schedule.lanes;
     std::string name = "nest" + std::to_string(index);
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +

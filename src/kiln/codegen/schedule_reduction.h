@@ -44,4 +44,11 @@ struct ReductionSchedule {
 // `block` is the kernel's threads per block.
 ReductionSchedule choose_reduction_schedule(const ElementReductions& facts, int block);
 
+// Whether a reduction nest of `blocks` blocks that reads `bytes` leaves the device so empty that
+// it would run slower than eager PyTorch's kernels (which split such reductions across the
+// device): fewer blocks than the H200 has SMs, each reading more than kMaxBytesPerLoneBlock. Such
+// a region is not lowered and runs as PyTorch ops on the device, until kiln has a reduction
+// split across blocks (a full reduction, a column sum over few columns, a few long rows).
+bool leaves_the_device_idle(int64_t blocks, int64_t bytes);
+
 }  // namespace kiln::codegen
