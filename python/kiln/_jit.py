@@ -277,7 +277,9 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     miss; the kernels themselves are prepared during the program's first run, whose whole time
     is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly; host_copies,
     host_copy_bytes: on CUDA, the storages the last call copied between device and host to
-    interpret a step there, and their bytes (0 when every step ran on the device); cuda_graph:
+    interpret a step there, and their bytes (0 when every step ran on the device);
+    layout_copies, layout_copy_bytes: other copies the last call made (a synthetic base's
+    storage, a result in the caller's memory, a result laid out otherwise than eager's); cuda_graph:
     on CUDA, "replayed" when the last call ran the program as one CUDA graph, "captured" when it
     made that graph, else "" (src/kiln/runtime/cuda/graph_replay.h; KILN_CUDA_GRAPHS=0 turns
     graphs off); cuda_graph_refused: why the program never runs as a graph ("" while it may);
@@ -297,6 +299,8 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "writebacks_with_temporary": p.writebacks_with_temporary,
         "host_copies": run["host_copies"],
         "host_copy_bytes": run["host_copy_bytes"],
+        "layout_copies": run["layout_copies"],
+        "layout_copy_bytes": run["layout_copy_bytes"],
         "cache_hits": jitted._cache.hits + jitted._grad_cache.hits,
         "cache_misses": jitted._cache.misses + jitted._grad_cache.misses,
         "compile_seconds": p.compile_seconds,

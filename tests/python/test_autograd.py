@@ -626,3 +626,48 @@ def test_tiny_gpt_trains_like_eager():
             opt_.step()
         for (name, p), q in zip(model.named_parameters(), reference.parameters()):
             torch.testing.assert_close(p.grad, q.grad, rtol=1e-3, atol=1e-5, msg=lambda m: f"step {step} {name}: {m}")
+
+
+class _Attention(torch.nn.Module):
+    """q, k and v as views of one projection into scaled_dot_product_attention (an eager step,
+    whose output is a transposed view on the CPU and on CUDA)."""
+
+    def __init__(self, dim=16, heads=2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in self.qkv(x).split(d, -1))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d)).square().mean()
+
+
+def test_a_training_step_copies_nothing_its_kernels_do_not_compute(monkeypatch):
+    # The forward hands its saved values to the backward in the layout they have (a copy into
+    # eager's layout cost GPT-2's step 60 strided copies on the H200), and the backward reads
+    # saved views of one storage (q, k, v) where they lie, without a copy of the storage.
+    import kiln._jit
+
+    plans = []
+    run = kiln._jit.run_differentiated
+    monkeypatch.setattr(kiln._jit, "run_differentiated", lambda plan, *a: plans.append(plan) or run(plan, *a))
+    torch.manual_seed(0)
+    model, reference = _Attention(), _Attention()
+    reference.load_state_dict(model.state_dict())
+    jitted = kiln.jit(model)
+    x = torch.randn(2, 8, 16)
+    for _ in range(2):
+        model.zero_grad()
+        loss = jitted(x)
+        loss.backward()
+    ref_loss = reference(x)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
+    assert _is_kiln_node(loss)
+    assert kiln.last_stats(jitted)["layout_copies"] == 0
+    assert plans[-1].backward_cache.last_run_stats["layout_copies"] == 0

@@ -44,6 +44,9 @@ struct ReturnBinding {
                       // kFreshView: the view, relative to the fresh storage
   int64_t storage_numel = 0;
   Geometry storage_geometry;  // kFreshView: the storage's whole value within the storage
+  // kValue: a result no caller code sees (a value a differentiated forward saves for its
+  // backward), handed out in whatever layout it has: a copy into `geometry` would buy nothing.
+  bool any_layout = false;
 };
 
 struct MetadataUpdate {

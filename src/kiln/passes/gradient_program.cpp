@@ -138,6 +138,7 @@ std::string connect_saved(Trace& f, ProgramInterface& interface, const Trace& ea
       if (v->is_tensor()) {
         r.geometry = contiguous_geometry(v->tensor_type().shape);
         r.storage_numel = v->tensor_type().numel();
+        r.any_layout = true;  // only the backward reads it (compiled for the layout it gets)
       }
     }
     saved_results.push_back(static_cast<int>(interface.returns.size()));

@@ -149,23 +149,27 @@ bool can_store_in_kernel(const codegen::Kernel& kernel, size_t j, const RtTensor
 // are copied up.
 class DeviceMemoryOps {
  public:
-  DeviceMemoryOps(Device device, const ExecuteOptions& options)
-      : device_(device), allocator_(options.allocator), stream_(options.stream) {}
+  DeviceMemoryOps(Device device, const ExecuteOptions& options, ExecutionStats* stats)
+      : device_(device), allocator_(options.allocator), stream_(options.stream), stats_(stats) {}
   bool cuda() const { return device_.kind == Device::Kind::kCuda; }
   Device device() const { return device_; }
   void* stream() const { return stream_; }
   Allocator* allocator() const { return allocator_; }
 
   TensorHandle clone_of(const RtTensor& t) const {
+    count_copy(t);
+    return uncounted_clone(t);
+  }
+  TensorHandle uncounted_clone(const RtTensor& t) const {
     if (cuda()) return cuda::cuda_clone(t, stream_, allocator_);
     TensorHandle out =
         host_tensor(t.dtype(), t.sizes, contiguous_strides(t.sizes), 0, t.numel(), false);
     copy_into(*out, t);
     return out;
   }
-  // clone_of as a function, for the interpreter's views of device tensors (DeviceCopyScope).
+  // A clone as a function, for the interpreter's views of device tensors (DeviceCopyScope).
   std::function<TensorHandle(const RtTensor&)> device_copier() const {
-    return [this](const RtTensor& t) { return clone_of(t); };
+    return [this](const RtTensor& t) { return uncounted_clone(t); };
   }
   void copy(RtTensor& dst, const RtTensor& src) const {
     if (cuda())
@@ -182,6 +186,7 @@ class DeviceMemoryOps {
   }
   // A fresh tensor of this layout holding `value`'s elements (a layout may repeat elements).
   TensorHandle materialize(const RtTensor& value, const Geometry& g, int64_t storage_numel) const {
+    count_copy(value);
     bool covers = g.offset == 0 && shape_numel(g.sizes) == storage_numel &&
                   contiguous_strides(g.sizes) == g.strides;
     if (cuda()) {
@@ -271,9 +276,15 @@ class DeviceMemoryOps {
     out->storage = std::move(storage);
     return out;
   }
+  void count_copy(const RtTensor& t) const {
+    ++stats_->layout_copies;
+    stats_->layout_copy_bytes += t.numel() * dtype_size(t.dtype());
+  }
+
   Device device_;
   Allocator* allocator_;
   void* stream_;
+  ExecutionStats* stats_;
 };
 
 // A program's kernels for one device, prepared on its first execute (CompiledProgram::
@@ -397,9 +408,15 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
       << "the arguments share memory differently from the call the program was compiled for; "
          "compile it for this alias pattern.";
 
-  // The trace's inputs: one per group (the caller's tensor itself, or a copy of the storage
-  // extent for a synthetic base — the trace is functional, so it only reads it), then numbers.
-  const DeviceMemoryOps memory(device_of(args), options);
+  // The trace's inputs: one per group (the caller's tensor itself, or for a synthetic base the
+  // storage extent: the caller's memory where no step writes into it and the extent starts the
+  // storage, else a copy, since the functional trace reads its inputs as they were before any
+  // writeback), then numbers.
+  const DeviceMemoryOps memory(device_of(args), options, stats);
+  std::set<const Value*> written;
+  for (const Step& step : program.plan.steps)
+    for (const Step::Writeback& wb : step.writebacks)
+      written.insert(wb.target);
   std::vector<GroupBase> bases(pattern.groups.size());
   std::vector<RtValue> inputs;
   for (size_t g = 0; g < pattern.groups.size(); ++g) {
@@ -411,7 +428,10 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
     bases[g].start = caller->offset - pattern.inputs[j].geometry.offset;
     if (pattern.groups[g].synthetic) {
       TensorHandle extent = make_view(caller, {pattern.groups[g].numel}, {1}, bases[g].start);
-      inputs.emplace_back(memory.clone_of(*extent));
+      // (The trace addresses the base's storage from 0, as_strided's offsets included: a view
+      // serves only where the extent starts the caller's storage.)
+      bool read_in_place = !written.contains(trace.inputs()[g]) && bases[g].start == 0;
+      inputs.emplace_back(read_in_place ? extent : memory.clone_of(*extent));
     } else {
       inputs.emplace_back(caller);
     }
@@ -638,13 +658,13 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   std::set<const Storage*> handed_storages;    // ... and their storages
   std::map<int, TensorHandle> fresh_storages;  // kFreshView: one buffer per shared storage
   // Whether `value` can be handed to the caller as it is, laid out as `g` in a storage of
-  // `numel` elements: a buffer of the program's own (not the caller's, nor one already handed
-  // out), from the caller's allocator where it has one, in that very layout.
+  // `numel` elements: a buffer of the program's own (not the caller's), from the caller's
+  // allocator where it has one, in that very layout. (Results that are views of one value share
+  // its storage, as eager's views of one tensor do: a forward's saved q, k and v.)
   auto hand_out_as_is = [&](const RtTensor& value, const Geometry& g, int64_t numel) {
     bool from_allocator = !options.allocator || value.storage->from_allocator;
     return from_allocator && !caller_storages.contains(value.storage.get()) &&
-           !handed_storages.contains(value.storage.get()) && value.sizes == g.sizes &&
-           value.strides == g.strides && value.offset == g.offset &&
+           value.sizes == g.sizes && value.strides == g.strides && value.offset == g.offset &&
            value.storage->numel() == numel;
   };
   for (const ReturnBinding& r : program.interface.returns) {
@@ -653,9 +673,10 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         TensorHandle& buffer = fresh_storages[r.index];
         if (!buffer) {
           const auto& value = std::get<TensorHandle>(values.at(static_cast<size_t>(r.index)));
-          // The storage's value in its own buffer (a kernel's output, usually) is that buffer:
-          // the views (a forward's saved q, k and v of one projection) share it without a copy.
-          if (hand_out_as_is(*value, r.storage_geometry, r.storage_numel)) {
+          // The storage's value in its own buffer (a kernel's output, usually) is that buffer,
+          // unless another result already holds it (two fresh storages are two buffers).
+          if (hand_out_as_is(*value, r.storage_geometry, r.storage_numel) &&
+              !handed_storages.contains(value->storage.get())) {
             buffer = value;
             handed_storages.insert(value->storage.get());
           } else {
@@ -678,8 +699,10 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         // copy. A layout with repeated elements (stride 0) is legal here: every copy gets the
         // same value.
         const RtTensor& value = **t;
-        if (hand_out_as_is(value, r.geometry, r.storage_numel) &&
-            handed_out.insert(t->get()).second) {
+        bool as_it_is = r.any_layout ? (!options.allocator || value.storage->from_allocator) &&
+                                           !caller_storages.contains(value.storage.get())
+                                     : hand_out_as_is(value, r.geometry, r.storage_numel);
+        if (as_it_is && handed_out.insert(t->get()).second) {
           handed_storages.insert(value.storage.get());
           results.push_back(v);
           break;

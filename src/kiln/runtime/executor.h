@@ -35,6 +35,11 @@ struct ExecutionStats {
   int torch_steps = 0;           // steps without a kernel run op by op by a StepRunner
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step
+  // Copies the executor makes besides writebacks: a synthetic base's storage extent (read by the
+  // trace), a result that lives in the caller's memory (detached from later writebacks), a
+  // result laid out otherwise than eager lays it out (materialized), and their bytes.
+  int layout_copies = 0;
+  int64_t layout_copy_bytes = 0;
   // CUDA: storages copied between the device and the host to interpret a step there, and their
   // bytes (both directions). DESIGN.md 7 wants none: every step on the device.
   int host_copies = 0;
