@@ -80,10 +80,8 @@ class CompiledFunction(torch.autograd.Function):
     backward the backward program."""
 
     @staticmethod
-    def forward(ctx, plan: GradientPlan, cache: Any, around: list, structure: Any, *leaves: Any) -> Any:  # type: ignore[override]
-        results = cache.run(structure, list(leaves), _MISS)
-        if results is _MISS:  # the cache was looked up a moment ago, under the same key
-            raise RuntimeError("kiln: internal error: the differentiated program left the cache")
+    def forward(ctx, plan: GradientPlan, cache: Any, around: list, program: Any, *leaves: Any) -> Any:  # type: ignore[override]
+        results = cache.run_program(program, list(leaves))  # found for these leaves a moment ago
         around.extend(results[i] for i in plan.around_node)
         saved = [results[i] for i in plan.saved]
         ctx.plan = plan
@@ -108,11 +106,12 @@ class CompiledFunction(torch.autograd.Function):
         return tuple(out)
 
 
-def run_differentiated(plan: GradientPlan, cache: Any, structure: Any, leaves: list) -> list:
-    """The function's own results of one call: kiln's node's outputs, and the caller's tensors
-    the program returns, in the order the program returns them."""
+def run_differentiated(plan: GradientPlan, cache: Any, program: Any, leaves: list) -> list:
+    """The function's own results of one call (`program`, the forward program the cache found
+    for the leaves): kiln's node's outputs, and the caller's tensors the program returns, in the
+    order the program returns them."""
     around: list = []
-    through = CompiledFunction.apply(plan, cache, around, structure, *leaves)
+    through = CompiledFunction.apply(plan, cache, around, program, *leaves)
     own: list = [None] * plan.own
     for i, r in zip(plan.through_node, through):
         own[i] = r

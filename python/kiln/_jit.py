@@ -111,6 +111,11 @@ class JitFunction:
         cache = self._cache
         if not self._implicit.empty():
             return self._call_with_state(args, kwargs)
+        if torch.is_grad_enabled() and not kwargs and not any(_is_container(a) for a in args):
+            # A differentiated program first (its cache is empty until one is compiled).
+            out = self._run_differentiated(args, kwargs, list(args), len(args))
+            if out is not _MISS:
+                return out
         if not kwargs:
             # The fast path: positional tensors and scalars are their own leaves.
             out = cache.run(len(args), args, _MISS) if cache is not None else _MISS
@@ -122,11 +127,11 @@ class JitFunction:
             leaves, structure = list(args), len(args)
         else:
             leaves, structure = _flat_arguments(self.fn, args, kwargs)
+            if torch.is_grad_enabled():
+                out = self._run_differentiated(args, kwargs, leaves, structure)
+                if out is not _MISS:
+                    return out
             out = cache.run(structure, leaves, _MISS)
-            if out is not _MISS:
-                return out
-        if torch.is_grad_enabled():
-            out = self._run_differentiated(args, kwargs, leaves, structure)
             if out is not _MISS:
                 return out
         return self._compile_and_run(args, kwargs, leaves, structure)
@@ -141,13 +146,13 @@ class JitFunction:
             leaves, structure = list(args), len(args)
         else:
             leaves, structure = _flat_arguments(self.fn, args, kwargs)
-        out = self._cache.run((structure, guards), leaves + values, _MISS)
-        if out is not _MISS:
-            return out
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled():  # a differentiated program first (see __call__)
             out = self._run_differentiated(args, kwargs, leaves + values, (structure, guards))
             if out is not _MISS:
                 return out
+        out = self._cache.run((structure, guards), leaves + values, _MISS)
+        if out is not _MISS:
+            return out
         return self._compile_and_run(args, kwargs, leaves, structure)
 
     def _compile_and_run(self, args: tuple, kwargs: dict, leaves: list, structure: Any) -> Any:
@@ -184,12 +189,13 @@ class JitFunction:
         eager PyTorch where kiln refused to differentiate it, or _MISS when the key has no plan
         yet."""
         with torch.no_grad():  # the forward program runs (and was cached) with grad mode off
-            plan = self._grad_cache.lookup(structure, leaves)
-        if plan is None:
+            program = self._grad_cache.find(structure, leaves)
+        if program is None:
             return _MISS
+        plan = program.assemble
         if plan.refused:
             return self.fn(*args, **kwargs)
-        return plan.finish(run_differentiated(plan, self._grad_cache, structure, leaves))
+        return plan.finish(run_differentiated(plan, self._grad_cache, program, leaves))
 
     def _compile_differentiated(
         self, traced: TracedProgram, trace_seconds: float, leaves: list, structure: Any, form: int, assemble: Callable | None

@@ -659,9 +659,11 @@ class JitCache {
     return program;
   }
 
-  // The cached program for this call (its `assemble` object), or None: a lookup that runs
-  // nothing (kiln's autograd wraps the run in a torch.autograd.Function).
-  nb::object lookup(nb::handle structure, nb::handle leaves) {
+  // The cached Program for this call, or None: a lookup that runs nothing (kiln's autograd runs
+  // it inside a torch.autograd.Function, with run_program: the call is keyed once). An empty
+  // cache answers without computing the key.
+  nb::object find(nb::handle structure, nb::handle leaves) {
+    if (entries_.empty()) return nb::none();
     nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
     if (!seq.is_valid()) throw nb::python_error();
     std::vector<PyObject*> tensor_leaves;
@@ -669,7 +671,21 @@ class JitCache {
     if (!key) return nb::none();
     auto it = entries_.find(*key);
     if (it == entries_.end()) return nb::none();
-    return it->second->assemble;
+    return nb::cast(it->second);
+  }
+
+  // Runs a Program find() returned for these very leaves (not keyed again).
+  nb::object run_program(const std::shared_ptr<Program>& program, nb::handle leaves) {
+    nb::object seq = nb::steal(PySequence_Fast(leaves.ptr(), "kiln: leaves must be a sequence"));
+    if (!seq.is_valid()) throw nb::python_error();
+    std::vector<PyObject*> tensor_leaves;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+    tensor_leaves.reserve(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (THPVariable_Check(items[i])) tensor_leaves.push_back(items[i]);
+    ++hits_;
+    return execute_program(program, tensor_leaves);
   }
 
   uint64_t last_sequence() const { return last_.sequence; }
@@ -812,6 +828,7 @@ NB_MODULE(_C, m) {
       .def_prop_ro("first_run_seconds", [](const Program& p) { return p.first_run_seconds; })
       .def_prop_ro("fallback_ops", [](const Program& p) { return p.fallback_ops; })
       .def_prop_ro("graph_refused", [](const Program& p) { return p.graphs.refused(); })
+      .def_prop_ro("assemble", [](const Program& p) { return p.assemble; })
       .def_prop_ro("gradient", [](const Program& p) -> nb::object {
         if (!p.compiled.gradient) return nb::none();
         const GradientProgram& g = *p.compiled.gradient;
@@ -853,8 +870,10 @@ NB_MODULE(_C, m) {
           nb::arg("requires_grad").none(),
           "Compiles trace text for the call and caches it under the call's key; returns the "
           "Program. requires_grad: one flag per tensor leaf, to differentiate.")
-      .def("lookup", &JitCache::lookup, nb::arg("structure"), nb::arg("leaves"),
-           "The cached program's assemble object for the call, or None.")
+      .def("find", &JitCache::find, nb::arg("structure"), nb::arg("leaves"),
+           "The cached Program for the call, or None (runs nothing).")
+      .def("run_program", &JitCache::run_program, nb::arg("program"), nb::arg("leaves"),
+           "Runs a Program find() returned for these leaves, without keying the call again.")
       .def_prop_ro("last_sequence", &JitCache::last_sequence)
       .def_prop_ro("hits", &JitCache::hits)
       .def_prop_ro("misses", &JitCache::misses)
