@@ -1,0 +1,22 @@
+// Torch ops run by PyTorch for kiln (kiln._C): eager_call's functions (a Python callable per
+// op kiln has no lowering for, registered by python/kiln/_tracer.py) and the steps without a
+// kernel, run op by op through kiln._torch_steps (matrix products through ATen directly).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <vector>
+
+#include "kiln/ir/trace.h"
+#include "kiln/runtime/interpreter/rt_tensor.h"
+
+namespace kiln::pyext {
+
+// Registers a Python function that takes a list of tensors and returns a list of tensors (made
+// by python/kiln/_tracer.py for each eager fallback it records) and returns its number.
+int register_eager(nanobind::callable callable);
+
+// A fusion step without a kernel, run by PyTorch on the device (the executor's StepRunner).
+std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs);
+
+}  // namespace kiln::pyext
