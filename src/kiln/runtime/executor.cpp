@@ -656,6 +656,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   std::vector<RtValue> results;
   std::set<const RtTensor*> handed_out;        // fresh tensors returned as they are
   std::set<const Storage*> handed_storages;    // ... and their storages
+  std::set<const Storage*> visible_storages;   // ... of them, those of results the caller sees
   std::map<int, TensorHandle> fresh_storages;  // kFreshView: one buffer per shared storage
   // Whether `value` can be handed to the caller as it is, laid out as `g` in a storage of
   // `numel` elements: a buffer of the program's own (not the caller's), from the caller's
@@ -679,6 +680,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
               !handed_storages.contains(value->storage.get())) {
             buffer = value;
             handed_storages.insert(value->storage.get());
+            visible_storages.insert(value->storage.get());
           } else {
             buffer = memory.materialize(*value, r.storage_geometry, r.storage_numel);
           }
@@ -699,11 +701,16 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         // copy. A layout with repeated elements (stride 0) is legal here: every copy gets the
         // same value.
         const RtTensor& value = **t;
+        // A value saved for the backward in the memory of a result the caller sees would change
+        // with the caller's in-place writes to that result (its version counter is not the
+        // saved tensor's): such a one is copied. (The saved results follow the caller's.)
         bool as_it_is = r.any_layout ? (!options.allocator || value.storage->from_allocator) &&
-                                           !caller_storages.contains(value.storage.get())
+                                           !caller_storages.contains(value.storage.get()) &&
+                                           !visible_storages.contains(value.storage.get())
                                      : hand_out_as_is(value, r.geometry, r.storage_numel);
         if (as_it_is && handed_out.insert(t->get()).second) {
           handed_storages.insert(value.storage.get());
+          if (!r.any_layout) visible_storages.insert(value.storage.get());
           results.push_back(v);
           break;
         }
