@@ -674,22 +674,23 @@ def test_a_training_step_copies_nothing_its_kernels_do_not_compute(monkeypatch):
 
 
 def test_a_saved_value_in_a_returned_tensors_memory_survives_a_write_to_it():
-    # kiln saves y.t() (sin's input, a view of the returned y) for the backward, and saved values
-    # keep their layout now instead of being copied. The caller then writes y in place: eager's
-    # backward raises on the version counter (the xfail above is kiln's gap there), and kiln's
-    # must at least not read the written y: its gradient is the gradient of the program as it
-    # ran. (y is a matrix product's: kiln saves it rather than recompute it in the backward; the
-    # executor copies a saved value that shares a returned result's storage.)
+    # y and its view are returned (one fresh storage, handed out as it is) and kiln saves y for
+    # sin's backward: the saved y would be the caller's memory. The caller then writes y in
+    # place: eager's backward raises on the version counter (the xfail above is kiln's gap
+    # there), and kiln's must at least not read the written y: its gradient is the gradient of
+    # the program as it ran (the executor copies a saved value that shares a returned result's
+    # storage; without the copy this gradient is wrong).
     def f(x, w):
         y = x @ w
-        return y, y.t().sin().sum()
+        return y, y.view(-1), y.sin().sum()
 
     x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, 5)
-    y, loss = kiln.jit(f)(x, w)
+    y, flat, loss = kiln.jit(f)(x, w)
     assert _is_kiln_node(loss)
+    assert y.data_ptr() == flat.data_ptr()  # one storage, as in eager
     with torch.no_grad():
         y.add_(1)
     (grad,) = torch.autograd.grad(loss, x)
     want_x = x.detach().clone().requires_grad_()
-    (want,) = torch.autograd.grad(f(want_x, w)[1], want_x)
+    (want,) = torch.autograd.grad(f(want_x, w)[2], want_x)
     torch.testing.assert_close(grad, want)

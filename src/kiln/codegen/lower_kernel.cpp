@@ -588,15 +588,15 @@ class KernelEmitter {
     row_threads_ = row_threads_for(length, row_vector_);
     nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
     nest.rows_per_block = nest.block_threads / row_threads_;
+    Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
+    nest.rows = std::max<int64_t>(shape_numel(outer), 1);
+    refuse_an_idle_device((nest.rows + nest.rows_per_block - 1) / nest.rows_per_block,
+                          nest.rows * length * widest);
     NestBody rows = emit_body(shape, k, is_last, NestMode::kRows, nullptr, unit_row);
     if (is_last)
       record_last_nest_loads(unit_row ? Shape(shape.begin(), shape.end() - 1) : shape, k);
     windows_ = windows;
     whole_storage_ = whole;
-    Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
-    nest.rows = std::max<int64_t>(shape_numel(outer), 1);
-    refuse_an_idle_device((nest.rows + nest.rows_per_block - 1) / nest.rows_per_block,
-                          nest.rows * length * widest);
     std::string name = "nest" + std::to_string(index);
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                       "_rows(const Args& a) {\n" + cuda_decls(k);
@@ -638,13 +638,7 @@ class KernelEmitter {
       }
     }
     src += "  }\n}\n";
-    for (int bits : {32, 64}) {
-      std::string entry = "_n" + std::to_string(index) + "_s" + std::to_string(bits);
-      *entries += "extern \"C\" __global__ void __launch_bounds__(" +
-                  std::to_string(nest.block_threads) + ") KILN_CAT(KILN_KERNEL_NAME, " + entry +
-                  ")(const Args a) {\n  " + name + "_rows<" + (bits == 32 ? "int32_t" : "int64_t") +
-                  ">(a);\n}\n";
-    }
+    *entries += cuda_entries(index, 's', nest.block_threads, name + "_rows");
     k.nests.push_back(std::move(nest));
     return src;
   }
@@ -735,6 +729,20 @@ class KernelEmitter {
     return "block_" + op + "<" + std::to_string(row_threads_) + ">";
   }
 
+  // The kernel entries of nest `index`'s `variant` ('s' scalar, 'v' vector), in 32- and 64-bit
+  // indexing (_n<index>_<variant>32, ...64), each calling the device function `body<I>`.
+  static std::string cuda_entries(size_t index, char variant, int block_threads,
+                                  const std::string& body) {
+    std::string out;
+    for (int bits : {32, 64}) {
+      std::string entry = "_n" + std::to_string(index) + "_" + variant + std::to_string(bits);
+      out += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block_threads) +
+             ") KILN_CAT(KILN_KERNEL_NAME, " + entry + ")(const Args a) {\n  " + body + "<" +
+             (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
+    }
+    return out;
+  }
+
   // A reduction nest of `blocks` blocks over `bytes` that would be slower than eager's kernels
   // (leaves_the_device_idle) is not lowered: PyTorch runs the region's ops on the device.
   void refuse_an_idle_device(int64_t blocks, int64_t bytes) const {
@@ -768,6 +776,8 @@ class KernelEmitter {
                                 std::string* entries) {
     std::vector<std::vector<StorageWindow>> windows = windows_;
     std::vector<bool> whole = whole_storage_;
+    nest.rows = (nest.numel + schedule.tile - 1) / schedule.tile;
+    refuse_an_idle_device(nest.rows, nest.numel * element_.longest * element_.widest);
     column_tile_ = schedule.tile;
     column_lanes_ = schedule.lanes;
     NestBody body = emit_body(shape, k, is_last, NestMode::kColumns);
@@ -775,8 +785,6 @@ class KernelEmitter {
     windows_ = windows;
     whole_storage_ = whole;
     const std::string tile = std::to_string(schedule.tile);
-    nest.rows = (nest.numel + schedule.tile - 1) / schedule.tile;
-    refuse_an_idle_device(nest.rows, nest.numel * element_.longest * widest_dtype_bytes(k));
     nest.block_threads = schedule.tile * schedule.lanes;
     std::string name = "nest" + std::to_string(index);
     std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
@@ -795,13 +803,7 @@ class KernelEmitter {
     src += decompose(shape, "    ") + indented(body.flat(), 2);
     src += "    if (column < n && column_lane == 0) {\n" + indented(body.stores, 3) + "    }\n";
     src += "  }\n}\n";
-    for (int bits : {32, 64}) {
-      std::string entry = "_n" + std::to_string(index) + "_s" + std::to_string(bits);
-      *entries += "extern \"C\" __global__ void __launch_bounds__(" +
-                  std::to_string(nest.block_threads) + ") KILN_CAT(KILN_KERNEL_NAME, " + entry +
-                  ")(const Args a) {\n  " + name + "_columns<" +
-                  (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
-    }
+    *entries += cuda_entries(index, 's', nest.block_threads, name + "_columns");
     k.nests.push_back(std::move(nest));
     return src;
   }
@@ -911,13 +913,8 @@ class KernelEmitter {
       variants += "v";
     }
     for (char variant : variants) {
-      for (int bits : {32, 64}) {
-        std::string entry = "_n" + std::to_string(index) + "_" + variant + std::to_string(bits);
-        *entries += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(kCudaBlock) +
-                    ") KILN_CAT(KILN_KERNEL_NAME, " + entry + ")(const Args a) {\n  " + name +
-                    (variant == 's' ? "_scalar" : "_vector") + "<" +
-                    (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
-      }
+      *entries +=
+          cuda_entries(index, variant, kCudaBlock, name + (variant == 's' ? "_scalar" : "_vector"));
     }
     k.nests.push_back(std::move(nest));
     return src;

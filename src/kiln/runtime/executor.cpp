@@ -413,10 +413,6 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   // storage, else a copy, since the functional trace reads its inputs as they were before any
   // writeback), then numbers.
   const DeviceMemoryOps memory(device_of(args), options, stats);
-  std::set<const Value*> written;
-  for (const Step& step : program.plan.steps)
-    for (const Step::Writeback& wb : step.writebacks)
-      written.insert(wb.target);
   std::vector<GroupBase> bases(pattern.groups.size());
   std::vector<RtValue> inputs;
   for (size_t g = 0; g < pattern.groups.size(); ++g) {
@@ -430,7 +426,10 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
       TensorHandle extent = make_view(caller, {pattern.groups[g].numel}, {1}, bases[g].start);
       // (The trace addresses the base's storage from 0, as_strided's offsets included: a view
       // serves only where the extent starts the caller's storage.)
-      bool read_in_place = !written.contains(trace.inputs()[g]) && bases[g].start == 0;
+      const Value* base = trace.inputs()[g];
+      bool written = std::any_of(trace.writebacks.begin(), trace.writebacks.end(),
+                                 [&](const auto& wb) { return wb.first == base; });
+      bool read_in_place = !written && bases[g].start == 0;
       inputs.emplace_back(read_in_place ? extent : memory.clone_of(*extent));
     } else {
       inputs.emplace_back(caller);
@@ -655,18 +654,19 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
   // What the caller gets back.
   std::vector<RtValue> results;
   std::set<const RtTensor*> handed_out;        // fresh tensors returned as they are
-  std::set<const Storage*> handed_storages;    // ... and their storages
-  std::set<const Storage*> visible_storages;   // ... of them, those of results the caller sees
+  std::set<const Storage*> visible_storages;   // the storages of those the caller sees
   std::map<int, TensorHandle> fresh_storages;  // kFreshView: one buffer per shared storage
   // Whether `value` can be handed to the caller as it is, laid out as `g` in a storage of
   // `numel` elements: a buffer of the program's own (not the caller's), from the caller's
   // allocator where it has one, in that very layout. (Results that are views of one value share
   // its storage, as eager's views of one tensor do: a forward's saved q, k and v.)
+  auto ours = [&](const RtTensor& value) {
+    return (!options.allocator || value.storage->from_allocator) &&
+           !caller_storages.contains(value.storage.get());
+  };
   auto hand_out_as_is = [&](const RtTensor& value, const Geometry& g, int64_t numel) {
-    bool from_allocator = !options.allocator || value.storage->from_allocator;
-    return from_allocator && !caller_storages.contains(value.storage.get()) &&
-           value.sizes == g.sizes && value.strides == g.strides && value.offset == g.offset &&
-           value.storage->numel() == numel;
+    return ours(value) && value.sizes == g.sizes && value.strides == g.strides &&
+           value.offset == g.offset && value.storage->numel() == numel;
   };
   for (const ReturnBinding& r : program.interface.returns) {
     switch (r.kind) {
@@ -677,9 +677,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           // The storage's value in its own buffer (a kernel's output, usually) is that buffer,
           // unless another result already holds it (two fresh storages are two buffers).
           if (hand_out_as_is(*value, r.storage_geometry, r.storage_numel) &&
-              !handed_storages.contains(value->storage.get())) {
+              !visible_storages.contains(value->storage.get())) {
             buffer = value;
-            handed_storages.insert(value->storage.get());
             visible_storages.insert(value->storage.get());
           } else {
             buffer = memory.materialize(*value, r.storage_geometry, r.storage_numel);
@@ -703,13 +702,12 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         const RtTensor& value = **t;
         // A value saved for the backward in the memory of a result the caller sees would change
         // with the caller's in-place writes to that result (its version counter is not the
-        // saved tensor's): such a one is copied. (The saved results follow the caller's.)
-        bool as_it_is = r.any_layout ? (!options.allocator || value.storage->from_allocator) &&
-                                           !caller_storages.contains(value.storage.get()) &&
-                                           !visible_storages.contains(value.storage.get())
-                                     : hand_out_as_is(value, r.geometry, r.storage_numel);
+        // saved tensor's): such a one is copied. (The saved results follow the caller's, so
+        // visible_storages is complete by then.)
+        bool as_it_is = r.any_layout
+                            ? ours(value) && !visible_storages.contains(value.storage.get())
+                            : hand_out_as_is(value, r.geometry, r.storage_numel);
         if (as_it_is && handed_out.insert(t->get()).second) {
-          handed_storages.insert(value.storage.get());
           if (!r.any_layout) visible_storages.insert(value.storage.get());
           results.push_back(v);
           break;
