@@ -110,9 +110,11 @@ def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], re
         warnings.simplefilter("always")
         for tokens in batches:
             losses.append(float(step(tokens)))
+        stats = None
         if name == "kiln.jit":
             try:
-                differentiated = kiln.last_stats(forward)["differentiated"]
+                stats = kiln.last_stats(forward)
+                differentiated = stats["differentiated"]
             except RuntimeError:  # no kiln program ran: every call ran eagerly
                 differentiated = False
     refusals = sorted({str(w.message) for w in caught if "eagerly" in str(w.message)})
@@ -134,7 +136,18 @@ def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], re
         "losses": losses,
         "differentiated": differentiated,
         "refusals": refusals,
+        "kiln_stats": _step_facts(stats),
     }
+
+
+def _step_facts(stats: dict | None) -> dict | None:
+    """What kiln's forward and backward programs of a step ran (kiln.last_stats)."""
+    if not stats:
+        return None
+    keys = ["kernels", "eager_steps", "torch_steps", "interpreted_steps", "layout_copies", "layout_copy_bytes"]
+    keys += ["host_copies", "aligned_products", "alignment_copy_bytes"]
+    forward = {k: stats[k] for k in keys if k in stats}
+    return {"forward": forward, "backward": stats.get("backward")}
 
 
 def main() -> None:
@@ -166,6 +179,9 @@ def main() -> None:
         print(f"| {r['system']} | {r['step_ms']:.2f} | {ratio:.2f}x | {r['saved_mb']:.1f} | {diff:.3g} | {r['differentiated']} |")
         for why in r["refusals"]:
             print(f"  {r['system']} ran eagerly: {why}")
+        if r.get("kiln_stats"):
+            for part, facts in r["kiln_stats"].items():
+                print(f"  {r['system']} {part}: {facts}")
     for r in results:
         if r["top_kernels"]:
             print(f"{r['system']}: the kernels of one step with the most device time")

@@ -278,19 +278,25 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     """Facts about the last call. fusion_regions, writebacks_*: of the compiled program;
     kernels: fusion steps the last call ran as compiled kernels (interpreted_steps: those it ran
     in kiln's reference interpreter; torch_steps: those without a kernel PyTorch ran op by op,
-    on the device); cache_hits/cache_misses: over all calls of fn;
-    compile_seconds: tracing plus compiling of the program the last call ran (paid once, on its
+    on the device; eager_steps: torch ops PyTorch ran, as fallback_ops); cache_hits/cache_misses:
+    over all calls of fn; compile_seconds: tracing plus compiling of the program the last call ran (paid once, on its
     miss; the kernels themselves are prepared during the program's first run, whose whole time
     is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly; host_copies,
     host_copy_bytes: on CUDA, the storages the last call copied between device and host to
     interpret a step there, and their bytes (0 when every step ran on the device);
     layout_copies, layout_copy_bytes: other copies the last call made (a synthetic base's
-    storage, a result in the caller's memory, a result laid out otherwise than eager's); cuda_graph:
+    storage, a result in the caller's memory, a result laid out otherwise than eager's);
+    aligned_products, alignment_copy_bytes: on CUDA, the 16-bit matrix products the last call ran
+    padded for tensor cores (an unaligned vocabulary's LM head) and the bytes those copies moved;
+    cuda_graph:
     on CUDA, "replayed" when the last call ran the program as one CUDA graph, "captured" when it
     made that graph, else "" (src/kiln/runtime/cuda/graph_replay.h; KILN_CUDA_GRAPHS=0 turns
     graphs off); cuda_graph_refused: why the program never runs as a graph ("" while it may);
     differentiated: the last call ran a differentiated forward program (grad mode, an input that
-    requires grad: kiln._autograd), whose facts these are."""
+    requires grad: kiln._autograd), whose facts these are; backward: then, the run facts of the
+    last backward of that program (kernels, interpreted_steps, torch_steps, eager_steps,
+    layout_copies, layout_copy_bytes, host_copies, host_copy_bytes, aligned_products,
+    alignment_copy_bytes), None before its first backward."""
     jitted = _jitted(fn)
     cache = _last_cache(jitted)
     p = cache.last_program
@@ -300,6 +306,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "kernels": run["kernel_steps"] + run["library_steps"],
         "interpreted_steps": run["interpreted_steps"],
         "torch_steps": run["torch_steps"],
+        "eager_steps": run["eager_steps"],
         "fallback_ops": p.fallback_ops,
         "writebacks_in_kernel": p.writebacks_in_kernel,
         "writebacks_with_temporary": p.writebacks_with_temporary,
@@ -307,6 +314,8 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "host_copy_bytes": run["host_copy_bytes"],
         "layout_copies": run["layout_copies"],
         "layout_copy_bytes": run["layout_copy_bytes"],
+        "aligned_products": run["aligned_products"],
+        "alignment_copy_bytes": run["alignment_copy_bytes"],
         "cache_hits": jitted._cache.hits + jitted._grad_cache.hits,
         "cache_misses": jitted._cache.misses + jitted._grad_cache.misses,
         "compile_seconds": p.compile_seconds,
@@ -314,4 +323,15 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "cuda_graph": "captured" if run["graph_captures"] else "replayed" if run["graph_replays"] else "",
         "cuda_graph_refused": p.graph_refused,
         "differentiated": cache is jitted._grad_cache,
+        "backward": _backward_run_stats(p) if cache is jitted._grad_cache else None,
     }
+
+
+def _backward_run_stats(program: Any) -> dict[str, Any] | None:
+    backward = program.assemble.backward_cache
+    if backward.hits + backward.misses == 0:
+        return None
+    run = backward.last_run_stats
+    facts = ["interpreted_steps", "torch_steps", "eager_steps", "layout_copies", "layout_copy_bytes"]
+    facts += ["host_copies", "host_copy_bytes", "aligned_products", "alignment_copy_bytes"]
+    return {"kernels": run["kernel_steps"] + run["library_steps"], **{k: run[k] for k in facts}}

@@ -235,6 +235,73 @@ TEST(CudaDifferential, MatrixProductsRunThroughCublas) {
   }
 }
 
+// 16-bit products whose operands or result are not aligned for tensor cores run padded when the
+// product does enough work per copied byte (cublas.cpp, "tensor-core alignment"): each padded
+// dim and each operand layout, against the interpreter; a decode-sized product runs as it is.
+TEST(CudaDifferential, UnalignedHalfProductsRunPaddedForTensorCores) {
+  KILN_REQUIRE_GPU();
+  std::string why;
+  if (!cuda::cublas_available(&why)) GTEST_SKIP() << why;
+  auto values = [](int64_t n) {
+    std::vector<double> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = static_cast<double>((i * 37) % 17) / 16.0 - 0.5;
+    return v;
+  };
+  struct Case {
+    std::string name;
+    Shape a, b;
+    std::function<Tensor(Tensor, Tensor)> fn;
+    bool padded;
+  };
+  auto product = [](Tensor a, Tensor b) { return matmul(a, b); };
+  std::vector<Case> cases = {
+      {"unaligned result columns (m)", {384, 392}, {392, 201}, product, true},
+      {"unaligned reduction (k)", {384, 201}, {201, 392}, product, true},
+      {"unaligned rows of a transposed operand (n)",
+       {392, 201},
+       {392, 384},
+       [](Tensor a, Tensor b) { return matmul(a.t(), b); },
+       true},
+      {"linear with bias over unaligned features",
+       {384, 392},
+       {201, 392},
+       [](Tensor a, Tensor w) { return linear(a, w, w.select(1, 0)); },
+       true},
+      {"bmm with unaligned columns",
+       {3, 296, 296},
+       {3, 296, 257},
+       [](Tensor a, Tensor b) { return bmm(a, b); },
+       true},
+      {"a matrix broadcast over unaligned batches", {3, 296, 296}, {296, 257}, product, true},
+      {"an operand at an unaligned address",
+       {384, 393},
+       {392, 384},
+       [](Tensor a, Tensor b) { return matmul(a.narrow(1, 1, 392), b); },
+       true},
+      {"a decode step (memory-bound)", {1, 392}, {392, 201}, product, false},
+  };
+  for (DType dtype : {DType::kFloat16, DType::kBFloat16, DType::kFloat32}) {
+    for (const Case& c : cases) {
+      const std::string name = c.name + " " + std::string(dtype_name(dtype));
+      TensorHandle a = make_tensor(dtype, c.a, values(shape_numel(c.a)));
+      TensorHandle b = make_tensor(dtype, c.b, values(shape_numel(c.b)));
+      std::vector<RtValue> in = {a, b};
+      Trace t = trace([&](Tensor x, Tensor y) { return c.fn(x, y); },
+                      {test::spec_of(a), test::spec_of(b)});
+      if (auto failure = fuzz::check_trace(t, in, on_cuda()))
+        ADD_FAILURE() << name << ": " << *failure;
+      std::vector<RtValue> dev = {cuda::to_device(*a, Device::cuda(0)),
+                                  cuda::to_device(*b, Device::cuda(0))};
+      ExecutionStats stats;
+      execute(compile(test::on_device(t, Device::cuda(0)), alias_pattern_of(dev)), dev, &stats);
+      EXPECT_EQ(stats.library_steps, 1) << name;
+      // float32 products do not use tensor cores (no TF32, as PyTorch's default).
+      EXPECT_EQ(stats.aligned_products, c.padded && dtype != DType::kFloat32 ? 1 : 0) << name;
+    }
+  }
+}
+
 // One tensor above 2^31 elements: x.mul_(2); return x + 1 over 2^31 + 7 float16 values, checked
 // element by element (every value is exact in float16).
 TEST(CudaDifferential, ATensorAboveTwoToTheThirtyOneElements) {

@@ -670,6 +670,7 @@ def test_a_training_step_copies_nothing_its_kernels_do_not_compute(monkeypatch):
         torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
     assert _is_kiln_node(loss)
     assert kiln.last_stats(jitted)["layout_copies"] == 0
+    assert kiln.last_stats(jitted)["backward"]["layout_copies"] == 0
     assert plans[-1].backward_cache.last_run_stats["layout_copies"] == 0
 
 
@@ -694,3 +695,25 @@ def test_a_saved_value_in_a_returned_tensors_memory_survives_a_write_to_it():
     want_x = x.detach().clone().requires_grad_()
     (want,) = torch.autograd.grad(f(want_x, w)[2], want_x)
     torch.testing.assert_close(grad, want)
+
+
+@pytest.mark.skipif(torch.empty(0).device.type != "cuda", reason="tensor-core alignment is a CUDA matter")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_an_lm_head_over_an_unaligned_vocabulary_runs_padded_with_eagers_gradients(dtype):
+    # A vocabulary of 201 (GPT-2's 50257 in small): the logits' rows, and in the backward the
+    # reduction of grad_logits @ W and the rows of grad_logits.T @ h, are not 16-byte multiples.
+    # kiln runs those products padded for tensor cores (src/kiln/runtime/cuda/cublas.cpp); the
+    # values and gradients are eager's.
+    def lm_head(h, w):
+        return F.linear(h, w).float().logsumexp(-1).mean()
+
+    def make():
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        h = torch.randn(256, 392, generator=gen).to(dtype).requires_grad_()
+        w = (torch.randn(201, 392, generator=gen) / 20).to(dtype).requires_grad_()
+        return h, w
+
+    jitted = check_gradients(lm_head, make, rtol=2e-2, atol=2e-2)
+    stats = kiln.last_stats(jitted)
+    assert stats["aligned_products"] == 1
+    assert stats["backward"]["aligned_products"] == 2  # grad_logits @ W and grad_logits.T @ h

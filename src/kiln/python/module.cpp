@@ -378,6 +378,8 @@ NB_MODULE(_C, m) {
         d["writebacks_copied"] = s.writebacks_copied;
         d["layout_copies"] = s.layout_copies;
         d["layout_copy_bytes"] = s.layout_copy_bytes;
+        d["aligned_products"] = s.aligned_products;
+        d["alignment_copy_bytes"] = s.alignment_copy_bytes;
         d["host_copies"] = s.host_copies;
         d["host_copy_bytes"] = s.host_copy_bytes;
         d["graph_captures"] = s.graph_captures;

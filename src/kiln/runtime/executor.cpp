@@ -332,12 +332,20 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
 // views around its one product on the device tensors, the product in the library; its output
 // is bound in `env`. False when the library cannot run the step (the step runner then does).
 bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
-                      const DeviceMemoryOps& memory, std::map<const Value*, RtValue>& env) {
+                      const DeviceMemoryOps& memory, std::map<const Value*, RtValue>& env,
+                      ExecutionStats& stats) {
   if (step.outputs.size() != 1) return false;
   TensorHandle out = run_library_body(
       step.body, inputs,
-      [&memory](const Node& n, const std::vector<RtValue>& operands) {
-        return cuda::run_matrix_product(n, operands, memory.allocator(), memory.stream());
+      [&memory, &stats](const Node& n, const std::vector<RtValue>& operands) {
+        int64_t alignment_bytes = 0;
+        TensorHandle product = cuda::run_matrix_product(n, operands, memory.allocator(),
+                                                        memory.stream(), &alignment_bytes);
+        if (product && alignment_bytes) {
+          ++stats.aligned_products;
+          stats.alignment_copy_bytes += alignment_bytes;
+        }
+        return product;
       },
       memory.device_copier());
   if (!out) return false;
@@ -604,7 +612,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           ran = true;
         }
         if (!ran && memory.cuda() && step.kind == Step::Kind::kOpaque)
-          ran = run_library_step(step, step_inputs, memory, env);
+          ran = run_library_step(step, step_inputs, memory, env, *stats);
         if (eager) {
           ++stats->eager_steps;
         } else if (ran && step.kind == Step::Kind::kOpaque) {

@@ -40,6 +40,10 @@ struct ExecutionStats {
   // result laid out otherwise than eager lays it out (materialized), and their bytes.
   int layout_copies = 0;
   int64_t layout_copy_bytes = 0;
+  // CUDA: 16-bit matrix products run padded for tensor cores (cuda/cublas.h), and the bytes the
+  // copies into and out of the padded buffers moved.
+  int aligned_products = 0;
+  int64_t alignment_copy_bytes = 0;
   // CUDA: storages copied between the device and the host to interpret a step there, and their
   // bytes (both directions). DESIGN.md 7 wants none: every step on the device.
   int host_copies = 0;

@@ -146,6 +146,118 @@ const void* element_at(const RtTensor& t, int64_t offset) {
   return reinterpret_cast<const char*>(t.storage->device_data) + offset * dtype_size(t.dtype());
 }
 
+int64_t round_up(int64_t x, int64_t multiple) {
+  return (x + multiple - 1) / multiple * multiple;
+}
+
+// ---- tensor-core alignment
+// -----------------------------------------------------------------------
+//
+// Tensor cores read 16-bit operands 16 bytes at a time. When a matrix's unit-stride dim, its
+// leading dim or its address is not a multiple of 16 bytes, cuBLAS falls back to kernels that
+// read an element at a time: GPT-2's vocabulary of 50257 makes the LM head's [8192, 768] x
+// [768, 50257] take 6 ms on an H200 instead of about 1 (bench/train.py --profile, 2026-12-02).
+// Such a product runs aligned instead, as Inductor's pad_mm does: every dim that is some matrix's
+// unit-stride dim is rounded up to 16 bytes, the operands that are not aligned are copied into
+// buffers whose padding is zero (zeros along k add nothing to a sum), and the padded result's
+// [n, m] corner is copied out. That pays when the product does many flops per byte the copies
+// move (an unaligned product runs at about a fifth of the aligned rate, a copy at the device's
+// bandwidth); a decode step's [1, 768] x [768, 50257] is memory-bound and runs as it is.
+constexpr int64_t kTensorCoreBytes = 16;
+constexpr int64_t kFlopsPerCopiedByte = 64;
+
+// C[batches, n, m] = A[batches, n, k] B[batches, k, m] as cuBLAS runs it: `aligned`, in the padded
+// dims n_p, k_p, m_p, or as the operands are.
+struct GemmPlan {
+  int64_t n = 0, k = 0, m = 0, batches = 1;
+  int64_t n_p = 0, k_p = 0, m_p = 0;
+  bool aligned = false;
+  int64_t copy_bytes = 0;  // what the alignment copies move
+  bool result_padded() const { return n_p != n || m_p != m; }
+};
+
+// Whether cuBLAS reads `t` in place as `o` (a [rows, cols] matrix) at tensor-core speed.
+bool tensor_core_aligned(const GemmOperand& o, const RtTensor& t, int64_t rows, int64_t cols) {
+  const int64_t unit = kTensorCoreBytes / dtype_size(t.dtype());
+  const int64_t unit_dim = o.op == kOpN ? cols : rows;
+  const auto address = reinterpret_cast<uintptr_t>(element_at(t, o.offset));
+  return unit_dim % unit == 0 && o.ld % unit == 0 && o.batch_stride % unit == 0 &&
+         address % kTensorCoreBytes == 0;
+}
+
+bool broadcast_over_batches(const std::optional<GemmOperand>& o, int64_t batches) {
+  return o && batches > 1 && o->batch_stride == 0;
+}
+
+// The plan of a product of 16-bit operands read as `ia` and `ib` (nullopt: copied): aligned
+// when an operand or the result is not and aligning pays.
+GemmPlan plan_gemm(GemmPlan p, int type, const RtTensor& a, const RtTensor& b,
+                   const std::optional<GemmOperand>& ia, const std::optional<GemmOperand>& ib) {
+  p.n_p = p.n, p.k_p = p.k, p.m_p = p.m;
+  if (type != kR16F && type != kR16BF) return p;
+  const int64_t el = dtype_size(a.dtype()), unit = kTensorCoreBytes / el;
+  const bool a_fits = ia && tensor_core_aligned(*ia, a, p.n, p.k);
+  const bool b_fits = ib && tensor_core_aligned(*ib, b, p.k, p.m);
+  const bool c_fits = p.m % unit == 0 && (p.batches == 1 || p.n * p.m % unit == 0);
+  if (a_fits && b_fits && c_fits) return p;
+  // The unit-stride dims: A's k (op N, and a copy) or n (op T), B's m or k, C's m.
+  const bool a_t = ia && ia->op == kOpT, b_t = ib && ib->op == kOpT;
+  GemmPlan q = p;
+  q.aligned = true;
+  q.n_p = a_t ? round_up(p.n, unit) : p.n;
+  q.k_p = !a_t || b_t ? round_up(p.k, unit) : p.k;
+  q.m_p = round_up(p.m, unit);
+  auto copy_bytes = [&](bool fits, bool same_dims, bool broadcast, int64_t rows, int64_t cols) {
+    return fits && same_dims ? 0 : 2 * (broadcast ? 1 : p.batches) * rows * cols * el;
+  };
+  q.copy_bytes = copy_bytes(a_fits, q.n_p == p.n && q.k_p == p.k,
+                            broadcast_over_batches(ia, p.batches), q.n_p, q.k_p) +
+                 copy_bytes(b_fits, q.k_p == p.k && q.m_p == p.m,
+                            broadcast_over_batches(ib, p.batches), q.k_p, q.m_p) +
+                 (q.result_padded() ? 2 * p.batches * p.n * p.m * el : 0);
+  const int64_t flops = 2 * p.batches * p.n * p.m * p.k;
+  return flops >= kFlopsPerCopiedByte * q.copy_bytes ? q : p;
+}
+
+// The matrices of `g` ([batches..., rows, cols], expanded) copied into a buffer of `rows_p` x
+// `cols_p` matrices whose padding is zero, stored as cuBLAS reads them: transposed (op T: each
+// [cols_p, rows_p] in memory) when `transposed`; one matrix when every batch reads the same one.
+std::pair<GemmOperand, TensorHandle> padded_copy(const RtTensor& t, Geometry g, bool transposed,
+                                                 bool broadcast, int64_t rows_p, int64_t cols_p,
+                                                 Allocator* allocator, Stream stream) {
+  const auto r = static_cast<int64_t>(g.sizes.size());
+  if (transposed) g = transpose_geometry(g, r - 2, r - 1);
+  const int64_t outer = transposed ? cols_p : rows_p, inner = transposed ? rows_p : cols_p;
+  const int64_t real_outer = g.sizes[r - 2], real_inner = g.sizes[r - 1];
+  if (broadcast)
+    g = Geometry{{real_outer, real_inner}, {g.strides[r - 2], g.strides[r - 1]}, g.offset};
+  // The copy's destination: g's dims over the buffer, the matrices row-major.
+  Strides strides(g.sizes.size());
+  int64_t stride = 1;
+  for (size_t d = g.sizes.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= d == g.sizes.size() - 1 ? inner : d == g.sizes.size() - 2 ? outer : g.sizes[d];
+  }
+  const int64_t copies = stride / (outer * inner);
+  TensorHandle buffer =
+      cuda_strided(t.dtype(), {copies, outer, inner}, {outer * inner, inner, 1}, 0,
+                   copies * outer * inner, t.device(), false, allocator, stream);
+  const auto el = static_cast<size_t>(dtype_size(t.dtype()));
+  const DevicePtr base = buffer->storage->device_data;
+  const int device = t.device().index;
+  // Zero the padding: right of every row, then below every matrix.
+  fill_zero_2d(base + real_inner * el, inner * el, (inner - real_inner) * el, copies * outer,
+               device, stream);
+  fill_zero_2d(base + real_outer * inner * el, outer * inner * el,
+               (outer - real_outer) * inner * el, copies, device, stream);
+  RtTensor source = t;
+  set_geometry(source, g);
+  RtTensor destination = *buffer;
+  set_geometry(destination, Geometry{g.sizes, strides, 0});
+  cuda_copy_elements(destination, source, stream);
+  return {GemmOperand{transposed ? kOpT : kOpN, inner, copies > 1 ? outer * inner : 0, 0}, buffer};
+}
+
 }  // namespace
 
 bool cublas_available(std::string* why) {
@@ -155,7 +267,7 @@ bool cublas_available(std::string* why) {
 }
 
 TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& inputs,
-                                Allocator* allocator, Stream stream) {
+                                Allocator* allocator, Stream stream, int64_t* alignment_bytes) {
   const OpId id = node.id();
   if (id != OpId::kMatmul && id != OpId::kBmm && id != OpId::kLinear) return nullptr;
   const TensorType& out_type = node.outputs[0]->tensor_type();
@@ -187,44 +299,71 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
   Shape batch_a(ga.sizes.begin(), ga.sizes.end() - 2),
       batch_b(gb.sizes.begin(), gb.sizes.end() - 2);
   Shape batch = broadcast_shapes(batch_a, batch_b);
-  const int64_t n = ga.sizes[ga.sizes.size() - 2], k = ga.sizes.back(), m = gb.sizes.back();
+  GemmPlan plan;
+  plan.n = ga.sizes[ga.sizes.size() - 2], plan.k = ga.sizes.back(), plan.m = gb.sizes.back();
+  plan.batches = shape_numel(batch);
+  const int64_t n = plan.n, k = plan.k, m = plan.m, batches = plan.batches;
   auto expand_to = [&](const Geometry& g, int64_t rows, int64_t cols) {
     IntList sizes(batch.begin(), batch.end());
     sizes.push_back(rows);
     sizes.push_back(cols);
     return expand_geometry(g, sizes);
   };
-  const int64_t batches = shape_numel(batch);
   const int64_t limit = int64_t{1} << 31;
-  if (n >= limit || k >= limit || m >= limit || batches >= limit) return nullptr;
+  const Geometry ea = expand_to(ga, n, k), eb = expand_to(gb, k, m);
+  const std::optional<GemmOperand> ia = in_place_operand(ea), ib = in_place_operand(eb);
+  plan = plan_gemm(plan, type, a, b, ia, ib);
+  if (plan.n_p >= limit || plan.k_p >= limit || plan.m_p >= limit || batches >= limit)
+    return nullptr;
   const int device = out_type.device.index;
   TensorHandle out =
       cuda_strided(out_type.dtype, out_type.shape, contiguous_strides(out_type.shape), 0,
                    out_type.numel(), out_type.device, false, allocator, stream);
   if (out->numel() == 0) return out;
+  // The result cuBLAS writes: `out`, or a padded buffer whose [n, m] corner is copied into it.
+  TensorHandle c = out;
+  RtTensor corner = *out;
+  corner.sizes = {batches, n, m};
+  corner.strides = {n * m, m, 1};
+  if (plan.result_padded()) {
+    c = cuda_strided(out_type.dtype, {batches, plan.n_p, plan.m_p},
+                     {plan.n_p * plan.m_p, plan.m_p, 1}, 0, batches * plan.n_p * plan.m_p,
+                     out_type.device, false, allocator, stream);
+    corner.storage = c->storage;
+    corner.strides = {plan.n_p * plan.m_p, plan.m_p, 1};
+  }
   // beta = 1 over the broadcast bias (linear), else 0 over whatever the buffer holds.
   bool bias =
       id == OpId::kLinear && inputs.size() > 2 && std::holds_alternative<TensorHandle>(inputs[2]);
   if (bias) {
     const RtTensor& bt = *std::get<TensorHandle>(inputs[2]);
-    cuda_copy_elements(*out, bt, stream);
+    cuda_copy_elements(corner, bt, stream);
   } else if (k == 0) {
     fill_zero(out->storage->device_data,
               static_cast<size_t>(out->numel() * dtype_size(out->dtype())), device, stream);
   }
   if (k == 0) return out;
-  // Each operand in place where cuBLAS can read it so, else as a contiguous copy.
+  // Each operand in place where cuBLAS can read it so (and, aligned, at tensor-core speed),
+  // else as a copy: contiguous, or padded and aligned.
   TensorHandle copies[2];
-  auto operand = [&](int which, const RtTensor& t, const Geometry& g) {
-    if (std::optional<GemmOperand> o = in_place_operand(g))
-      return std::pair{*o, element_at(t, o->offset)};
-    copies[which] = contiguous_copy(t, g, allocator, stream);
+  auto operand = [&](int which, const RtTensor& t, const Geometry& g,
+                     const std::optional<GemmOperand>& o, int64_t rows_p, int64_t cols_p) {
     const int64_t rows = g.sizes[g.sizes.size() - 2], cols = g.sizes.back();
-    GemmOperand o{kOpN, cols, batches > 1 ? rows * cols : 0, 0};
-    return std::pair{o, element_at(*copies[which], 0)};
+    const bool same_dims = rows_p == rows && cols_p == cols;
+    if (o && (!plan.aligned || (same_dims && tensor_core_aligned(*o, t, rows, cols))))
+      return std::pair{*o, element_at(t, o->offset)};
+    if (plan.aligned) {
+      auto [po, buffer] = padded_copy(t, g, o && o->op == kOpT, broadcast_over_batches(o, batches),
+                                      rows_p, cols_p, allocator, stream);
+      copies[which] = buffer;
+      return std::pair{po, element_at(*buffer, 0)};
+    }
+    copies[which] = contiguous_copy(t, g, allocator, stream);
+    GemmOperand plain{kOpN, cols, batches > 1 ? rows * cols : 0, 0};
+    return std::pair{plain, element_at(*copies[which], 0)};
   };
-  auto [oa, pa] = operand(0, a, expand_to(ga, n, k));
-  auto [ob, pb] = operand(1, b, expand_to(gb, k, m));
+  auto [oa, pa] = operand(0, a, ea, ia, plan.n_p, plan.k_p);
+  auto [ob, pb] = operand(1, b, eb, ib, plan.k_p, plan.m_p);
   Handle h = handle_for(device);
   use_device(device);
   check(cublas().SetStream(h, stream), "cublasSetStream");
@@ -234,13 +373,21 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
   // Row-major C[n, m] = A[n, k] B[k, m] is column-major C^T = B^T A^T: a row-major operand is
   // its column-major transpose as stored (op N), a column-major one needs op T.
   check(cublas().GemmStridedBatchedEx(
-            h, ob.op, oa.op, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-            f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, pb, type, static_cast<int>(ob.ld),
-            ob.batch_stride, pa, type, static_cast<int>(oa.ld), oa.batch_stride,
-            f64 ? static_cast<const void*>(&beta_d) : &beta_f,
-            reinterpret_cast<void*>(out->storage->device_data), type, static_cast<int>(m), n * m,
-            static_cast<int>(batches), f64 ? kCompute64F : kCompute32F, kGemmDefault),
+            h, ob.op, oa.op, static_cast<int>(plan.m_p), static_cast<int>(plan.n_p),
+            static_cast<int>(plan.k_p), f64 ? static_cast<const void*>(&alpha_d) : &alpha_f, pb,
+            type, static_cast<int>(ob.ld), ob.batch_stride, pa, type, static_cast<int>(oa.ld),
+            oa.batch_stride, f64 ? static_cast<const void*>(&beta_d) : &beta_f,
+            reinterpret_cast<void*>(c->storage->device_data), type, static_cast<int>(plan.m_p),
+            plan.n_p * plan.m_p, static_cast<int>(batches), f64 ? kCompute64F : kCompute32F,
+            kGemmDefault),
         "cublasGemmStridedBatchedEx");
+  if (plan.result_padded()) {
+    RtTensor result = *out;
+    result.sizes = {batches, n, m};
+    result.strides = {n * m, m, 1};
+    cuda_copy_elements(result, corner, stream);
+  }
+  if (alignment_bytes) *alignment_bytes = plan.aligned ? plan.copy_bytes : 0;
   return out;
 }
 

@@ -4,7 +4,8 @@
 // TF32), float16 and bfloat16 with float32 accumulation, float64 in double. Any operand layout:
 // one whose matrices have a unit stride (row- or column-major: a transposed weight) and whose
 // batch dims collapse into one stride (a broadcast operand: stride 0) is read in place, any
-// other is first copied into contiguous batches.
+// other is first copied into contiguous batches. A 16-bit product whose operands or result are not
+// aligned for tensor cores runs padded when that pays (cublas.cpp, "tensor-core alignment").
 #pragma once
 
 #include <string>
@@ -22,8 +23,10 @@ bool cublas_available(std::string* why = nullptr);
 
 // Runs the opaque node `node` (matmul, bmm or linear) on CUDA tensors `inputs` (the node's
 // operands in order) and returns its output; nullptr when cuBLAS cannot (no cuBLAS, an integral
-// dtype): the executor then runs the node in the interpreter on host copies.
+// dtype): the executor then runs the node in the interpreter on host copies. `alignment_bytes`,
+// when given, gets the bytes the copies that aligned the product moved (0: it ran as it was).
 TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& inputs,
-                                Allocator* allocator, Stream stream);
+                                Allocator* allocator, Stream stream,
+                                int64_t* alignment_bytes = nullptr);
 
 }  // namespace kiln::cuda

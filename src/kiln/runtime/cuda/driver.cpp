@@ -44,6 +44,7 @@ struct Driver {
   CUresult (*MemcpyDtoH)(void*, DevicePtr, size_t) = nullptr;
   CUresult (*MemcpyDtoDAsync)(DevicePtr, DevicePtr, size_t, Stream) = nullptr;
   CUresult (*MemsetD8Async)(DevicePtr, unsigned char, size_t, Stream) = nullptr;
+  CUresult (*MemsetD2D8Async)(DevicePtr, size_t, unsigned char, size_t, size_t, Stream) = nullptr;
   CUresult (*ModuleLoadData)(Module*, const void*) = nullptr;
   CUresult (*ModuleGetFunction)(Function*, Module, const char*) = nullptr;
   CUresult (*LaunchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -103,6 +104,7 @@ const Driver& driver() {
               bind(d.handle, "cuMemcpyDtoH_v2", &d.MemcpyDtoH) &&
               bind(d.handle, "cuMemcpyDtoDAsync_v2", &d.MemcpyDtoDAsync) &&
               bind(d.handle, "cuMemsetD8Async", &d.MemsetD8Async) &&
+              bind(d.handle, "cuMemsetD2D8Async", &d.MemsetD2D8Async) &&
               bind(d.handle, "cuModuleLoadData", &d.ModuleLoadData) &&
               bind(d.handle, "cuModuleGetFunction", &d.ModuleGetFunction) &&
               bind(d.handle, "cuLaunchKernel", &d.LaunchKernel) &&
@@ -286,6 +288,14 @@ void fill_zero(DevicePtr dst, size_t bytes, int device, Stream stream) {
   const Driver& d = loaded();
   use_device(device);
   check(d.MemsetD8Async(dst, 0, bytes, stream), "cuMemsetD8Async");
+}
+
+void fill_zero_2d(DevicePtr dst, size_t pitch, size_t width, size_t height, int device,
+                  Stream stream) {
+  if (width == 0 || height == 0) return;
+  const Driver& d = loaded();
+  use_device(device);
+  check(d.MemsetD2D8Async(dst, pitch, 0, width, height, stream), "cuMemsetD2D8Async");
 }
 
 void synchronize(int device) {

@@ -51,6 +51,9 @@ void copy_to_device(DevicePtr dst, const void* src, size_t bytes, int device);
 void copy_to_host(void* dst, DevicePtr src, size_t bytes, int device);
 void copy_on_device(DevicePtr dst, DevicePtr src, size_t bytes, int device, Stream stream);
 void fill_zero(DevicePtr dst, size_t bytes, int device, Stream stream);
+// Zeroes `height` rows of `width` bytes, `pitch` bytes apart, from `dst`.
+void fill_zero_2d(DevicePtr dst, size_t pitch, size_t width, size_t height, int device,
+                  Stream stream);
 void synchronize(int device);
 
 Module load_module(const std::string& cubin, int device);
