@@ -302,6 +302,80 @@ TEST(CudaDifferential, UnalignedHalfProductsRunPaddedForTensorCores) {
   }
 }
 
+// The device copy every clone, writeback through a temporary and padded product runs
+// (cuda_copy_elements): rows of one dtype through kiln_row_copy, anything else through the
+// strided copy. Every element of the destination's storage is checked: the view's against the
+// source, the rest untouched (-7).
+TEST(CudaDifferential, DeviceCopiesOfRowsAndOfAnyLayout) {
+  KILN_REQUIRE_GPU();
+  struct Layout {
+    Shape sizes;
+    Strides strides;
+    int64_t offset, storage;
+  };
+  struct Case {
+    std::string name;
+    Layout src, dst;
+    DType dst_dtype;  // kBool: the source's
+  };
+  const std::vector<Case> cases = {
+      {"a column slice into a contiguous matrix",
+       {{300, 517}, {600, 1}, 3, 300 * 600},
+       {{300, 517}, {517, 1}, 0, 300 * 517},
+       DType::kBool},
+      {"a matrix into a padded one",
+       {{300, 517}, {517, 1}, 0, 300 * 517},
+       {{300, 517}, {520, 1}, 0, 300 * 520},
+       DType::kBool},
+      {"one row broadcast over rows",
+       {{517}, {1}, 2, 600},
+       {{300, 517}, {517, 1}, 0, 300 * 517},
+       DType::kBool},
+      {"a contiguous run", {{5000}, {1}, 1, 5001}, {{5000}, {1}, 4, 5004}, DType::kBool},
+      {"batches of padded rows (they collapse into rows)",
+       {{4, 70, 300}, {70 * 301, 301, 1}, 0, 4 * 70 * 301},
+       {{4, 70, 300}, {70 * 304, 304, 1}, 0, 4 * 70 * 304},
+       DType::kBool},
+      {"a transpose (not rows)",
+       {{517, 300}, {1, 517}, 0, 300 * 517},
+       {{517, 300}, {300, 1}, 0, 300 * 517},
+       DType::kBool},
+      {"rows with a dtype conversion",
+       {{300, 517}, {600, 1}, 3, 300 * 600},
+       {{300, 517}, {517, 1}, 0, 300 * 517},
+       DType::kFloat64},
+  };
+  for (DType dtype : {DType::kBool, DType::kFloat16, DType::kFloat32, DType::kInt64}) {
+    for (const Case& c : cases) {
+      const std::string name = c.name + " " + std::string(dtype_name(dtype));
+      const DType dst_dtype = c.dst_dtype == DType::kBool ? dtype : c.dst_dtype;
+      TensorHandle src =
+          make_strided(dtype, c.src.sizes, c.src.strides, c.src.offset, c.src.storage);
+      for (int64_t i = 0; i < c.src.storage; ++i)
+        src->storage->store_double(
+            i, dtype == DType::kBool ? i % 3 == 0 : static_cast<double>(i % 1000));
+      TensorHandle dst =
+          make_strided(dst_dtype, c.dst.sizes, c.dst.strides, c.dst.offset, c.dst.storage);
+      for (int64_t i = 0; i < c.dst.storage; ++i)
+        dst->storage->store_double(i, dtype == DType::kBool ? 0 : -7);
+      TensorHandle src_d = cuda::to_device(*src, Device::cuda(0));
+      TensorHandle dst_d = cuda::to_device(*dst, Device::cuda(0));
+      cuda::cuda_copy_elements(*dst_d, *src_d);
+      TensorHandle got = cuda::to_host(*dst_d);
+      std::vector<int64_t> from = element_indices(
+          c.dst.sizes, broadcast_strides(c.src.sizes, c.src.strides, c.dst.sizes), c.src.offset);
+      std::vector<int64_t> to = element_indices(c.dst.sizes, c.dst.strides, c.dst.offset);
+      std::vector<double> want(static_cast<size_t>(c.dst.storage), dtype == DType::kBool ? 0 : -7);
+      for (size_t e = 0; e < to.size(); ++e)
+        want[static_cast<size_t>(to[e])] = src->storage->load_double(from[e]);
+      int64_t wrong = 0;
+      for (int64_t i = 0; i < c.dst.storage; ++i)
+        wrong += got->storage->load_double(i) != want[static_cast<size_t>(i)];
+      EXPECT_EQ(wrong, 0) << name;
+    }
+  }
+}
+
 // One tensor above 2^31 elements: x.mul_(2); return x + 1 over 2^31 + 7 float16 values, checked
 // element by element (every value is exact in float16).
 TEST(CudaDifferential, ATensorAboveTwoToTheThirtyOneElements) {

@@ -709,8 +709,8 @@ def test_an_lm_head_over_an_unaligned_vocabulary_runs_padded_with_eagers_gradien
 
     def make():
         gen = torch.Generator(device="cpu").manual_seed(0)
-        h = torch.randn(256, 392, generator=gen).to(dtype).requires_grad_()
-        w = (torch.randn(201, 392, generator=gen) / 20).to(dtype).requires_grad_()
+        h = torch.randn(256, 392, generator=gen, device="cpu").to(device=torch.empty(0).device, dtype=dtype).requires_grad_()
+        w = (torch.randn(201, 392, generator=gen, device="cpu") / 20).to(device=torch.empty(0).device, dtype=dtype).requires_grad_()
         return h, w
 
     jitted = check_gradients(lm_head, make, rtol=2e-2, atol=2e-2)

@@ -248,6 +248,49 @@ extern "C" __global__ void kiln_strided_copy(const Args a) {
     copy_element(a, si, di);
   }
 }
+// A copy of rows of one dtype: unit stride within a row on both sides, one pitch between rows on
+// each (a padded matrix, a slice of columns). No index arithmetic per element: a block copies
+// 8 x blockDim.x elements of each row it visits, all loads before the stores.
+struct RowArgs {
+  const void* src;
+  void* dst;
+  int64_t rows;
+  int64_t cols;
+  int64_t src_pitch;
+  int64_t dst_pitch;
+  int64_t src_offset;
+  int64_t dst_offset;
+  int64_t element_bytes;
+};
+template <class T>
+__device__ __forceinline__ void copy_rows(const RowArgs& a) {
+  const T* src = static_cast<const T*>(a.src) + a.src_offset;
+  T* dst = static_cast<T*>(a.dst) + a.dst_offset;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * (blockDim.x * 8) + threadIdx.x;
+  for (int64_t row = blockIdx.y; row < a.rows; row += gridDim.y) {
+    const T* s = src + row * a.src_pitch;
+    T* d = dst + row * a.dst_pitch;
+    T v[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int64_t c = first + static_cast<int64_t>(k) * blockDim.x;
+      if (c < a.cols) v[k] = s[c];
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int64_t c = first + static_cast<int64_t>(k) * blockDim.x;
+      if (c < a.cols) d[c] = v[k];
+    }
+  }
+}
+extern "C" __global__ void kiln_row_copy(const RowArgs a) {
+  switch (a.element_bytes) {
+    case 1: copy_rows<uint8_t>(a); break;
+    case 2: copy_rows<uint16_t>(a); break;
+    case 4: copy_rows<uint32_t>(a); break;
+    default: copy_rows<uint64_t>(a); break;
+  }
+}
 }  // namespace kiln_copy
 )KILN";
 }
@@ -266,17 +309,23 @@ struct CopyArgs {
   int64_t sizes[kMaxCopyRank], src_strides[kMaxCopyRank], dst_strides[kMaxCopyRank];
 };
 
-Function copy_function(int device) {
+struct RowCopyArgs {
+  uint64_t src, dst;
+  int64_t rows, cols, src_pitch, dst_pitch, src_offset, dst_offset, element_bytes;
+};
+
+// kiln_strided_copy or kiln_row_copy, loaded once per device.
+Function copy_function(int device, const std::string& name) {
   static std::mutex mutex;
-  static std::map<int, Function> by_device;
+  static std::map<std::pair<int, std::string>, Function> loaded;
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = by_device.find(device);
-  if (it != by_device.end()) return it->second;
+  auto it = loaded.find({device, name});
+  if (it != loaded.end()) return it->second;
   std::vector<ModuleRequest> requests(1);
   requests[0].source = copy_module_source();
   get_modules(requests, device);
-  Function f = get_function(requests[0].module, "kiln_strided_copy");
-  by_device[device] = f;
+  Function f = get_function(requests[0].module, name);
+  loaded[{device, name}] = f;
   return f;
 }
 
@@ -294,33 +343,85 @@ void* host_data(const RtTensor& t) {
   return t.storage->numel() == 0 ? nullptr : t.storage->data();
 }
 
+// A copy's dims with those of size 1 dropped and neighbours merged where both sides step across
+// them uniformly: a padded matrix's corner is [rows, cols], a contiguous tensor one dim.
+struct CopyDims {
+  std::vector<int64_t> sizes, src_strides, dst_strides;
+};
+CopyDims collapsed(const Shape& sizes, const Strides& src, const Strides& dst) {
+  CopyDims c;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1) continue;
+    if (!c.sizes.empty() && c.src_strides.back() == src[d] * sizes[d] &&
+        c.dst_strides.back() == dst[d] * sizes[d]) {
+      c.sizes.back() *= sizes[d];
+      c.src_strides.back() = src[d];
+      c.dst_strides.back() = dst[d];
+      continue;
+    }
+    c.sizes.push_back(sizes[d]);
+    c.src_strides.push_back(src[d]);
+    c.dst_strides.push_back(dst[d]);
+  }
+  return c;
+}
+
+// Rows long enough that a block per 8 x 256 elements of a row keeps its threads busy.
+constexpr int64_t kRowCopyMinCols = 256;
+
+// The copy as rows (kiln_row_copy) when both sides are rows of one dtype; false otherwise.
+bool launch_row_copy(const RtTensor& dst, const RtTensor& src, const CopyDims& c, Stream stream) {
+  const size_t rank = c.sizes.size();
+  if (src.dtype() != dst.dtype() || rank == 0 || rank > 2 || c.src_strides.back() != 1 ||
+      c.dst_strides.back() != 1 || c.sizes.back() < kRowCopyMinCols)
+    return false;
+  RowCopyArgs a{};
+  a.src = src.storage->device_data;
+  a.dst = dst.storage->device_data;
+  a.rows = rank == 2 ? c.sizes[0] : 1;
+  a.cols = c.sizes.back();
+  a.src_pitch = rank == 2 ? c.src_strides[0] : 0;
+  a.dst_pitch = rank == 2 ? c.dst_strides[0] : 0;
+  a.src_offset = src.offset;
+  a.dst_offset = dst.offset;
+  a.element_bytes = dtype_size(src.dtype());
+  const int64_t per_block = int64_t{kBlock} * 8;
+  const auto x = static_cast<unsigned>((a.cols + per_block - 1) / per_block);
+  const auto y = static_cast<unsigned>(std::min<int64_t>(a.rows, 65535));
+  const int device = dst.device().index;
+  launch_2d(copy_function(device, "kiln_row_copy"), x, y, kBlock, &a, sizeof a, stream);
+  return true;
+}
+
 // Launches the copy of src's elements (broadcast to dst's shape) into dst's.
 void launch_copy(const RtTensor& dst, const RtTensor& src, Stream stream) {
   int64_t numel = dst.numel();
   if (numel == 0) return;
-  KILN_ASSERT(dst.rank() <= kMaxCopyRank) << "a copy of a tensor of rank " << dst.rank();
+  const CopyDims c = collapsed(dst.sizes, broadcast_strides(src, dst.sizes), dst.strides);
+  if (launch_row_copy(dst, src, c, stream)) return;
+  KILN_ASSERT(c.sizes.size() <= kMaxCopyRank) << "a copy of a tensor of rank " << dst.rank();
   CopyArgs a{};
   a.src = src.storage->device_data;
   a.dst = dst.storage->device_data;
   a.numel = numel;
-  a.rank = dst.rank();
+  a.rank = static_cast<int64_t>(c.sizes.size());
   a.src_dtype = static_cast<int64_t>(src.dtype());
   a.dst_dtype = static_cast<int64_t>(dst.dtype());
   a.src_offset = src.offset;
   a.dst_offset = dst.offset;
-  Strides from = broadcast_strides(src, dst.sizes);
   int64_t src_last = src.offset, dst_last = dst.offset;  // the largest index each side reaches
-  for (size_t d = 0; d < dst.sizes.size(); ++d) {
-    a.sizes[d] = dst.sizes[d];
-    a.src_strides[d] = from[d];
-    a.dst_strides[d] = dst.strides[d];
-    src_last += (dst.sizes[d] - 1) * from[d];
-    dst_last += (dst.sizes[d] - 1) * dst.strides[d];
+  for (size_t d = 0; d < c.sizes.size(); ++d) {
+    a.sizes[d] = c.sizes[d];
+    a.src_strides[d] = c.src_strides[d];
+    a.dst_strides[d] = c.dst_strides[d];
+    src_last += (c.sizes[d] - 1) * c.src_strides[d];
+    dst_last += (c.sizes[d] - 1) * c.dst_strides[d];
   }
   constexpr int64_t kNarrow = (int64_t{1} << 31) - 1;
   a.narrow = numel < kNarrow && src_last < kNarrow && dst_last < kNarrow;
   int device = dst.device().index;
-  launch(copy_function(device), grid_for(numel, device), kBlock, &a, sizeof a, stream);
+  launch(copy_function(device, "kiln_strided_copy"), grid_for(numel, device), kBlock, &a, sizeof a,
+         stream);
 }
 
 bool contiguous_over(const RtTensor& t, const Shape& shape) {

@@ -329,6 +329,16 @@ void launch(Function f, unsigned grid, unsigned block, const void* param, size_t
   check(d.LaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
 }
 
+void launch_2d(Function f, unsigned grid_x, unsigned grid_y, unsigned block, const void* param,
+               size_t param_bytes, Stream stream) {
+  const Driver& d = loaded();
+  (void)param_bytes;
+  void* params[] = {const_cast<void*>(param)};
+  call_profile::Scope timed(call_profile::Phase::kLaunch);
+  check(d.LaunchKernel(f, grid_x, grid_y, 1, block, 1, 1, 0, stream, params, nullptr),
+        "cuLaunchKernel");
+}
+
 // ---- CUDA graphs
 // --------------------------------------------------------------------------
 

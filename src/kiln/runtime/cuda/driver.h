@@ -61,6 +61,9 @@ Function get_function(Module module, const std::string& name);
 // Launches with one parameter: the `param_bytes` bytes at `param` (an argument block).
 void launch(Function f, unsigned grid, unsigned block, const void* param, size_t param_bytes,
             Stream stream);
+// The same over a grid of grid_x x grid_y blocks.
+void launch_2d(Function f, unsigned grid_x, unsigned grid_y, unsigned block, const void* param,
+               size_t param_bytes, Stream stream);
 
 // ---- CUDA graphs (graph_replay.h)
 
