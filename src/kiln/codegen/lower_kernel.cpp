@@ -1519,7 +1519,10 @@ class KernelEmitter {
     // One pass over the reduced elements: `combine(x, rl)` is the line that takes in the element
     // x (converted), the rl-th of the group.
     using Combine = std::function<std::string(const std::string& x, const std::string& rl)>;
-    auto pass = [&](const Combine& combine) {
+    // `simd`: on the CPU, the OpenMP reduction clause ("+:acc3") under which the compiler may
+    // split the pass across vector lanes (cpu_reductions.h declares kiln_max and kiln_min, which
+    // propagate NaN as red_max and red_min do); empty for a pass whose order matters (argmax).
+    auto pass = [&](const Combine& combine, const std::string& simd) {
       std::string rl = fresh("rl");
       const int level = static_cast<int>(levels_.size());
       levels_.emplace_back();
@@ -1581,6 +1584,8 @@ class KernelEmitter {
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
         emit(depth, "}");
       } else {
+        if (target_ == Target::kCpu && !simd.empty())
+          emit(depth, "#pragma omp simd reduction(" + simd + ")");
         emit(depth, "for (int64_t " + rl + " = 0; " + rl + " < " + n + "; ++" + rl + ") {");
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
         emit(depth, "}");
@@ -1604,9 +1609,9 @@ class KernelEmitter {
         bool prod = id == OpId::kProd;
         const char* op = prod ? "prod" : "sum";
         emit(depth, acc_type + " " + acc + " = " + (prod ? "1" : "0") + ";", acc);
-        pass([&](const std::string& x, const std::string&) {
-          return acc + " = red_" + op + "(" + acc + ", " + x + ");";
-        });
+        pass([&](const std::string& x,
+                 const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
+             std::string(prod ? "*:" : "+:") + acc);
         finish(op);
         if (id == OpId::kMean)
           result = "f_" + suffix(out) + "(" + acc + " / " + std::to_string(count) + ".0)";
@@ -1621,9 +1626,9 @@ class KernelEmitter {
         std::string init = fl ? (max ? "-kernel_infinity()" : "kernel_infinity()")
                               : (max ? int_literal(INT64_MIN) : int_literal(INT64_MAX));
         emit(depth, acc_type + " " + acc + " = " + init + ";", acc);
-        pass([&](const std::string& x, const std::string&) {
-          return acc + " = red_" + op + "(" + acc + ", " + x + ");";
-        });
+        pass([&](const std::string& x,
+                 const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
+             std::string(fl ? "kiln_" : "") + op + ":" + acc);
         finish(op);
         result = (fl ? "f_" : "i_") + suffix(out) + "(" + acc + ")";
         break;
@@ -1632,18 +1637,20 @@ class KernelEmitter {
       case OpId::kStd: {
         Number correction = number(node.arg("correction"));
         emit(depth, "double " + acc + " = 0;", acc);
-        pass([&](const std::string& x, const std::string&) {
-          return acc + " = red_sum(" + acc + ", " + x + ");";
-        });
+        pass([&](const std::string& x,
+                 const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
+             "+:" + acc);
         finish("sum");
         std::string mean = fresh("mean");
         declare("double", mean, acc + " / " + std::to_string(count) + ".0");
         std::string m2 = fresh("acc");
         emit(depth, "double " + m2 + " = 0;", m2);
-        pass([&](const std::string& x, const std::string&) {
-          std::string dev = "(" + x + " - " + mean + ")";
-          return m2 + " = red_sum(" + m2 + ", " + dev + " * " + dev + ");";
-        });
+        pass(
+            [&](const std::string& x, const std::string&) {
+              std::string dev = "(" + x + " - " + mean + ")";
+              return m2 + " = red_sum(" + m2 + ", " + dev + " * " + dev + ");";
+            },
+            "+:" + m2);
         combine(m2, "sum");
         // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
         std::string divisor = fresh("n");
@@ -1661,12 +1668,15 @@ class KernelEmitter {
         const char* better = id == OpId::kArgmax ? " > " : " < ";
         emit(depth, acc_type + " " + best + " = 0;", best);
         emit(depth, "int64_t " + at_best + " = -1;", at_best);
-        pass([&](const std::string& xv, const std::string& rl) {
-          std::string take = fl ? "(" + at_best + " < 0 || (!(" + best + " != " + best + ") && (" +
-                                      xv + " != " + xv + " || " + xv + better + best + ")))"
-                                : "(" + at_best + " < 0 || " + xv + better + best + ")";
-          return "if " + take + " { " + best + " = " + xv + "; " + at_best + " = " + rl + "; }";
-        });
+        pass(
+            [&](const std::string& xv, const std::string& rl) {
+              std::string take = fl ? "(" + at_best + " < 0 || (!(" + best + " != " + best +
+                                          ") && (" + xv + " != " + xv + " || " + xv + better +
+                                          best + ")))"
+                                    : "(" + at_best + " < 0 || " + xv + better + best + ")";
+              return "if " + take + " { " + best + " = " + xv + "; " + at_best + " = " + rl + "; }";
+            },
+            "");
         result = at_best;
         break;
       }
