@@ -87,3 +87,26 @@ def test_integer_column_and_row_sums_are_exact(dtype):
         return [torch.randint(-1000, 1000, (3000, 100), generator=gen, device="cpu").to(dtype=dtype, device=torch.empty(0).device)]
 
     check_against_eager(lambda x: (x.sum(0), x.sum(-1), x.amax(0)), make)
+
+
+@pytest.mark.parametrize("length", [7, 40, 1000, 70000])
+def test_max_and_min_propagate_nan_and_keep_infinities_as_eager(length):
+    # The CPU kernels vectorize amax/amin as OpenMP's max and min plus a flag of the NaNs seen
+    # (lower_kernel.cpp): a row with a NaN anywhere (first, last, among infinities) reduces to
+    # NaN, one of infinities and zeros of both signs to eager's value. 70000 elements make the
+    # full reduction's pass parallel.
+    def make():
+        gen = torch.Generator(device="cpu").manual_seed(length)
+        x = torch.randn(6, length, generator=gen, device="cpu")
+        x[0, 0] = float("nan")
+        x[1, -1] = float("nan")
+        x[2, :] = 0.0
+        x[2, ::2] = -0.0
+        x[3, length // 2] = float("inf")
+        x[3, 0] = float("-inf")
+        x[4, :] = float("-inf")
+        x[5, length // 3] = float("nan")
+        x[5, 0] = float("inf")
+        return [x.to(torch.empty(0).device)]
+
+    check_against_eager(lambda x: (x.amax(-1), x.amin(-1), x.amax(), x.amin(), x[1:4].amax()), make)
