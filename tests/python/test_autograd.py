@@ -717,3 +717,61 @@ def test_an_lm_head_over_an_unaligned_vocabulary_runs_padded_with_eagers_gradien
     stats = kiln.last_stats(jitted)
     assert stats["aligned_products"] == 1
     assert stats["backward"]["aligned_products"] == 2  # grad_logits @ W and grad_logits.T @ h
+
+
+# name: (function, the op's name, how many more times kiln runs it than eager in a step)
+_EAGER_STEPS = {
+    "attention": (lambda q, k, v: F.scaled_dot_product_attention(q * 2, k, v, is_causal=True).square().sum(), "attention", 0),
+    "cross entropy": (lambda q, k, v: F.cross_entropy((q * 2).flatten(0, 2), k.flatten(0, 2).softmax(-1)), "log_softmax", 1),
+}
+
+
+@pytest.mark.parametrize("name", _EAGER_STEPS)
+def test_an_eager_steps_gradient_differentiates_the_graph_its_forward_built(name):
+    # Attention and cross entropy run as eager steps. Attention's gradient is
+    # torch.autograd.grad over the graph its forward built (kiln._tape), so the backward does not
+    # run the forward again: the op runs as many times as in eager's forward and backward. Its
+    # input q * 2 is kiln's own buffer; the graph keeps it (a torch view of kiln's memory owns
+    # that memory), else the gradient would read memory kiln had given back. Cross entropy's
+    # graph would save the log-softmax, more bytes than its output: it is not kept, and the
+    # backward runs the op once more.
+    import collections
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = collections.Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            leaves = pytree.tree_leaves((args, kwargs or {}))
+            if not any(isinstance(t, torch.Tensor) and t.device.type == "meta" for t in leaves):
+                self.calls[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    f, op, more = _EAGER_STEPS[name]
+
+    def make():
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        return [torch.randn(2, 3, 8, 16, generator=gen, device="cpu").to(torch.empty(0).device).requires_grad_() for _ in range(3)]
+
+    jitted = kiln.jit(f)
+    jitted(*make()).backward()  # traced and compiled outside the count
+    args, eager_args = make(), make()
+    with Count() as ours:
+        loss = jitted(*args)
+        # Memory given back between the forward and the backward is taken and written.
+        junk = [torch.full((2, 3, 8, 16), 7.0, device=args[0].device) for _ in range(8)]
+        loss.backward()
+    del junk
+    with Count() as eager:
+        want = f(*eager_args)
+        want.backward()
+    assert _is_kiln_node(loss)
+    torch.testing.assert_close(loss, want)
+    for a, b in zip(args, eager_args):
+        torch.testing.assert_close(a.grad, b.grad)
+    forward_ops = {n for n in eager.calls if op in n and "backward" not in n}
+    assert forward_ops, eager.calls
+    assert {n: ours.calls[n] for n in forward_ops} == {n: eager.calls[n] + more for n in forward_ops}
