@@ -6,6 +6,8 @@
 #           benchmark; KILN_GPU_PROGRAMS=N random programs per seed (default 1000)
 #   python: the extension kiln._C, tests/python and tests/models on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
 #           the CPU, and examples/seed.py; KILN_RANDOM_PROGRAMS=N (default 1000),
+#           KILN_GRADIENT_PROGRAMS=N random gradient programs (default 1000: on a cold kernel
+#           cache their CUDA kernels take one shard about 4 minutes),
 #           KILN_PYTEST_JOBS=N processes (default 1), KILN_PYTEST_ARGS (as "-k softmax")
 #   bench:  bench/bench.py (kiln, eager and torch.compile side by side), JSON into $OUT
 #   models: bench/models.py (the model zoo and decode, side by side; KILN_MODELS_ARGS adds
