@@ -375,11 +375,11 @@ class KernelEmitter {
   }
 
   // The innermost strides of the tensors a CPU nest reads or writes (s0_1, os0_1; none when the
-  // nest is too small to matter). The nest's loops are then
-  // emitted twice: once for strides known to be 1 (declared so in the loops' scope, shadowing the
-  // kernel's), and once for any. With unit inner strides the loads of a row are contiguous to
-  // the compiler, and the innermost loop and the reductions' simd passes vectorize (runtime
-  // strides made every load a gather, which GCC does not vectorize for float).
+  // nest is too small to matter). The nest's loops are then emitted twice: once for strides
+  // known to be 1 (declared so in the loops' scope, shadowing the kernel's), and once for any.
+  // With unit inner strides the loads of a row are contiguous to the compiler, and the innermost
+  // loop and the reductions' simd passes vectorize (runtime strides made every load a gather,
+  // which GCC does not vectorize for float).
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
                                               int64_t work) const {
     if (work < 16) return {};
@@ -397,6 +397,7 @@ class KernelEmitter {
     }
     return names;
   }
+
   // A CPU nest without reductions also gets one flat loop that the compiler vectorizes (`omp
   // simd`; vector math from libmvec, cpu_vector_math.h), taken at run time when every tensor read
   // or written at the iteration's own element is contiguous over the nest. Those are addressed
