@@ -385,15 +385,19 @@ def _gradient_of(
     def vjp(tensors: list) -> list:
         inputs, grads = tensors[:n_inputs], tensors[n_inputs:]
         tape = _tape.current()
-        # The forward's graph serves one backward and is then let go, as eager's is (a second
-        # backward, under retain_graph=True, runs the op again from the saved inputs).
-        recorded = tape.pop(site, None) if tape is not None else None
+        recorded = tape.get(site) if tape is not None else None
         try:
+            # The forward's graph is kept (retain_graph) while the call's node lives: a second
+            # backward with retain_graph=True reads it again.
             xs, outs = recorded if recorded is not None else with_grad(inputs, apply_op)
             with torch.enable_grad():
                 pairs = [(outs[i], g) for i, g in zip(tracked, grads) if outs[i].requires_grad]
                 wrt = [xs[i] for i in differentiable]
-                got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs and wrt else []
+                got = (
+                    torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True, retain_graph=recorded is not None)
+                    if pairs and wrt
+                    else []
+                )
         except (RuntimeError, IndexError, ValueError, TypeError) as e:
             _raise_with_step(e, f"the gradient of {name}", where)
         by_input = dict(zip(differentiable, got))

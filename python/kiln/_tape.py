@@ -7,8 +7,7 @@ forward twice, 1.5 ms, the attention forward 24 calls instead of 12). While a di
 forward program runs (kiln._autograd.CompiledFunction.forward), its eager steps run with grad on
 instead and record their inputs and outputs here, one tape per call; its backward reads the
 tape, so each vjp is torch.autograd.grad over the graph the forward built, as eager's backward
-is. A vjp takes its graph off the tape, so the graph's memory goes after the first backward, as
-eager's does; a second backward (retain_graph=True) runs the op again from the saved inputs.
+is. The tape lives as long as the call's autograd node.
 
 A graph is kept only when what it saves beyond the step's own inputs and outputs is no larger
 than its outputs (worth_keeping): attention's graph saves its log-sum-exp, and is kept; cross
