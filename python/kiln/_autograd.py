@@ -17,7 +17,6 @@ from typing import Any, Callable
 
 import torch
 
-from . import _tape
 from ._errors import UnsupportedError
 from ._tracer import layout_type_str
 
@@ -82,10 +81,7 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, plan: GradientPlan, cache: Any, around: list, program: Any, *leaves: Any) -> Any:  # type: ignore[override]
-        tape: dict = {}  # the eager steps' graphs, for the backward (kiln._tape)
-        with _tape.active(tape):
-            results = cache.run_program(program, list(leaves))  # found for these leaves a moment ago
-        ctx.tape = tape
+        results = cache.run_program(program, list(leaves))  # found for these leaves a moment ago
         around.extend(results[i] for i in plan.around_node)
         saved = [results[i] for i in plan.saved]
         ctx.plan = plan
@@ -103,8 +99,7 @@ class CompiledFunction(torch.autograd.Function):
             )
         plan: GradientPlan = ctx.plan
         inputs = [grads[k] for k in plan.gradient_positions] + list(ctx.saved_tensors)
-        with _tape.active(ctx.tape):
-            computed = run_backward(plan, inputs) if plan.grad_inputs else ()
+        computed = run_backward(plan, inputs) if plan.grad_inputs else ()
         out: list[Any] = [None] * (4 + ctx.n_leaves)
         for tensor_index, g in zip(plan.grad_inputs, computed):
             out[4 + plan.tensor_positions[tensor_index]] = g

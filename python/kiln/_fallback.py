@@ -34,7 +34,6 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import _tape
 from ._tracer import Call, Proxy, layout_type_str
 
 
@@ -313,13 +312,13 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
 
         run = run_one  # noqa: F811
 
+    fn_id = tracer.register_eager(run)
+    tracer.fallback_ops += 1
     # Traced in grad mode, the step carries its gradient (kiln._autograd differentiates it).
     # A random op's gradient would need its draws again: none (the differentiated program is
     # refused and runs eagerly).
     differentiable = torch.is_grad_enabled() and not watch.seeded
-    gradient, run = _gradient_of(apply_op, run, proxies, device, tracer.register_eager, name, where) if differentiable else ({}, run)
-    fn_id = tracer.register_eager(run)
-    tracer.fallback_ops += 1
+    gradient = _gradient_of(apply_op, proxies, device, tracer.register_eager, name, where) if differentiable else {}
     made = call.emit("eager_call", [fn_id, proxies, results], gradient, results=meta_results, device=device)
     made = list(made) if isinstance(made, (list, tuple)) else [made]
     fresh_made, written_made = made[: len(tensors)], made[len(tensors) :]
@@ -329,19 +328,15 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     return pytree.tree_unflatten(out, spec)
 
 
-def _gradient_of(
-    apply_op: Callable[[list], list], run: Callable[[list], list], proxies: list, device: torch.device, register: Callable, name: str, where: str
-) -> tuple[dict, Callable[[list], list]]:
-    """eager_call's vjp arguments (ops.def), and the step's forward run: the vjp is a function of
-    the step's inputs and the gradients of the results autograd tracks that returns
-    torch.autograd.grad for each floating input, contiguous. Inside a differentiated call
-    (kiln._tape) the forward run records the graph of the op run with grad on, and the vjp
-    differentiates that graph; otherwise the vjp runs the op again with grad on. Which results
-    autograd tracks is found by running the op on the meta tensors with grad on (a batch norm's
-    updated running statistics are not tracked)."""
+def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.device, register: Callable, name: str, where: str) -> dict:
+    """eager_call's vjp arguments (ops.def): a function of the step's inputs and the gradients of
+    the results autograd tracks that runs the op again with grad on and returns
+    torch.autograd.grad for each floating input, contiguous. Which results autograd tracks is
+    found by running the op on the meta tensors with grad on (a batch norm's updated running
+    statistics are not tracked)."""
     floating = [i for i, p in enumerate(proxies) if p.dtype.is_floating_point]
     if not floating:
-        return {}, run
+        return {}
 
     def tracked_with(grad_inputs: list[int]) -> list[int] | None:
         """The results autograd tracks when these inputs require grad; None if PyTorch refuses
@@ -361,43 +356,18 @@ def _gradient_of(
         differentiable = [i for i in floating if tracked_with([i]) is not None]
         tracked = tracked_with(differentiable) or []
     n_inputs = len(proxies)
-    site = object()  # this step, in a call's tape
-
-    def with_grad(inputs: list, op: Callable[[list], list]) -> tuple[list, list]:
-        with torch.enable_grad():
-            xs = list(inputs)
-            for i in differentiable:
-                xs[i] = inputs[i].detach().requires_grad_()
-            return xs, op(xs)
-
-    keep: list[bool] = []  # whether the graph is worth keeping, decided at its first record
-
-    def recording_run(inputs: list) -> list:
-        if _tape.current() is None or keep == [False]:
-            return run(inputs)
-        xs, outs = with_grad(inputs, run)
-        if not keep:
-            keep.append(_tape.worth_keeping(xs, outs))
-        if keep[0]:
-            _tape.record(site, xs, outs)
-        return [o.detach() for o in outs]
 
     def vjp(tensors: list) -> list:
         inputs, grads = tensors[:n_inputs], tensors[n_inputs:]
-        tape = _tape.current()
-        recorded = tape.get(site) if tape is not None else None
         try:
-            # The forward's graph is kept (retain_graph) while the call's node lives: a second
-            # backward with retain_graph=True reads it again.
-            xs, outs = recorded if recorded is not None else with_grad(inputs, apply_op)
             with torch.enable_grad():
+                xs = list(inputs)
+                for i in differentiable:
+                    xs[i] = inputs[i].detach().requires_grad_()
+                outs = apply_op(xs)
                 pairs = [(outs[i], g) for i, g in zip(tracked, grads) if outs[i].requires_grad]
                 wrt = [xs[i] for i in differentiable]
-                got = (
-                    torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True, retain_graph=recorded is not None)
-                    if pairs and wrt
-                    else []
-                )
+                got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs and wrt else []
         except (RuntimeError, IndexError, ValueError, TypeError) as e:
             _raise_with_step(e, f"the gradient of {name}", where)
         by_input = dict(zip(differentiable, got))
@@ -407,12 +377,11 @@ def _gradient_of(
         ]
 
     shapes = [torch.empty(proxies[i].shape, dtype=proxies[i].dtype, device="meta") for i in floating]
-    gradient = {
+    return {
         "vjp": register(vjp),
         "vjp_results": "; ".join(layout_type_str(t, device) for t in shapes),
         "vjp_outputs": tracked,
     }
-    return gradient, recording_run
 
 
 def _raise_with_step(e: Exception, name: str, where: str) -> None:

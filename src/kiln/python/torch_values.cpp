@@ -134,7 +134,7 @@ CallArgs make_args(const std::vector<PyObject*>& tensor_leaves) {
 
 thread_local TorchAllocator* current_allocator = nullptr;
 
-// A torch tensor over a kiln tensor's memory (no copy), which keeps the kiln storage alive.
+// A torch tensor over a kiln tensor's memory (no copy; valid while the kiln storage lives).
 at::Tensor torch_view(const RtTensor& t) {
   at::TensorOptions options = at::TensorOptions().dtype(torch_dtype(t.dtype()));
   if (t.numel() == 0) {
@@ -152,12 +152,8 @@ at::Tensor torch_view(const RtTensor& t) {
   } else {
     data = const_cast<std::byte*>(t.storage->data()) + bytes;
   }
-  // The tensor keeps kiln's storage alive: an eager step's op may keep its arguments past the
-  // step (autograd saves them, and kiln._tape keeps that graph for the backward), and kiln's
-  // buffer would otherwise go back to the allocator when kiln's last use of it ends.
-  return at::from_blob(
-      data, std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
-      [keep = t.storage](void*) mutable { keep.reset(); }, options);
+  return at::from_blob(data, std::vector<int64_t>(t.sizes.begin(), t.sizes.end()), t.strides,
+                       options);
 }
 
 // A kiln tensor over a torch tensor's memory, which it keeps alive.

@@ -86,7 +86,7 @@ class TorchAllocator : public Allocator {
 // The allocator of the call being executed (an eager_call's results join its buffers).
 extern thread_local TorchAllocator* current_allocator;
 
-// A torch tensor over a kiln tensor's memory (no copy), which keeps the kiln storage alive.
+// A torch tensor over a kiln tensor's memory (no copy; valid while the kiln storage lives).
 at::Tensor torch_view(const RtTensor& t);
 // A kiln tensor over a torch tensor's memory, which it keeps alive.
 TensorHandle kiln_view(const at::Tensor& r);
