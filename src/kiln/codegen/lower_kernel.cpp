@@ -322,8 +322,11 @@ class KernelEmitter {
     bool has_reductions = reductions_ > 0;
     if (is_last) record_last_nest_loads(shape, k);
     const int64_t work = shape_numel(shape) + pass_iterations_;
-    const std::vector<std::string> unit = unit_inner_strides(shape, k, work);
+    std::vector<std::string> unit = unit_inner_strides(shape, k, work);
     std::string flat = has_reductions ? "" : cpu_flat_loop(shape, k, is_last);
+    // A flat loop of one dim is taken exactly when the inner strides are 1: the loops' unit
+    // variant would be dead code.
+    if (!flat.empty() && shape.size() == 1) unit.clear();
 
     std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
                       shape_str(shape) + "\n";
