@@ -207,6 +207,10 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
                 'backend="kiln" breaks the graph there).'
             ) from e
         result, watch.written = None, declared
+    if any(isinstance(r, torch.Tensor) and r.is_complex() for r in pytree.tree_leaves(result)):
+        from ._complex import eager_step  # complex results: the op runs on pairs' complex views
+
+        return eager_step(call, result)
     if any((tuple(p.shape), p.stride(), p.storage_offset()) != g for p, g in zip(proxies, geometries)):
         raise call.unsupported(
             "kiln has no lowering for this op, and it changes the shape or strides of an argument, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import threading
 import time
 from typing import Any, Callable
 
@@ -134,6 +135,8 @@ class JitFunction:
             out = cache.run(structure, leaves, _MISS)
             if out is not _MISS:
                 return out
+        if _complex_positions(leaves):
+            return self._call_complex(args, kwargs, leaves, structure, leaves, structure)
         return self._compile_and_run(args, kwargs, leaves, structure)
 
     def _call_with_state(self, args: tuple, kwargs: dict) -> Any:
@@ -153,7 +156,30 @@ class JitFunction:
         out = self._cache.run((structure, guards), leaves + values, _MISS)
         if out is not _MISS:
             return out
+        if _complex_positions(leaves + values):
+            return self._call_complex(args, kwargs, leaves + values, (structure, guards), leaves, structure)
         return self._compile_and_run(args, kwargs, leaves, structure)
+
+    def _call_complex(
+        self, args: tuple, kwargs: dict, leaves: list, structure: Any, own_leaves: list, own_structure: Any
+    ) -> Any:
+        """A call with complex tensors among its leaves (the arguments' and the implicit
+        inputs'): the program takes their view_as_real pairs (kiln._complex), keyed apart from a
+        call with real tensors of the pairs' types."""
+        positions = _complex_positions(leaves)
+        if _needs_grad(leaves) and any(leaves[i].requires_grad for i in positions):
+            warn_eager(self.fn, "a complex tensor requires grad, and kiln does not differentiate complex tensors")
+            return self.fn(*args, **kwargs)
+        pairs = _pairs(leaves, positions)
+        key = ("complex", positions, structure)
+        if _needs_grad(leaves):
+            out = self._run_differentiated(args, kwargs, pairs, key)
+        else:
+            with _ComplexCall(pairs, leaves):
+                out = self._cache.run(key, pairs, _MISS)
+        if out is not _MISS:
+            return out
+        return self._compile_and_run(args, kwargs, own_leaves, own_structure)
 
     def _compile_and_run(self, args: tuple, kwargs: dict, leaves: list, structure: Any) -> Any:
         start = time.perf_counter()
@@ -177,12 +203,23 @@ class JitFunction:
         form, assemble = _output_form(traced)
         if traced.rebound_names:
             form, assemble = _ASSEMBLE, _replaying(implicit, traced, form, assemble)
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        positions = _complex_positions(leaves)
+        if _needs_grad(leaves) and any(leaves[i].requires_grad for i in positions):
+            warn_eager(self.fn, "a complex tensor requires grad, and kiln does not differentiate complex tensors")
+            return self.fn(*args, **kwargs)
+        if traced.complex_outputs:
+            form, assemble = _ASSEMBLE, _viewing_complex(traced, form, assemble)
+        callers = leaves
+        if positions:
+            # The program takes the complex leaves' pairs (kiln._complex).
+            leaves, structure = _pairs(leaves, positions), ("complex", positions, structure)
+        if _needs_grad(tensors):
             self._compile_differentiated(traced, trace_seconds, leaves, structure, form, assemble)
             return self._run_differentiated(args, kwargs, leaves, structure)
-        return self._cache.insert_and_run(
-            structure, leaves, traced.text, trace_seconds, form, assemble, traced.fallback_ops
-        )
+        with _ComplexCall(leaves, callers):
+            return self._cache.insert_and_run(
+                structure, leaves, traced.text, trace_seconds, form, assemble, traced.fallback_ops
+            )
 
     def _run_differentiated(self, args: tuple, kwargs: dict, leaves: list, structure: Any) -> Any:
         """A call in grad mode: the differentiated program as one autograd node (kiln._autograd),
@@ -204,6 +241,8 @@ class JitFunction:
         finish = (lambda own: own[0]) if form == _SINGLE else tuple if form == _TUPLE else assemble
         positions = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         refused = "an op in it runs under torch.no_grad()" if traced.ran_without_grad else ""
+        if traced.complex_outputs:
+            refused = "it returns complex tensors, which kiln does not differentiate"
         plan = GradientPlan(finish, positions, refused)
         requires_grad = None if refused else [bool(leaves[i].requires_grad) for i in positions]
         with torch.no_grad():
@@ -213,6 +252,68 @@ class JitFunction:
         plan.set_gradient(program.gradient)
         if plan.refused:
             warn_eager(self.fn, plan.refused)
+
+
+def _needs_grad(leaves: list) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves)
+
+
+def _complex_positions(leaves: list) -> tuple[int, ...]:
+    return tuple(i for i, t in enumerate(leaves) if isinstance(t, torch.Tensor) and t.is_complex())
+
+
+def _pairs(leaves: list, positions: tuple[int, ...]) -> list:
+    """The leaves with each complex tensor replaced by its view_as_real pair (its memory)."""
+    pairs = list(leaves)
+    for i in positions:
+        t = leaves[i]
+        if t.is_conj() or t.is_neg():
+            raise UnsupportedError(
+                "kiln.jit: a complex argument is a lazily conjugated or negated view (conj()); "
+                "pass t.resolve_conj() or t.conj_physical() instead."
+            )
+        pairs[i] = torch.view_as_real(t)
+    return pairs
+
+
+class _ComplexCall:
+    """The pairs and the caller's tensors of the complex call in progress (per thread), for
+    _viewing_complex: a result that is a pair the call passed is the caller's own tensor."""
+
+    current = threading.local()
+
+    def __init__(self, pairs: list, leaves: list) -> None:
+        self.value = {id(p): t for p, t in zip(pairs, leaves) if p is not t}
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_ComplexCall.current, "value", None)
+        _ComplexCall.current.value = self.value
+
+    def __exit__(self, *exc: Any) -> None:
+        _ComplexCall.current.value = self.previous
+
+
+def _viewing_complex(traced: TracedProgram, form: int, assemble: Callable | None) -> Callable:
+    """An assemble that views the program's complex outputs (their pairs) as complex tensors,
+    then finishes as `form` says."""
+    complex_index = [i for i, name in enumerate(traced.output_names) if name in traced.complex_outputs]
+    finish = (lambda results: results[0]) if form == _SINGLE else tuple if form == _TUPLE else assemble
+
+    def view_then_finish(results: list) -> Any:
+        results = list(results)
+        callers = getattr(_ComplexCall.current, "value", None) or {}
+        for i in complex_index:
+            r = results[i]
+            own = callers.get(id(r))
+            if own is not None:
+                results[i] = own
+            elif r.stride(-1) == 1 and r.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in r.stride()[:-1]):
+                results[i] = torch.view_as_complex(r)
+            else:  # a fresh result laid out otherwise (kiln._complex lays pairs out as eager's)
+                results[i] = torch.view_as_complex(r.contiguous())
+        return finish(results)
+
+    return view_then_finish
 
 
 def _replaying(implicit: ImplicitInputs, traced: TracedProgram, form: int, assemble: Callable | None) -> Callable:

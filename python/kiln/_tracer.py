@@ -120,7 +120,11 @@ class Proxy(torch.Tensor):
         return repr(self)
 
     def kiln_type(self) -> str:
-        """The type as a trace writes it: `cpu f32[4, 2]`."""
+        """The type as a trace writes it: `cpu f32[4, 2]` (a complex tensor's: its pair's, see
+        kiln._complex)."""
+        pair = getattr(self, "_kiln_pair", None)
+        if pair is not None:
+            return f"{self.dtype} as {pair.kiln_type()}"
         return tensor_type_str(self, getattr(self, "_kiln_device", torch.device("cpu")))
 
 
@@ -266,6 +270,9 @@ class TracedProgram:
     # of attributes the function rebound (kiln._state), in the order of its rebinds.
     output_names: list[str] = dataclasses.field(default_factory=list)
     rebound_names: list[str] = dataclasses.field(default_factory=list)
+    # The outputs that are complex tensors (kiln._complex): the program returns their
+    # view_as_real pairs, which kiln.jit views as complex again.
+    complex_outputs: set[str] = dataclasses.field(default_factory=set)
 
 
 class Tracer:
@@ -304,6 +311,8 @@ class Tracer:
             raise UnsupportedError(f"kiln: input '{name}' is on {t.device}; kiln supports cpu and cuda tensors.")
         if t.layout != torch.strided or t.is_quantized or t.is_nested:
             raise UnsupportedError(f"kiln: input '{name}' is not a dense strided tensor.")
+        if t.is_complex():
+            return self._add_complex_input(name, t)
         dtype_name(t.dtype)
         unique, n = name, 1
         while unique in self.used_names:
@@ -333,6 +342,23 @@ class Tracer:
         self.input_tensors.append(t)
         self.input_lines.append(f'  # {name}: "{layout_type_str(t, t.device)}"')
         return proxy
+
+    def _add_complex_input(self, name: str, t: torch.Tensor) -> Proxy:
+        """A complex input is its view_as_real pair in the program (kiln._complex); kiln.jit
+        passes the pair of the caller's tensor (kiln._jit.complex_leaves)."""
+        from ._complex import REAL_OF, make_complex_proxy
+
+        if t.dtype not in REAL_OF:
+            raise UnsupportedError(f"kiln: input '{name}' is {t.dtype}; kiln supports complex64 and complex128.")
+        if t.is_conj() or t.is_neg():
+            raise UnsupportedError(
+                f"kiln: input '{name}' is a lazily conjugated or negated view (conj()); pass "
+                "t.resolve_conj() or t.conj_physical() instead."
+            )
+        if t.requires_grad:
+            raise UnsupportedError(f"kiln: input '{name}' is a complex tensor that requires grad; kiln does not differentiate complex tensors.")
+        pair = self.add_input(name, torch.view_as_real(t))
+        return make_complex_proxy(self, pair)
 
     def add_implicit_inputs(self, named: list[tuple[str, torch.Tensor]]) -> None:
         """The implicit inputs known before tracing (kiln._state reads them on every call)."""
@@ -734,6 +760,12 @@ class _TracingMode(TorchFunctionMode):
             leaves = pytree.tree_leaves((args, kwargs))
         if "out" in kwargs and kwargs["out"] is None:
             del kwargs["out"]  # an explicit out=None is the plain call
+        from . import _complex
+
+        if _complex.wants_complex(key, leaves):
+            if kwargs.get("out") is not None:
+                raise call.unsupported("out= with complex tensors is not supported by kiln; use the op's result.")
+            return _complex.lower(call, key)
         rule = _lowering.RULES.get(key)
         if kwargs.get("out") is not None and rule is not None:
             return self._with_out(call, rule, kwargs.pop("out"))
@@ -878,8 +910,18 @@ def trace_call(
     output_leaves: list[Any] = []
     is_tensor: list[bool] = []
     out_names: list[str] = []
+    complex_outputs: set[str] = set()
     for leaf in leaves:
-        if isinstance(leaf, Proxy):
+        if isinstance(leaf, torch.Tensor) and leaf.is_complex():
+            proxy = leaf if isinstance(leaf, Proxy) else tracer.implicit_proxy(leaf, None)
+            if getattr(proxy, "_kiln_tracer", None) is not tracer:
+                raise TraceError("kiln: the function returns a tensor from another trace.")
+            name = proxy._kiln_pair._kiln_name
+            complex_outputs.add(name)
+            output_leaves.append(name)
+            out_names.append(name)
+            is_tensor.append(True)
+        elif isinstance(leaf, Proxy):
             if getattr(leaf, "_kiln_tracer", None) is not tracer:
                 raise TraceError("kiln: the function returns a tensor from another trace.")
             output_leaves.append(leaf._kiln_name)
@@ -898,6 +940,10 @@ def trace_call(
     for value in rebound:
         if not isinstance(value, Proxy) or getattr(value, "_kiln_tracer", None) is not tracer:
             raise TraceError("kiln: the function binds an attribute to a tensor from another trace.")
+        if value.is_complex():
+            complex_outputs.add(value._kiln_pair._kiln_name)
+            rebound_names.append(value._kiln_pair._kiln_name)
+            continue
         rebound_names.append(value._kiln_name)
     # kiln.jit: one output per object (a tensor returned twice, or also bound to an attribute,
     # is one object in eager, and one result of the program). The trace alone lists every
@@ -919,6 +965,7 @@ def trace_call(
         ran_without_grad=tracer.ran_without_grad,
         output_names=out_names,
         rebound_names=rebound_names,
+        complex_outputs=complex_outputs,
     )
 
 
