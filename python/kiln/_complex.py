@@ -53,7 +53,7 @@ def pair_of(z: Proxy) -> Proxy:
 
 def wants_complex(key: Any, leaves: list) -> bool:
     """Whether the tracing mode hands this call to `lower`."""
-    if any(is_complex_proxy(leaf) for leaf in leaves):
+    if any(is_complex_proxy(leaf) or isinstance(leaf, complex) for leaf in leaves):
         return True
     if key in _MAKERS:
         return True
@@ -88,8 +88,16 @@ def make_complex_proxy(tracer: Any, pair: Proxy) -> Proxy:
 
 
 def _complex_result(call: Call, pair: Proxy, like: torch.Tensor) -> Proxy:
-    """A complex proxy for a result eager makes as `like` (its meta tensor), from its pair."""
+    """A complex proxy for a new tensor eager makes as `like` (its meta tensor), from its pair."""
     return make_complex_proxy(call.tracer, _with_layout(pair, like))
+
+
+def _complex_view(call: Call, pair: Proxy, like: torch.Tensor) -> Proxy:
+    """A complex proxy for a view eager makes as `like`: the same view of the pair, which
+    must address the same memory (a copy would lose the writes made through it)."""
+    if not _pair_strides_match(pair, like):
+        raise AssertionError(f"kiln bug: {call.name} at {call.where()}: the view of the pair is not the complex view")
+    return make_complex_proxy(call.tracer, pair)
 
 
 def _pair_strides_match(pair: torch.Tensor, like: torch.Tensor) -> bool:
@@ -195,7 +203,7 @@ def _arg(call: Call, i: int, name: str, default: Any = None) -> Any:
 def _view_as_complex(call: Call) -> Any:
     result = _result(call)
     x = _arg(call, 0, "input")
-    return make_complex_proxy(call.tracer, x.view(tuple(x.shape))) if result is not None else result
+    return _complex_view(call, x.view(tuple(x.shape)), result)
 
 
 def _view_as_real(call: Call) -> Any:
@@ -245,6 +253,9 @@ def _to(call: Call) -> Any:
     if any(result is a for a in call.args):
         return result  # eager's no-op cast returns the tensor itself
     x = call.args[0]
+    for a in list(call.args[1:]) + list(call.kwargs.values()):
+        if isinstance(a, (str, torch.device)) and torch.device(a).type != x._kiln_device.type:
+            raise call.unsupported("a complex tensor moved to another device inside the function is not supported by kiln.")
     if result.dtype.is_complex:
         real_dtype = REAL_OF.get(result.dtype)
         if real_dtype is None:
@@ -277,9 +288,15 @@ def _view(op: Callable[[Proxy, torch.Tensor, Call], Any]) -> Callable[[Call], An
             return result  # the tensor itself (x.contiguous() of a contiguous x)
         z = call.args[0]
         made = op(pair_of(z), result, call)
+
+        def complex_of(pair: Proxy, like: torch.Tensor) -> Proxy:
+            with torch._C.DisableTorchFunction():  # metadata, not an op of the program
+                is_view = like.untyped_storage()._cdata == z.untyped_storage()._cdata
+            return (_complex_view if is_view else _complex_result)(call, pair, like)
+
         if isinstance(result, torch.Tensor):
-            return _complex_result(call, made, result)
-        return type(result)(_complex_result(call, m, r) for m, r in zip(made, result))
+            return complex_of(made, result)
+        return type(result)(complex_of(m, r) for m, r in zip(made, result))
 
     return rule
 
@@ -616,6 +633,22 @@ def _cat(stack: bool) -> Callable[[Call], Any]:
     return rule
 
 
+def _lazy_conjugate(call: Call) -> Any:
+    raise call.unsupported(
+        "conj() returns a lazily conjugated view, which kiln does not model (a later write into "
+        "the tensor would have to show through it); use conj_physical(), which makes a new tensor."
+    )
+
+
+def _itself(call: Call) -> Any:
+    return call.args[0]  # kiln's complex tensors are never lazily conjugated or negated
+
+
+_register(_lazy_conjugate, *_fns("conj", "adjoint"))
+_RULES[("property", "H")] = _RULES[("property", "mH")] = _lazy_conjugate
+_RULES[("property", "mT")] = _view(lambda p, r, call: p.transpose(p.dim() - 3, p.dim() - 2))
+_RULES[("property", "T")] = _view(lambda p, r, call: p.permute(*reversed(range(p.dim() - 1)), p.dim() - 1))
+_register(_itself, *_fns("resolve_conj", "resolve_neg"))
 _register(_copy_, torch.Tensor.copy_)
 _register(_fill_, *_fns("fill_"))
 _register(_zero_, *_fns("zero_"))

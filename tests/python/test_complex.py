@@ -57,6 +57,8 @@ PROGRAMS = {
         lambda z: (z.t(), z[1:, None, ..., 0], z.reshape(-1), z.unsqueeze(0).transpose(0, 2), z.permute(1, 0), z.unbind(1)[2], z.chunk(2)[1]),
         lambda: [_c(4, 3)],
     ),
+    "transposes": (lambda z: (z.T, z.mT, z.unsqueeze(0).mT.sum(0)), lambda: [_c(3, 4)]),
+    "real_times_a_complex_number": (lambda x: (x * 1j, 2j + x, x / (1 + 1j)), lambda: [_r(4)]),
     "reductions": (lambda z: (z.sum(0), z.mean(), z.sum((0, 1), keepdim=True)), lambda: [_c(4, 3)]),
     "cast": (lambda z, x: (z.to(torch.complex128), x.to(torch.complex64) * z, z.type_as(x)), lambda: [_c(3), _r(3)]),
     "cat_stack": (lambda z, w: (torch.cat([z, w]), torch.stack([z, w], -1)), lambda: [_c(2, 3), _c(2, 3, seed=5)]),
@@ -157,6 +159,9 @@ def test_errors_are_eagers_and_kilns_own():
         kiln.jit(lambda x: torch.view_as_complex(x))(_r(3, 3))
     with pytest.raises(kiln.UnsupportedError, match="resolve_conj"):
         kiln.jit(lambda z: z + 1)(_c(3).conj())
+    # A lazily conjugated view would have to show later writes: kiln refuses it, loudly.
+    with pytest.raises(kiln.UnsupportedError, match="conj_physical"):
+        kiln.jit(lambda z: z.conj())(_c(3))
 
 
 def test_complex_tensors_that_require_grad_run_eagerly_with_a_warning():
