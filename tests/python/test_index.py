@@ -7,6 +7,7 @@ and aliased arguments (an index tensor that is a view of another argument includ
 from __future__ import annotations
 
 import re
+import warnings
 
 import pytest
 import torch
@@ -190,6 +191,26 @@ def test_expanded_and_aliased_arguments():
 def test_a_boolean_mask_read_says_why_it_cannot_be_traced():
     with pytest.raises(kiln.UnsupportedError, match="size depends on the mask"):
         kiln.jit(lambda x: x[x > 0])(ar(4))
+
+
+def test_a_value_dependent_read_continues_through_the_backend(fresh_dynamo):
+    """Through torch.compile(backend="kiln") Dynamo breaks the graph at the read: the read runs
+    eagerly and the program goes on in kiln's graphs on both sides."""
+
+    def f(x, y):
+        a = (x * 2).relu()
+        b = a[a > 0.5]
+        return b.sum() + y.exp().sum(), b * 3
+
+    compiled = torch.compile(f, backend=kiln.backend)
+    x, y = ar(10) - 0.3, ar(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no graph runs eagerly
+        got = compiled(x, y)
+    want = f(x, y)
+    torch.testing.assert_close(got, want)
+    graphs = kiln.backend_graphs()
+    assert len(graphs) == 2 and all(g.eager_reason is None for g in graphs)
 
 
 @pytest.mark.parametrize("op", [torch.nonzero, torch.masked_select, torch.unique], ids=["nonzero", "masked_select", "unique"])
