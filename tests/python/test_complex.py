@@ -19,13 +19,13 @@ pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not 
 
 def _c(*shape: int, dtype: torch.dtype = torch.complex64, seed: int = 0) -> torch.Tensor:
     g = torch.Generator(device="cpu").manual_seed(seed)
-    real = torch.randn(*shape, 2, generator=g, dtype=torch.float64)
+    real = torch.randn(*shape, 2, generator=g, dtype=torch.float64, device="cpu")
     return torch.view_as_complex(real).to(dtype).to(torch.get_default_device())
 
 
 def _r(*shape: int, seed: int = 1) -> torch.Tensor:
     g = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(*shape, generator=g).to(torch.get_default_device())
+    return torch.randn(*shape, generator=g, device="cpu").to(torch.get_default_device())
 
 
 def _rope(x, freqs):  # Meta's Llama: apply_rotary_emb
