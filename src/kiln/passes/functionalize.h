@@ -22,6 +22,7 @@
 // Tests: tests/lit/functionalize/, tests/unit/differential_test.cpp.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "kiln/analysis/alias_pattern.h"
@@ -44,6 +45,9 @@ struct ReturnBinding {
                       // kFreshView: the view, relative to the fresh storage
   int64_t storage_numel = 0;
   Geometry storage_geometry;  // kFreshView: the storage's whole value within the storage
+  // kInputView, kFreshView: the dtype the view reads the storage's bytes as, where it is not the
+  // storage's own (a view_dtype view, `x.view(torch.int32)` of a float32 x).
+  std::optional<DType> dtype;
   // kValue: a result no caller code sees (a value a differentiated forward saves for its
   // backward), handed out in whatever layout it has: a copy into `geometry` would buy nothing.
   bool any_layout = false;
