@@ -5,7 +5,9 @@
 // its storage; a write computes the new value functionally and scatters it back through the
 // inverse of the chain (slice_scatter, select_scatter, diagonal_scatter, permute or reshape back,
 // as_strided_scatter for as_strided views), giving the storage a new current value. Mutation of
-// an intermediate is therefore just a new SSA value, and nothing is left to order.
+// an intermediate is therefore just a new SSA value, and nothing is left to order. A view_dtype
+// step (x.view(torch.int32)) is a bitcast of the value on a read, and a write through it casts
+// the written value's bits back to the storage's dtype before the rest of the scatters.
 //
 //   t0 = ltorch.tanh_(a)         ->   t0 = ltorch.tanh(a)
 //   t1 = ltorch.mul(t0, t0)            t1 = ltorch.mul(t0, t0)
