@@ -508,7 +508,7 @@ def _sized_view(op: str) -> Callable[[Call], Any]:
         rest = call.args[1:]
         kw = {k: v for k, v in call.kwargs.items() if k != "input"}
         if op == "view" and (any(isinstance(r, torch.dtype) for r in rest) or "dtype" in kw):
-            raise call.unsupported("viewing a tensor as another dtype is not supported by kiln.")
+            return _view_dtype(call, self, rest[0] if rest else kw["dtype"])
         if kw.pop("implicit", False):
             raise call.unsupported("expand(implicit=True) is not supported by kiln.")
         if kw:
@@ -521,6 +521,23 @@ def _sized_view(op: str) -> Callable[[Call], Any]:
         return call.emit(op, [self, list(sizes)], {}, result)
 
     return rule
+
+
+def _view_dtype(call: Call, self: Any, dtype: torch.dtype) -> Any:
+    """x.view(dtype): x's bytes read as `dtype`, a view of x (kiln's view_dtype). kiln keeps to
+    dtypes of x's element size, where the view has x's sizes and strides; between sizes eager
+    reshapes the last dim, which kiln does not model."""
+    result = call.run_meta()  # eager's errors first
+    if dtype in _KILN_DTYPES and dtype.itemsize != self.dtype.itemsize:
+        raise call.unsupported(
+            f"viewing a {self.dtype} tensor as {dtype} changes the element size ({self.dtype.itemsize} to "
+            f"{dtype.itemsize} bytes), which kiln does not support (it reinterprets between dtypes of one "
+            "size: float32/int32, float64/int64, float16/bfloat16). View it outside the compiled function."
+        )
+    return call.emit("view_dtype", [self, dtype], {}, result)  # a dtype kiln lacks raises here
+
+
+_KILN_DTYPES = {torch.bool, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64}
 
 
 _register(_sized_view("view"), torch.Tensor.view)

@@ -161,11 +161,14 @@ ROWS: tuple[Row, ...] = (
     Row("unbind", "view", "self:T, dim:int=0", False, -1, "kViewOf0"),
     Row("detach", "view", "self:T", False, 1, "kViewOf0"),
     Row("alias", "view", "self:T", False, 1, "kViewOf0"),
+    Row("view_dtype", "view", "self:T, dtype:dtype", False, 1, "kViewOf0"),
     # the inverse scatters of the views
     Row("slice_scatter", "scatter", "self:T, src:T, dim:int=0, start:int?=None, end:int?=None, step:int=1", False),
     Row("select_scatter", "scatter", "self:T, src:T, dim:int, index:int", False),
     Row("diagonal_scatter", "scatter", "self:T, src:T, offset:int=0, dim1:int=0, dim2:int=1", False),
     Row("as_strided_scatter", "scatter", "self:T, src:T, size:ints, stride:ints, storage_offset:int?=None", False),
+    # bit reinterpretation (view_dtype's functional form)
+    Row("bitcast", "opaque", "self:T, dtype:dtype", False),
     # index reads and writes
     Row("wrap_index", "index", "index:T, size:int", False),
     Row("index_select", "index", "self:T, dim:int, index:T", False),

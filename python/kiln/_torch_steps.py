@@ -78,6 +78,10 @@ _SPECIAL: dict[str, Callable] = {
     "std": _var(torch.std),
     "squeeze": _squeeze,
     "to": lambda self, dtype: self.to(dtype),
+    # view_dtype is Tensor.view(dtype); bitcast, its functional form, is the same view, which
+    # `detached` copies (the copy keeps every bit: no arithmetic touches the elements).
+    "view_dtype": lambda self, dtype: self.view(dtype),
+    "bitcast": lambda self, dtype: self.view(dtype),
     "linear": F.linear,
     "layer_norm": F.layer_norm,
     "rms_norm": F.rms_norm,

@@ -848,6 +848,24 @@ TEST(Views, ViewOfTransposedRaisesWhileReshapeCopies) {
       "subspaces). Use .reshape(...) instead.");
 }
 
+// view_dtype reads the same memory as another dtype: a write through it is seen in the base, a
+// write into the base through it; bitcast copies the bytes (every bit) into a tensor of its own.
+TEST(Views, ViewDtypeSharesTheBytesAndBitcastCopiesThem) {
+  Program p;
+  Value* x = p.tensor("x", DType::kFloat32, {3});
+  Value* bits = p.b.call1(OpId::kViewDtype, {x, Constant(DType::kInt32)});
+  p.b.call(OpId::kAdd_, {p.b.call1(OpId::kSelect, {bits, 0, 0}), 1});  // 1.0 + one ulp
+  Value* copy = p.b.call1(OpId::kBitcast, {x, Constant(DType::kInt32)});
+  p.b.call(OpId::kFill_, {p.b.call1(OpId::kSelect, {x, 0, 2}), 2.0});
+  TensorHandle in = f32({3}, {1, 2, 3});
+  std::vector<RtValue> r = p.run({bits, copy}, {in});
+  expect_ints(r[0], {0x3F800001, 0x40000000, 0x40000000});
+  expect_ints(r[1], {0x3F800001, 0x40000000, 0x40400000});
+  EXPECT_EQ(&handle(r[0])->storage->memory_owner(), in->storage.get());
+  EXPECT_NE(&handle(r[1])->storage->memory_owner(), in->storage.get());
+  EXPECT_EQ(to_vector(*in)[0], 1.0000001192092896);
+}
+
 TEST(Views, ViewAndReshapeShareStorageWhenPossible) {
   Program p;
   Value* x = p.tensor("x", DType::kFloat32, {4, 6});

@@ -131,6 +131,8 @@ const std::map<std::string, std::string>& samples() {
       {"unbind", "ltorch.unbind(x, 1)"},
       {"detach", "ltorch.detach(x)"},
       {"alias", "ltorch.alias(x)"},
+      {"view_dtype", "ltorch.view_dtype(x, torch.int32)"},
+      {"bitcast", "ltorch.bitcast(i, torch.float64)"},
       {"slice_scatter", "ltorch.slice_scatter(x, y, 1)"},
       {"wrap_index", "ltorch.wrap_index(j, 4)"},
       {"index_select", "ltorch.index_select(x, 1, j)"},

@@ -65,6 +65,7 @@ Geometry apply_view(OpId view, const Node& node, const Geometry& g, int64_t orig
     }
     case OpId::kDetach:
     case OpId::kAlias:
+    case OpId::kViewDtype:  // elements of one size: the same positions, another dtype
       return g;
     default:
       KILN_ASSERT(false) << op_info(view).name << " is not a single-output view with a fixed "

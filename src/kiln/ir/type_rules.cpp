@@ -804,6 +804,19 @@ std::vector<TensorType> infer_identity(const OpInfo&, Args args) {
   return {like(tensor(args, 0))};
 }
 
+// view_dtype and bitcast: the same shape in another dtype. Eager also reinterprets between element
+// sizes (the last dim grows or shrinks); kiln keeps to equal sizes, where every element stays one
+// element and no layout changes.
+std::vector<TensorType> infer_view_dtype(const OpInfo&, Args args) {
+  const TensorType& self = tensor(args, 0);
+  DType to = args[1].as_dtype();
+  KILN_UNSUPPORTED(dtype_size(to) == dtype_size(self.dtype))
+      << "viewing a " << dtype_torch_name(self.dtype) << " tensor as " << dtype_torch_name(to)
+      << " changes the element size (" << dtype_size(self.dtype) << " to " << dtype_size(to)
+      << " bytes); view it outside the compiled function.";
+  return {make(to, self.shape, self.device)};
+}
+
 // ---- scatters ---------------------------------------------------------------------------------
 
 namespace {

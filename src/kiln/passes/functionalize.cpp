@@ -20,7 +20,7 @@ namespace {
 // One view op of a handle's chain, replayable on a functional value and invertible.
 struct ViewStep {
   OpId op;                    // kSlice kSelect kDiagonal kPermute kTranspose kT kReshape
-                              // kExpand kAlias kDetach kAsStrided
+                              // kExpand kAlias kDetach kAsStrided kBitcast (view_dtype)
   std::vector<Operand> args;  // constant arguments after `self`
 };
 
@@ -196,7 +196,9 @@ class Functionalizer {
         const StorageState& st = states_.at(base.storage);
         step = as_strided_step(sa_.geometry_of(o), st.canon.offset);
       }
+      bool restarted = step.op == OpId::kAsStrided;
       if (step.op != OpId::kAlias) c.steps.push_back(std::move(step));
+      if (restarted) read_as(c, o->tensor_type().dtype);
       chains_[o] = std::move(c);
       new_object(o);
     }
@@ -212,7 +214,9 @@ class Functionalizer {
       c.steps.clear();
       step = as_strided_step(sa_.geometry_of(y), states_.at(c.storage).canon.offset);
     }
+    bool restarted = step.op == OpId::kAsStrided;
     if (step.op != OpId::kAlias) c.steps.push_back(std::move(step));
+    if (restarted) read_as(c, y->tensor_type().dtype);
     // Every name of this tensor object now sees the new sizes and strides, as in eager.
     inherit_object(x, y);
     for (const Value* v : members_.at(object_.at(x)))
@@ -276,6 +280,14 @@ class Functionalizer {
 
   // ---- views ---------------------------------------------------------------------------------
 
+  // A chain that an as_strided restarted from the storage reads the storage's dtype: an
+  // as_strided of a view_dtype view (`x.view(torch.int32).as_strided(...)`) reads its bytes as
+  // the view's dtype again, by a bit cast after it (casts commute with index views).
+  void read_as(Chain& c, DType dtype) {
+    if (states_.at(c.storage).current->tensor_type().dtype == dtype) return;
+    c.steps.push_back({OpId::kBitcast, {Constant(dtype)}});
+  }
+
   // The chain step for output `i` of a view node (or a metadata mutation).
   ViewStep view_step(const Node& node, size_t i) {
     const std::vector<Operand>& a = node.operands;
@@ -338,6 +350,10 @@ class Functionalizer {
       case OpId::kAlias:
       case OpId::kTo:
         return {OpId::kAlias, {}};
+      case OpId::kViewDtype:  // the same bytes as another dtype: a bit cast of the value
+        if (out->tensor_type().dtype == node.input(0)->tensor_type().dtype)
+          return {OpId::kAlias, {}};
+        return {OpId::kBitcast, {a[1]}};
       default:
         // view, reshape and flatten as views, unflatten, unsqueeze, squeeze: element order kept.
         if (out->tensor_type().shape == in_shape) return {OpId::kAlias, {}};
@@ -405,6 +421,8 @@ class Functionalizer {
         return b_.call1(OpId::kReshape, {y, Constant(IntList(x->tensor_type().shape))}, {}, loc);
       case OpId::kDetach:  // eager's base does not take the history of what a detached view got
         return b_.call1(OpId::kDetach, {y}, {}, loc);
+      case OpId::kBitcast:  // the written bytes, read back as the viewed value's dtype
+        return b_.call1(OpId::kBitcast, {y, Constant(x->tensor_type().dtype)}, {}, loc);
       default:
         KILN_ASSERT(false) << "no inverse for view step " << op_info(step.op).name;
         return nullptr;
@@ -488,6 +506,10 @@ class Functionalizer {
       // which copy holds the written value?), and a strided view of a base has no views to
       // unwind.
       Value* root = flat(st, loc);
+      // The written value's bytes as the storage's dtype (the chain may read it as another).
+      DType stored = root->tensor_type().dtype;
+      if (y->tensor_type().dtype != stored)
+        y = b_.call1(OpId::kBitcast, {y, Constant(stored)}, {}, loc);
       ViewStep step = as_strided_step(where, st.canon.offset);
       st.current = unflat(st, unapply(step, root, y, loc), loc);
       return;
@@ -550,14 +572,16 @@ class Functionalizer {
         r.geometry = final_of(o).geometry;
         r.storage_numel = sa_.storage(storage).numel;
         r.storage_geometry = states_.at(storage).canon;
+        r.dtype = view_dtype(o, sa_.storage(storage).dtype);
         described.push_back("a view of " + values[static_cast<size_t>(r.index)]->name() +
-                            "'s storage " + geometry_str(r.geometry));
+                            "'s storage " + geometry_str(r.geometry) + as_str(r.dtype));
       } else if (sa_.storage(final_of(o).storage).input_group >= 0) {
         r.kind = ReturnBinding::Kind::kInputView;
         r.index = sa_.storage(final_of(o).storage).input_group;
         r.geometry = final_of(o).geometry;
+        r.dtype = view_dtype(o, sa_.storage(final_of(o).storage).dtype);
         described.push_back("a view of " + initial_[static_cast<size_t>(r.index)]->name() + " " +
-                            geometry_str(r.geometry));
+                            geometry_str(r.geometry) + as_str(r.dtype));
       } else {
         r.kind = ReturnBinding::Kind::kValue;
         r.index = static_cast<int>(values.size());
@@ -594,6 +618,16 @@ class Functionalizer {
   // The layout the object `v` names has at the end of the program (after metadata mutations).
   const StorageAnalysis::Placement& final_of(const Value* v) const {
     return sa_.final_placement(sa_.handle_of(v));
+  }
+
+  // A returned view's dtype where it differs from its storage's (ReturnBinding::dtype).
+  static std::optional<DType> view_dtype(const Value* o, DType storage) {
+    DType d = o->tensor_type().dtype;
+    return d == storage ? std::nullopt : std::optional<DType>(d);
+  }
+
+  static std::string as_str(const std::optional<DType>& d) {
+    return d ? " as " + std::string(dtype_name(*d)) : "";
   }
 
   static std::string geometry_str(const Geometry& g) {

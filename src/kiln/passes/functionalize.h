@@ -5,7 +5,9 @@
 // its storage; a write computes the new value functionally and scatters it back through the
 // inverse of the chain (slice_scatter, select_scatter, diagonal_scatter, permute or reshape back,
 // as_strided_scatter for as_strided views), giving the storage a new current value. Mutation of
-// an intermediate is therefore just a new SSA value, and nothing is left to order.
+// an intermediate is therefore just a new SSA value, and nothing is left to order. A view_dtype
+// step (x.view(torch.int32)) is a bitcast of the value on a read, and a write through it casts
+// the written value's bits back to the storage's dtype before the rest of the scatters.
 //
 //   t0 = ltorch.tanh_(a)         ->   t0 = ltorch.tanh(a)
 //   t1 = ltorch.mul(t0, t0)            t1 = ltorch.mul(t0, t0)
@@ -22,6 +24,7 @@
 // Tests: tests/lit/functionalize/, tests/unit/differential_test.cpp.
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "kiln/analysis/alias_pattern.h"
@@ -44,6 +47,9 @@ struct ReturnBinding {
                       // kFreshView: the view, relative to the fresh storage
   int64_t storage_numel = 0;
   Geometry storage_geometry;  // kFreshView: the storage's whole value within the storage
+  // kInputView, kFreshView: the dtype the view reads the storage's bytes as, where it is not the
+  // storage's own (a view_dtype view, `x.view(torch.int32)` of a float32 x).
+  std::optional<DType> dtype;
   // kValue: a result no caller code sees (a value a differentiated forward saves for its
   // backward), handed out in whatever layout it has: a copy into `geometry` would buy nothing.
   bool any_layout = false;

@@ -56,6 +56,20 @@ Value* copy_of(Trace& trace, Value* v) {
   return b.call1(OpId::kReshape, {copy, Constant(IntList(shape.begin(), shape.end()))});
 }
 
+// Why a program with a view_dtype is not differentiated ("" when it has none). Eager's
+// view(dtype) is not differentiable (its result never requires grad), and a write through it
+// changes the base's values without a gradient: kiln has no rule that says so, and a returned
+// view of an input would carry the input's gradient. Eager PyTorch runs such a program.
+std::string view_dtype_refusal(const std::vector<std::unique_ptr<Node>>& nodes) {
+  for (const auto& n : nodes) {
+    if (n->id() == OpId::kViewDtype)
+      return "kiln has no derivative rule for view_dtype" +
+             (n->loc.empty() ? std::string() : " (" + n->loc.str() + ")");
+    if (std::string why = view_dtype_refusal(n->subsymbols); !why.empty()) return why;
+  }
+  return "";
+}
+
 // Which functional inputs require grad, and the eager input whose gradient each one's is (the
 // first of its group: every other member is that same tensor). Empty `refused` when fine.
 struct GradInputs {
@@ -175,6 +189,8 @@ GradientProgram make_gradient_program(Trace& f, ProgramInterface& interface,
     if (kind == ReturnBinding::Kind::kInputObject || kind == ReturnBinding::Kind::kInputView)
       out.caller_results.push_back(static_cast<int>(i));
   }
+  out.refused = view_dtype_refusal(eager.nodes());
+  if (!out.refused.empty()) return out;
   GradInputs grads = grad_inputs_of(f.inputs().size(), pattern, eager, requires_grad);
   if (!grads.refused.empty()) {
     out.refused = grads.refused;

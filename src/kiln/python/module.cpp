@@ -255,15 +255,17 @@ class JitCache {
     const TensorHandle& t = std::get<TensorHandle>(v);
     for (size_t i = 0; i < call.values.size(); ++i)
       if (std::get<TensorHandle>(call.values[i]) == t) return nb::borrow(call.objects[i]);
-    auto arg = call.storage_arg.find(t->storage.get());
+    // (A view_dtype result reads its memory's storage as another dtype: memory_owner.)
+    const Storage& memory = t->storage->memory_owner();
+    auto arg = call.storage_arg.find(&memory);
     if (arg != call.storage_arg.end()) {
-      const at::Tensor& base =
-          THPVariable_Unpack(call.objects.at(static_cast<size_t>(arg->second)));
+      at::Tensor base = THPVariable_Unpack(call.objects.at(static_cast<size_t>(arg->second)));
+      if (t->dtype() != memory.dtype) base = base.view(torch_dtype(t->dtype()));
       at::Tensor view = base.as_strided(std::vector<int64_t>(t->sizes.begin(), t->sizes.end()),
                                         t->strides, t->offset);
       return nb::steal(THPVariable_Wrap(view));
     }
-    const c10::Storage* storage = allocator.storage_of(*t->storage);
+    const c10::Storage* storage = allocator.storage_of(memory);
     KILN_ASSERT(storage) << "a fresh result is not in memory from PyTorch's allocator";
     return nb::steal(THPVariable_Wrap(tensor_over_storage(*storage, *t)));
   }

@@ -367,6 +367,11 @@ void check_indices(const codegen::Kernel& kernel, const std::vector<RtValue>& in
   }
 }
 
+// A returned view read as the dtype its binding names (view_dtype), else as its storage's.
+TensorHandle as_dtype(const TensorHandle& view, const std::optional<DType>& dtype) {
+  return dtype ? reinterpret_as(*view, *dtype) : view;
+}
+
 // An opaque step that runs a torch op through PyTorch (ops.def, eager_call).
 bool is_eager_call(const Step& step) {
   if (step.kind != Step::Kind::kOpaque) return false;
@@ -692,8 +697,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
             buffer = memory.materialize(*value, r.storage_geometry, r.storage_numel);
           }
         }
-        results.emplace_back(
-            make_view(buffer, r.geometry.sizes, r.geometry.strides, r.geometry.offset));
+        results.emplace_back(as_dtype(
+            make_view(buffer, r.geometry.sizes, r.geometry.strides, r.geometry.offset), r.dtype));
         break;
       }
       case ReturnBinding::Kind::kValue: {
@@ -728,8 +733,9 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         break;
       case ReturnBinding::Kind::kInputView: {
         const GroupBase& base = bases.at(static_cast<size_t>(r.index));
-        results.emplace_back(make_view(base.caller, r.geometry.sizes, r.geometry.strides,
-                                       base.start + r.geometry.offset));
+        results.emplace_back(as_dtype(make_view(base.caller, r.geometry.sizes, r.geometry.strides,
+                                                base.start + r.geometry.offset),
+                                      r.dtype));
         break;
       }
     }

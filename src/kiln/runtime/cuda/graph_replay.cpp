@@ -351,6 +351,10 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
   for (const RtValue& v : results) {
     const RtTensor* t = tensor_of(v);
     if (!t) throw CaptureRefused("a number among the results");
+    // Results are told apart by their storage object, which a view_dtype result does not share
+    // with the memory it reads.
+    if (t->storage->reinterprets)
+      throw CaptureRefused("a result that reads memory as another dtype (view_dtype)");
     Captured::Result r{Captured::Result::Kind::kFresh, 0, t->sizes, t->strides, t->offset};
     for (size_t j = 0; j < capture_args.size() && r.kind == Captured::Result::Kind::kFresh; ++j) {
       const RtTensor* a = tensor_of(capture_args[j]);

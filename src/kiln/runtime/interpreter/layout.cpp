@@ -35,7 +35,7 @@ void check_no_internal_overlap(const RtTensor& target) {
 
 void check_no_partial_overlap(const RtTensor& target, const RtTensor& input) {
   check_no_partial_overlap(geometry_of(target), geometry_of(input),
-                           target.storage == input.storage);
+                           &target.storage->memory_owner() == &input.storage->memory_owner());
 }
 
 }  // namespace kiln

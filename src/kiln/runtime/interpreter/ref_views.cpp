@@ -166,6 +166,18 @@ void ref_Alias(Env& env, const Node& node) {
   bind_view(env, node, self_geometry(env, node));
 }
 
+// Tensor.view(dtype): the same memory and layout, each element's bytes read as `dtype`.
+void ref_ViewDtype(Env& env, const Node& node) {
+  env.bind(node.outputs[0], reinterpret_as(*self_of(env, node), node.arg("dtype").as_dtype()));
+}
+
+// bitcast: a fresh contiguous copy of those bytes (clone copies equal dtypes byte for byte, so
+// every bit pattern survives, a signaling NaN included).
+void ref_Bitcast(Env& env, const Node& node) {
+  env.bind(node.outputs[0],
+           clone(*reinterpret_as(*self_of(env, node), node.arg("dtype").as_dtype())));
+}
+
 // ---- metadata mutations: the tensor object itself changes, and the output is that object -------
 
 namespace {

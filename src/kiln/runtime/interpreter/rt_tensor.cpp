@@ -271,6 +271,30 @@ TensorHandle make_view(const TensorHandle& base, const Shape& shape,
   return t;
 }
 
+TensorHandle reinterpret_as(const RtTensor& t, DType dtype) {
+  KILN_ASSERT(dtype_size(dtype) == dtype_size(t.dtype()))
+      << "reinterpret_as: " << dtype_name(t.dtype()) << " as " << dtype_name(dtype)
+      << " changes the element size";
+  if (dtype == t.dtype()) return tensor_over(t.storage, t.sizes, t.strides, t.offset);
+  std::shared_ptr<Storage> owner = t.storage->reinterprets ? t.storage->reinterprets : t.storage;
+  if (owner->dtype == dtype) return tensor_over(owner, t.sizes, t.strides, t.offset);
+  auto s = std::make_shared<Storage>();
+  s->dtype = dtype;
+  s->device = owner->device;
+  s->from_allocator = owner->from_allocator;
+  s->reinterprets = owner;
+  if (owner->on_device()) {
+    s->device_data = owner->device_data;
+    s->device_numel = owner->device_numel;
+    s->device_owner = owner;
+  } else {
+    s->borrowed = owner->data();
+    s->borrowed_numel = owner->numel();
+    s->borrowed_owner = owner;
+  }
+  return tensor_over(s, t.sizes, t.strides, t.offset);
+}
+
 std::vector<double> to_vector(const RtTensor& t) {
   std::vector<double> out;
   out.reserve(static_cast<size_t>(t.numel()));
@@ -315,8 +339,8 @@ TensorHandle clone(const RtTensor& t) {
 
 void copy_into(RtTensor& dst, const RtTensor& src) {
   if (&dst == &src) return;
-  if (dst.storage == src.storage && dst.offset == src.offset && dst.strides == src.strides &&
-      dst.sizes == src.sizes) {
+  if (&dst.storage->memory_owner() == &src.storage->memory_owner() && dst.offset == src.offset &&
+      dst.strides == src.strides && dst.sizes == src.sizes && dst.dtype() == src.dtype()) {
     return;  // copy_impl's "views of the same data" exit
   }
   check_no_internal_overlap(dst);

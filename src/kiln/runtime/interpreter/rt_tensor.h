@@ -33,6 +33,10 @@ struct Storage {
   // Memory from the executor's Allocator (ExecuteOptions::allocator): a caller that plugs one in
   // can hand such a storage out as its own tensor.
   bool from_allocator = false;
+  // view_dtype: a storage that reads another storage's bytes as its own dtype (of the same
+  // element size). Its memory is that storage's (`borrowed` or `device_data` point there, and
+  // this keeps it alive), so whose memory a tensor is asks memory_owner(), not the pointer.
+  std::shared_ptr<Storage> reinterprets;
 
   bool on_device() const { return device_owner != nullptr; }
   // The host elements (owned or borrowed); null for a device storage.
@@ -51,6 +55,8 @@ struct Storage {
   // to f16/bf16 rounds to nearest even.
   void store_double(int64_t i, double v);
   void store_int(int64_t i, int64_t v);
+  // The storage that owns this one's memory: itself, or the one it reinterprets.
+  const Storage& memory_owner() const { return reinterprets ? *reinterprets : *this; }
 };
 
 // Copies element `si` of `src` to element `di` of `dst`, converting the dtype as PyTorch's copy_
@@ -101,6 +107,9 @@ TensorHandle tensor_over(std::shared_ptr<Storage> storage, const Shape& shape,
 // A view of an existing tensor's storage with another shape/strides/offset (as_strided).
 TensorHandle make_view(const TensorHandle& base, const Shape& shape,
                        const std::vector<int64_t>& strides, int64_t offset);
+// A tensor over `t`'s memory with `t`'s layout whose elements are read as `dtype`, of the same
+// element size (Tensor.view(dtype)): writes through either are seen through the other.
+TensorHandle reinterpret_as(const RtTensor& t, DType dtype);
 // The elements in row-major order.
 std::vector<double> to_vector(const RtTensor& t);
 std::vector<int64_t> to_int_vector(const RtTensor& t);
