@@ -12,6 +12,9 @@ where the tensor is an input.
 - `x[i]`, `x[:, i]` and `x[i] = v` with one integer index tensor (negative indices counting
   from the end: wrap_index), index_put_ with one index tensor and index_fill_ lower to
   index_select, index_copy and index_add (below).
+- `x[i, j]`, `x[:, i, j] = v`, index_put_((i, j), v, accumulate=) with several index tensors at
+  adjacent dims of a contiguous x index the view of x with those dims merged, at the flat
+  position i * J + j; each index is first checked against its own dim (_checked_positions).
 - Every other advanced key, read or write, runs as an eager step (kiln._fallback): PyTorch
   indexes the program's tensors on their device, a write on a clone that is copied back. Its
   errors are PyTorch's (an index out of range raises IndexError, on the CPU at the op).
@@ -427,6 +430,13 @@ def _check_no_overlap(call: Call, target: Proxy, *others: Any) -> None:
             )
 
 
+def _numel(shape: Any) -> int:
+    n = 1
+    for size in shape:
+        n *= size
+    return n
+
+
 def _full_slice(k: Any) -> bool:
     return isinstance(k, slice) and k == slice(None)
 
@@ -448,6 +458,63 @@ def _one_tensor_key(self: Any, key: Any, write: bool = False) -> tuple[int, Prox
     return d, index
 
 
+def _tensor_group_key(self: Any, key: Any, write: bool = False) -> tuple[int, list[Proxy]] | None:
+    """`x[..., i, j, ...]`: two or more integer index tensors at adjacent dims d, d+1, ... of a
+    contiguous x, whole slices elsewhere (`logits[torch.arange(n), labels]`). The result's index
+    dims sit where the tensors were, as eager puts adjacent advanced indices."""
+    items = key if isinstance(key, tuple) else (key,)
+    if not isinstance(self, Proxy) or not self.is_contiguous():
+        return None
+    d = 0
+    while d < len(items) and _full_slice(items[d]):
+        d += 1
+    end = d
+    while end < len(items) and isinstance(items[end], torch.Tensor):
+        end += 1
+    tensors = list(items[d:end])
+    if len(tensors) < 2 or end > self.dim() or not all(_full_slice(k) or k is Ellipsis for k in items[end:]):
+        return None
+    allowed = (torch.int64,) if write else (torch.int64, torch.int32)
+    if not all(isinstance(t, Proxy) and t.dtype in allowed for t in tensors):
+        return None
+    return d, tensors
+
+
+def _grouped(call: Call, self: Proxy, d: int, tensors: list[Proxy]) -> tuple[Proxy, Proxy, tuple]:
+    """The view of self with the indexed dims merged into one, the flat positions into it (each
+    index wrapped and checked against its own dim's size), and the indices' broadcast shape."""
+    shape = tuple(torch.broadcast_shapes(*(tuple(t.shape) for t in tensors)))
+    flat_positions = None
+    stride = 1
+    for k in reversed(range(len(tensors))):
+        size = self.shape[d + k]
+        t = _cast(call, tensors[k], torch.int64)
+        if tuple(t.shape) != shape:
+            t = _via(call, torch.Tensor.expand, t, shape)
+        term = _checked_positions(call, t, size, d + k)
+        if stride != 1:
+            term = _via(call, torch.mul, term, stride)
+        flat_positions = term if flat_positions is None else _via(call, torch.add, term, flat_positions)
+        stride *= size
+    merged = (*self.shape[:d], stride, *self.shape[d + len(tensors) :])
+    return _via(call, torch.Tensor.view, self, merged), flat_positions, shape
+
+
+def _checked_positions(call: Call, index: Proxy, size: int, dim: int) -> Proxy:
+    """index wrapped into [0, size), flat, through an index_select of the positions 0..size-1
+    laid along `dim`: the executor checks an index op's index before its kernel runs (eager's
+    error, "index 4 is out of bounds for dimension 1 with size 4", with the tensor untouched),
+    where a position merged into a flat index (i * J + j) would no longer show which dim it
+    overran."""
+    device = call.default_device()
+    arange = Call(call.tracer, torch.arange, (size,), {"dtype": torch.int64, "device": device}, call.loc)
+    positions = RULES[_key(torch.arange)](arange)
+    positions = _via(call, torch.Tensor.view, positions, (*([1] * dim), size))
+    w = _wrapped(call, index, size)
+    picked = call.emit("index_select", [positions, dim, w], {}, call.run_meta(torch.index_select, (positions, dim, w), {}))
+    return _via(call, torch.Tensor.reshape, picked, (-1,))
+
+
 def _wrapped(call: Call, index: Proxy, size: int) -> Proxy:
     flat = _via(call, torch.Tensor.reshape, index, (-1,))
     return call.emit("wrap_index", [flat, size], {}, call.run_meta(torch.Tensor.clone, (flat,), {}))
@@ -456,12 +523,23 @@ def _wrapped(call: Call, index: Proxy, size: int) -> Proxy:
 def _one_tensor_getitem(call: Call, self: Any, key: Any) -> Proxy | None:
     found = _one_tensor_key(self, key)
     if found is None:
-        return None
+        return _tensor_group_getitem(call, self, key)
     d, index = found
     call.run_meta()  # eager's checks
     w = _wrapped(call, index, self.shape[d])
     rows = call.emit("index_select", [self, d, w], {}, call.run_meta(torch.index_select, (self, d, w), {}))
     return _via(call, torch.Tensor.view, rows, (*self.shape[:d], *index.shape, *self.shape[d + 1 :]))
+
+
+def _tensor_group_getitem(call: Call, self: Any, key: Any) -> Proxy | None:
+    found = _tensor_group_key(self, key)
+    if found is None:
+        return None
+    d, tensors = found
+    call.run_meta()  # eager's checks (the indices broadcast together)
+    merged, positions, shape = _grouped(call, self, d, tensors)
+    rows = call.emit("index_select", [merged, d, positions], {}, call.run_meta(torch.index_select, (merged, d, positions), {}))
+    return _via(call, torch.Tensor.view, rows, (*self.shape[:d], *shape, *self.shape[d + len(tensors) :]))
 
 
 def _index_source(call: Call, self: Proxy, d: int, index: Proxy, value: Any, index_shape: tuple) -> Proxy:
@@ -482,13 +560,33 @@ def _index_source(call: Call, self: Proxy, d: int, index: Proxy, value: Any, ind
 def _write_rows(call: Call, self: Proxy, d: int, index: Proxy, source: Proxy, accumulate: bool) -> None:
     _check_write(call, self)
     _check_no_overlap(call, self, index, source)
-    w = _wrapped(call, index, self.shape[d])
+    _write_positions(call, self, d, _wrapped(call, index, self.shape[d]), source, accumulate)
+
+
+def _write_positions(call: Call, self: Proxy, d: int, positions: Proxy, source: Proxy, accumulate: bool) -> None:
     op = "index_add" if accumulate else "index_copy"
-    meta = call.run_meta(getattr(torch, op), (self, d, w, source), {})
-    _copy_into(call, self, call.emit(op, [self, d, w, source], {}, meta))
+    meta = call.run_meta(getattr(torch, op), (self, d, positions, source), {})
+    _copy_into(call, self, call.emit(op, [self, d, positions, source], {}, meta))
+
+
+def _write_tensor_group(call: Call, self: Proxy, d: int, tensors: list[Proxy], value: Any, accumulate: bool) -> None:
+    """x[..., i, j, ...] = value (or += with accumulate): index_copy/index_add into the view of x
+    with the indexed dims merged."""
+    _check_write(call, self)
+    _check_no_overlap(call, self, *tensors, value)
+    merged, positions, shape = _grouped(call, self, d, tensors)
+    source = _index_source(call, merged, d, positions, value, shape)
+    _write_positions(call, merged, d, positions, source, accumulate)
 
 
 def _one_tensor_setitem(call: Call, self: Any, key: Any, value: Any) -> bool:
+    if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):
+        return False
+    group = _tensor_group_key(self, key, write=True)
+    if group is not None and _numel(torch.broadcast_shapes(*(tuple(t.shape) for t in group[1]))) <= MAX_KERNEL_INDEX_POSITIONS:
+        call.run_meta()  # eager's checks (value broadcasts to the indexed shape)
+        _write_tensor_group(call, self, group[0], group[1], value, False)
+        return True
     found = _one_tensor_key(self, key, write=True)
     if found is None or found[1].numel() > MAX_KERNEL_INDEX_POSITIONS:
         return False
@@ -504,6 +602,11 @@ def _index_put(call: Call) -> Any:
     args = _bind(call, lambda self, indices, values, accumulate=False: None)
     self, indices, values, accumulate = args["self"], args["indices"], args["values"], args["accumulate"]
     result = call.run_meta()
+    group = _tensor_group_key(self, tuple(indices), write=True) if len(indices) > 1 else None
+    if group is not None and isinstance(values, Proxy) and call.name.endswith("_"):
+        if _numel(torch.broadcast_shapes(*(tuple(t.shape) for t in group[1]))) <= MAX_KERNEL_INDEX_POSITIONS:
+            _write_tensor_group(call, self, group[0], group[1], values, accumulate)
+            return self
     found = _one_tensor_key(self, tuple(indices), write=True) if len(indices) == 1 else None
     if found is None or found[1].numel() > MAX_KERNEL_INDEX_POSITIONS or not isinstance(values, Proxy):
         return _eager(call, "index_put", _check_index_put)

@@ -130,6 +130,14 @@ OPS = {
     "setitem_mask_tensor_value": (lambda x: x.__setitem__(x > 0.5, torch.tensor(9.0)) or x, lambda: [ar(2, 4)]),
     "setitem_mask_many_values": (lambda x, v: x.__setitem__(x > 0.5, v) or x, lambda: [ar(2, 4), -ar(2)]),
     "setitem_list": (lambda x: x.__setitem__([0, 2], 1.0) or x * 2, lambda: [ar(3, 2)]),
+    # several index tensors at adjacent dims: one flat position into the merged dims
+    "getitem_two_tensors": (lambda x, i, j: x[i, j] + 1, lambda: [ar(3, 4, 5), _idx(0, 2, -1), _idx(3, -4, 1)]),
+    "getitem_two_tensors_broadcast": (lambda x, i, j: x[:, i[:, None], j] * 2, lambda: [ar(2, 3, 4), _idx(0, 2), _idx(3, 1, 0)]),
+    "getitem_three_tensors": (lambda x, i, j, k: x[i, j, k], lambda: [ar(2, 3, 4), _idx(1, 0), _idx(2, -1), _idx(0, 3)]),
+    "pick_by_label": (lambda logits, y: -logits.log_softmax(-1)[torch.arange(logits.shape[0]), y].mean(), lambda: [ar(4, 6).sin(), _idx(5, 0, 2, -1)]),
+    "setitem_two_tensors": (lambda x, i, j, v: x.__setitem__((i, j), v) or x, lambda: [ar(3, 4), _idx(0, 2, 1), _idx(1, -1, 1), -ar(3)]),
+    "setitem_two_tensors_duplicates": (lambda x, i, j: x.__setitem__((i, j), 5.0) or x.sum(), lambda: [ar(3, 4), _idx(0, 2, 0), _idx(1, 3, 1)]),
+    "index_put_two_tensors_accumulate": (lambda x, i, j, v: x.index_put_((i, j), v, accumulate=True), lambda: [ar(3, 4, 2), _idx(0, 2, 0), _idx(1, 3, 1), ar(3, 2) + 1]),
 }
 
 
@@ -281,13 +289,43 @@ def test_the_cuda_index_check_raises_where_the_cpu_kernel_does(name, bad):
     "name",
     ["index_select", "index_copy", "index_add_", "embedding", "gather", "take_along_dim_flat"]
     + ["scatter_src", "scatter_value", "scatter_reduce_arg", "scatter_add_", "scatter_add", "scatter_reduce_amax", "scatter_reduce_mean"]
-    + ["index_fill_", "getitem_tensor", "setitem_tensor", "setitem_tensor_duplicates", "setitem_add", "index_put_one_tensor", "getitem_negative", "setitem_slice_then_tensor"],
+    + ["index_fill_", "getitem_tensor", "setitem_tensor", "setitem_tensor_duplicates", "setitem_add", "index_put_one_tensor", "getitem_negative", "setitem_slice_then_tensor"]
+    + ["getitem_two_tensors", "setitem_two_tensors", "setitem_two_tensors_duplicates", "index_put_two_tensors_accumulate"],
 )
 def test_index_ops_with_a_one_dim_index_run_as_kernels(name):
     fn, make_args = OPS[name]
     jitted = check_against_eager(fn, make_args)
     stats = kiln.last_stats(jitted)
     assert (stats["fallback_ops"], stats["torch_steps"], stats["interpreted_steps"]) == (0, 0, 0)
+
+
+@pytest.mark.parametrize("name", ["getitem_two_tensors_broadcast", "getitem_three_tensors", "pick_by_label"])
+def test_several_index_tensors_run_without_eager_steps(name):
+    # (A position computed in the region that reads through it, from an expanded index or a
+    # torch.arange made in the program, is not lowered into that kernel yet: PyTorch runs those
+    # regions op by op on the device, torch_steps.)
+    fn, make_args = OPS[name]
+    jitted = check_against_eager(fn, make_args)
+    assert kiln.last_stats(jitted)["fallback_ops"] == 0
+
+
+@pytest.mark.parametrize("name", ["getitem_two_tensors", "setitem_two_tensors", "index_put_two_tensors_accumulate"])
+@pytest.mark.parametrize("bad", [4, -5])
+def test_several_index_tensors_out_of_range_raise_eagers_error_naming_the_dim(name, bad):
+    # The second index overruns dim 1 (size 4) while the flat position into the merged dims
+    # (i * 4 + j) would still be in range: each index is checked against its own dim.
+    fn, make_args = OPS[name]
+    args = make_args()
+    args[2] = torch.full_like(args[2], bad)
+    args[1] = torch.zeros_like(args[1])
+    before = [a.clone() for a in args]
+    with pytest.raises(IndexError, match=rf"index {bad} is out of bounds for dimension 1 with size 4") as info:
+        kiln.jit(fn)(*args)
+    assert re.search(r"test_index\.py:\d+", str(info.value)), str(info.value)
+    with pytest.raises(IndexError, match=rf"index {bad} is out of bounds for dimension 1 with size 4"):
+        fn(*[a.clone().cpu() for a in before])  # eager's own (on the CPU: CUDA would device-assert)
+    for a, b in zip(args, before):
+        torch.testing.assert_close(a, b)
 
 
 def test_x1_fuses_the_row_write_and_the_mean():
