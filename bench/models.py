@@ -16,7 +16,8 @@ only), for
 and, for the decoder with a static KV cache (the zoo's, at about 1B parameters in bfloat16 with
 the default sizes), decode tokens per second at batch 1 and the byte floor: every weight read
 once per token at the measured copy bandwidth. Prints a markdown table and writes JSON.
---small uses the test configurations (a quick run, or the CPU). Forwards run under
+--small uses the test configurations (a quick run, or the CPU); --profile N prints each forward's N
+costliest kernels and kiln's program facts (CUDA). Forwards run under
 torch.inference_mode() semantics via torch.no_grad().
 """
 
@@ -108,10 +109,12 @@ MODELS: dict[str, tuple[Callable, Callable, tuple[int, int]]] = {
 
 SYSTEMS = ("kiln", "kiln.jit", "eager", "compile", "compile-ro")
 _chosen_systems: tuple[str, ...] = SYSTEMS  # --systems
+_profile_top = 0  # --profile N: the N costliest kernels of each forward (CUDA)
 
 
 def _forward_systems(model: torch.nn.Module, device) -> dict[str, Callable]:
     torch._dynamo.reset()
+    kiln.clear_backend_graphs()
     makers = {
         "kiln": lambda: torch.compile(copy.deepcopy(model), backend=kiln.backend),
         "kiln.jit": lambda: kiln.jit(copy.deepcopy(model)),
@@ -156,7 +159,37 @@ def bench_forward(name: str, small: bool, dtype: torch.dtype, device, repeat: in
                     row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
                 rows.append(row)
                 print(_format_row(row), flush=True)
+                if _profile_top and device.type == "cuda" and "error" not in row:
+                    _print_profile(f"{name} {row['dtype']} batch {batch} {system}", fn, args, _profile_top)
     return rows
+
+
+def _print_profile(title: str, fn: Callable, args: tuple, top: int) -> None:
+    """The `top` kernels of one forward by device time, and what kiln ran (its programs' stats)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(*args)
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        by_name.setdefault(e.name, []).append(e.device_time_total / 1e3)
+    total = sum(sum(v) for v in by_name.values())
+    print(f"-- profile of {title}: {len(events)} device events, {total:.3f} ms")
+    for kernel, times in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]:
+        print(f"   {sum(times):8.3f} ms {len(times):4d}x  {kernel[:110]}")
+    jitted = [fn] if hasattr(fn, "_kiln_forward") or isinstance(fn, kiln.JitFunction) else []
+    if not jitted and hasattr(fn, "_orig_mod") and "kiln" in title.split()[-1]:
+        jitted = kiln.backend_graphs()
+    for g in jitted:
+        try:
+            stats = kiln.last_stats(g)
+        except Exception:  # a graph that ran eagerly has no program
+            continue
+        facts = ("fusion_regions", "kernels", "torch_steps", "eager_steps", "layout_copies", "cuda_graph", "cuda_graph_refused")
+        print("   kiln program:", {k: stats[k] for k in facts})
 
 
 def bench_decode(small: bool, device, tokens: int) -> list[dict]:
@@ -235,9 +268,11 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=128, help="decode steps timed")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ",".join(SYSTEMS))
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest kernels of each forward (CUDA)")
     args = parser.parse_args()
-    global _chosen_systems
+    global _chosen_systems, _profile_top
     _chosen_systems = tuple(s for s in args.systems.split(",") if s)
+    _profile_top = args.profile
     device = torch.device(args.device)
     names = [n for n in args.models.split(",") if n]
     rows: list[dict] = []

@@ -194,14 +194,23 @@ def test_setitem_records_a_mutation_without_a_result():
     assert "  # test_tracer.py:" in text  # a statement without results still has its location
 
 
-def test_indexing_with_two_tensors_needs_kiln_jit():
-    # It runs as an eager step (tests/python/test_index.py), which a trace alone cannot hold.
+def test_indexing_with_tensors_apart_needs_kiln_jit():
+    # Index tensors with a slice between them run as an eager step (tests/python/test_index.py),
+    # which a trace alone cannot hold.
     def f(x, i):
-        return x[i, i]
+        return x[i, :, i]
 
     with pytest.raises(kiln.UnsupportedError, match=r"torch.Tensor.__getitem__.*only kiln.jit can run") as info:
-        kiln.trace(f, torch.ones(4, 4), torch.tensor([0, 1]))
-    assert info.value.location.text == "return x[i, i]"
+        kiln.trace(f, torch.ones(4, 4, 4), torch.tensor([0, 1]))
+    assert info.value.location.text == "return x[i, :, i]"
+
+
+def test_indexing_with_two_adjacent_tensors_selects_from_the_merged_dims():
+    text = kiln.trace(lambda x, i, j: x[i, j], torch.ones(4, 3, 2), torch.tensor([0, -1]), torch.tensor([2, 1]))
+    # Each index checked against its own dim (an index_select of its positions), then one flat
+    # position into the [12, 2] view.
+    assert "ltorch.view(x, [12, 2])" in text and "ltorch.index_select(t14, 0, t13)" in text, text
+    assert text.count("ltorch.wrap_index(") == 2 and "ltorch.mul(" in text, text
 
 
 def test_indexing_with_one_tensor_is_an_index_select_of_the_wrapped_index():
