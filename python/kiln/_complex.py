@@ -287,6 +287,9 @@ def _view(op: Callable[[Proxy, torch.Tensor, Call], Any]) -> Callable[[Call], An
         if isinstance(result, Proxy) and any(result is a for a in call.args):
             return result  # the tensor itself (x.contiguous() of a contiguous x)
         z = call.args[0]
+        for r in pytree.tree_leaves(result):
+            if isinstance(r, torch.Tensor) and not r.dtype.is_complex:
+                raise call.unsupported("a complex tensor viewed as a real dtype is not supported by kiln; use torch.view_as_real.")
         made = op(pair_of(z), result, call)
 
         def complex_of(pair: Proxy, like: torch.Tensor) -> Proxy:
@@ -613,6 +616,9 @@ def _zero_(call: Call) -> Any:
 def _setitem(call: Call) -> Any:
     z, key, value = call.args
     _result(call)
+    if not is_complex_proxy(z):  # a complex value into a real tensor: its real part, as eager
+        z[key] = _parts(value, REAL_OF[value.dtype])[0] if is_complex_proxy(value) else value.real
+        return None
     target = pair_of(z)[_pair_key(z, key)]
     target.copy_(_as_pair(value, z, target.dtype))
     return None

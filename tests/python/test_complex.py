@@ -70,6 +70,7 @@ PROGRAMS = {
     "write_a_complex_view_of_a_real_input": (lambda x: (torch.view_as_complex(x).mul_(1j), x * 2)[1], lambda: [_r(3, 2)]),
     "setitem": (lambda z, w: (z.__setitem__((slice(None), 0), w[:, 0]), z.__setitem__(1, 2 - 1j), z)[2], lambda: [_c(3, 2), _c(3, 2, seed=6)]),
     "copy_and_fill": (lambda z, x: (z.copy_(x), z[0].fill_(1j), z)[2], lambda: [_c(2, 3), _r(2, 3)]),
+    "complex_into_real": (lambda x, z: (x.__setitem__(0, z[1]), x.copy_(x + z.real), x)[2], lambda: [_r(3, 2), _c(3, 2)]),
     "strided_input": (lambda z: z.mul_(2), lambda: [_c(4, 6)[:, ::2]]),
     # outputs that alias: a returned view of an input, of an intermediate, and of each other
     "returned_views": (lambda z: (torch.view_as_real(z), z[0], (lambda y: (y, y.view(-1)))(z * 2)), lambda: [_c(2, 3)]),
@@ -162,6 +163,8 @@ def test_errors_are_eagers_and_kilns_own():
     # A lazily conjugated view would have to show later writes: kiln refuses it, loudly.
     with pytest.raises(kiln.UnsupportedError, match="conj_physical"):
         kiln.jit(lambda z: z.conj())(_c(3))
+    with pytest.raises(kiln.UnsupportedError, match="view_as_real"):
+        kiln.jit(lambda z: z.view(torch.float32))(_c(3))
 
 
 def test_complex_tensors_that_require_grad_run_eagerly_with_a_warning():
