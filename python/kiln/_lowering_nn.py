@@ -91,3 +91,27 @@ def _dropout_eval(call: Call) -> Any:
 
 
 _register(_dropout_eval, F.dropout)
+
+
+def _attention(call: Call) -> Any:
+    """scaled_dot_product_attention runs as an eager step (PyTorch picks its kernel by device and
+    layout). A mask known while tracing to mask nothing (kiln._constants: all true, or all zero)
+    is dropped, as if the caller had passed none: the same result, and on CUDA it keeps flash
+    attention, which a boolean mask rules out."""
+    from ._constants import no_mask
+    from ._fallback import eager_fallback
+
+    args = _bind(call, lambda query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False: None)
+    mask = args["attn_mask"]
+    if mask is not None and no_mask(mask):
+        kwargs = {k: v for k, v in args.items() if k not in ("query", "key", "value", "attn_mask")}
+        unmasked = Call(call.tracer, call.func, (args["query"], args["key"], args["value"]), kwargs, call.loc)
+        with_mask, without = call.run_meta(), unmasked.run_meta()
+        if tuple(with_mask.shape) == tuple(without.shape) and with_mask.dtype == without.dtype:
+            call = unmasked
+    if call.tracer.register_eager is None:
+        raise call.unsupported("scaled_dot_product_attention runs as an eager step, which only kiln.jit can run (kiln.trace alone cannot).")
+    return eager_fallback(call)
+
+
+_register(_attention, F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)

@@ -302,6 +302,8 @@ class Tracer:
         self.next_temp = 0
         # One meta storage per real storage, so that inputs sharing memory share it here too.
         self.bases: dict[Any, torch.Tensor] = {}
+        # The meta storages some op wrote (kiln._constants: their values are no longer known).
+        self.written_storages: dict[int, Any] = {}
 
     def add_input(self, name: str, t: torch.Tensor) -> Proxy:
         """A proxy for a real input tensor. Inputs that share a storage become views of one
@@ -533,6 +535,10 @@ class Call:
         """
         schema = OPS[op]
         bound = _bind(self, schema, list(args), dict(kwargs or {}))
+        if schema.alias in ("kMutates0", "kMetadata0") and isinstance(bound[0], Proxy):
+            from ._constants import note_written
+
+            note_written(self.tracer, bound[0])  # (setitem_ has no result to rename)
         text = _call_text(self, schema, bound)
         device = device if device is not None else self.default_device()
         single = isinstance(results, torch.Tensor)
@@ -760,7 +766,7 @@ class _TracingMode(TorchFunctionMode):
             leaves = pytree.tree_leaves((args, kwargs))
         if "out" in kwargs and kwargs["out"] is None:
             del kwargs["out"]  # an explicit out=None is the plain call
-        from . import _complex
+        from . import _complex, _constants
 
         if _complex.wants_complex(key, leaves):
             if kwargs.get("out") is not None:
@@ -785,7 +791,10 @@ class _TracingMode(TorchFunctionMode):
                 "outside the compiled function, or let kiln.jit run it eagerly (fallback=True, "
                 "the default)."
             )
-        return rule(call)
+        result = rule(call)
+        if key in _constants.PURE:
+            _constants.note_call(self.tracer, func, call.args, call.kwargs, result)
+        return result
 
 
     def _with_out(self, call: Call, rule, out: Any) -> Any:
