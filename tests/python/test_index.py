@@ -134,7 +134,7 @@ OPS = {
     "getitem_two_tensors": (lambda x, i, j: x[i, j] + 1, lambda: [ar(3, 4, 5), _idx(0, 2, -1), _idx(3, -4, 1)]),
     "getitem_two_tensors_broadcast": (lambda x, i, j: x[:, i[:, None], j] * 2, lambda: [ar(2, 3, 4), _idx(0, 2), _idx(3, 1, 0)]),
     "getitem_three_tensors": (lambda x, i, j, k: x[i, j, k], lambda: [ar(2, 3, 4), _idx(1, 0), _idx(2, -1), _idx(0, 3)]),
-    "pick_by_label": (lambda logits, y: -logits.log_softmax(-1)[torch.arange(logits.shape[0]), y].mean(), lambda: [ar(4, 6).sin(), _idx(5, 0, 2, -1)]),
+    "pick_by_label": (lambda logits, y: -logits.log_softmax(-1)[torch.arange(logits.shape[0], device=logits.device), y].mean(), lambda: [ar(4, 6).sin(), _idx(5, 0, 2, -1)]),
     "setitem_two_tensors": (lambda x, i, j, v: x.__setitem__((i, j), v) or x, lambda: [ar(3, 4), _idx(0, 2, 1), _idx(1, -1, 1), -ar(3)]),
     "setitem_two_tensors_duplicates": (lambda x, i, j: x.__setitem__((i, j), 5.0) or x.sum(), lambda: [ar(3, 4), _idx(0, 2, 0), _idx(1, 3, 1)]),
     "index_put_two_tensors_accumulate": (lambda x, i, j, v: x.index_put_((i, j), v, accumulate=True), lambda: [ar(3, 4, 2), _idx(0, 2, 0), _idx(1, 3, 1), ar(3, 2) + 1]),
