@@ -115,3 +115,70 @@ def _attention(call: Call) -> Any:
 
 
 _register(_attention, F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+
+
+def _multi_head_attention(call: Call) -> Any:
+    """F.multi_head_attention_forward, which nn.MultiheadAttention calls when it does not take
+    its fast path; under tracing it never takes it (its check sees the tracing mode as a torch
+    function on its arguments). Where the module's own conditions for the fast path hold as far
+    as this call shows them (self-attention through one in-projection with a bias, eval, an even
+    number of heads, no masks, no gradient wanted), the eager step is that
+    fast path, torch._native_multi_head_attention, on the batch-first view of the query: eager's
+    kernel for a batch-first module (about half the slow path's time for a ViT on the CPU). The
+    slow path otherwise, as one eager step. (With a mask the module's condition depends on the mask
+    it was given, a boolean one or a float one, which reaches this call canonicalized to float:
+    kiln takes the slow path, whose result is laid out otherwise than the fast path's.)"""
+    from ._fallback import eager_fallback
+
+    a = _bind(
+        call,
+        lambda query, key, value, embed_dim_to_check, num_heads, in_proj_weight, in_proj_bias, bias_k, bias_v,
+        add_zero_attn, dropout_p, out_proj_weight, out_proj_bias, training=True, key_padding_mask=None,
+        need_weights=True, attn_mask=None, use_separate_proj_weight=False, q_proj_weight=None, k_proj_weight=None,
+        v_proj_weight=None, static_k=None, static_v=None, average_attn_weights=True, is_causal=False: None,
+    )
+    q, w, b = a["query"], a["in_proj_weight"], a["in_proj_bias"]
+    tensors = [t for t in (q, w, b, a["out_proj_weight"], a["out_proj_bias"]) if isinstance(t, torch.Tensor)]
+    fast = (
+        isinstance(q, Proxy) and q is a["key"] is a["value"] and q.dim() == 3
+        # (a batch-first module's transposed input: a contiguous sequence-first query is a
+        # module with batch_first=False, whose eager call takes the slow path)
+        and q.transpose(0, 1).is_contiguous()
+        and isinstance(w, Proxy) and isinstance(b, Proxy) and q.dtype == w.dtype == b.dtype
+        and not a["training"] and a["num_heads"] % 2 == 0 and not a["use_separate_proj_weight"]
+        and a["bias_k"] is None and a["bias_v"] is None and not a["add_zero_attn"]
+        and a["key_padding_mask"] is None and a["attn_mask"] is None
+        and a["static_k"] is None and a["static_v"] is None and not a["is_causal"]
+        and torch.backends.mha.get_fastpath_enabled() and not torch.is_autocast_enabled()
+        and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    )
+    if call.tracer.register_eager is None:
+        raise call.unsupported("multi_head_attention_forward runs as an eager step, which only kiln.jit can run (kiln.trace alone cannot).")
+    if not fast:
+        return eager_fallback(call)
+    call.run_meta()  # eager's checks of the slow path's arguments
+    batch_first = _via(call, torch.Tensor.transpose, q, 0, 1)
+    native = Call(
+        call.tracer,
+        _native_attention if a["need_weights"] else _native_attention_output,
+        (batch_first, batch_first, batch_first, a["embed_dim_to_check"], a["num_heads"], w, b, a["out_proj_weight"], a["out_proj_bias"], None, a["need_weights"], a["average_attn_weights"], None),
+        {},
+        call.loc,
+    )
+    if not a["need_weights"]:
+        return _via(call, torch.Tensor.transpose, eager_fallback(native), 0, 1), None
+    out, weights = eager_fallback(native)
+    return _via(call, torch.Tensor.transpose, out, 0, 1), weights
+
+
+def _native_attention(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch._native_multi_head_attention(*args)
+
+
+def _native_attention_output(*args: Any) -> torch.Tensor:
+    # Without weights its second result is a tensor on meta tensors and undefined on a device.
+    return torch._native_multi_head_attention(*args)[0]
+
+
+_native_attention.__qualname__ = _native_attention_output.__qualname__ = "torch._native_multi_head_attention"
+_register(_multi_head_attention, F.multi_head_attention_forward)
