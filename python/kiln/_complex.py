@@ -37,10 +37,10 @@ from typing import Any, Callable
 import torch
 import torch.utils._pytree as pytree
 
+from ._errors import UnsupportedError
 from ._tracer import Call, Proxy, _func_key, _TracingMode
 
 REAL_OF = {torch.complex64: torch.float32, torch.complex128: torch.float64}
-COMPLEX_OF = {real: complex_ for complex_, real in REAL_OF.items()}
 
 
 def is_complex_proxy(x: Any) -> bool:
@@ -73,6 +73,19 @@ def lower(call: Call, key: Any) -> Any:
 
 
 # ---- proxies and pairs ---------------------------------------------------------------------------
+
+
+def pair_of_argument(t: torch.Tensor, name: str) -> torch.Tensor:
+    """The view_as_real pair of a complex argument (the caller's memory), for the tracer's input
+    and kiln.jit's every call."""
+    if t.dtype not in REAL_OF:
+        raise UnsupportedError(f"kiln: {name} is {t.dtype}; kiln supports complex64 and complex128.")
+    if t.is_conj() or t.is_neg():
+        raise UnsupportedError(
+            f"kiln: {name} is a lazily conjugated or negated view (conj()); pass t.resolve_conj() "
+            "or t.conj_physical() instead."
+        )
+    return torch.view_as_real(t)
 
 
 def make_complex_proxy(tracer: Any, pair: Proxy) -> Proxy:
@@ -148,8 +161,8 @@ def _parts(x: Any, real_dtype: torch.dtype) -> tuple[Any, Any]:
     return x, None
 
 
-def _zeros(like: Any, other: Any) -> Any:
-    return torch.zeros_like(other) if isinstance(other, torch.Tensor) else 0.0
+def _zeros(like: Any) -> Any:
+    return torch.zeros_like(like) if isinstance(like, torch.Tensor) else 0.0
 
 
 def _result(call: Call) -> Any:
@@ -262,7 +275,7 @@ def _to(call: Call) -> Any:
             raise call.unsupported(f"kiln supports complex64 and complex128, not {result.dtype}.")
         re, im = _parts(x, real_dtype)
         if im is None:
-            return _complex_result(call, _join(re, _zeros(re, re), re), result)
+            return _complex_result(call, _join(re, _zeros(re), re), result)
         return _complex_result(call, pair_of(x).to(real_dtype), result)
     re, _ = _parts(x, REAL_OF[x.dtype])
     return re.to(result.dtype) if re.dtype != result.dtype else re.clone()  # a new tensor, as eager's
@@ -425,7 +438,7 @@ def _binary(compute: Callable[[Any, Any, Any, Any, dict], tuple[Any, Any]]) -> C
         kwargs = {k: v for k, v in call.kwargs.items() if k not in ("input", "other")}
         re, im = compute(ar, ai, br, bi, kwargs)
         like = _first_proxy(call)
-        pair = _join(re, im if im is not None else _zeros(re, re), like)
+        pair = _join(re, im if im is not None else _zeros(re), like)
         return _write_or_make(call, pair, result)
 
     return rule
@@ -528,7 +541,7 @@ def _unary(compute: Callable[[Any, Any], tuple[Any, Any]], real_result: bool = F
         re, im = compute(ar, ai)
         if real_result:
             return re.to(result.dtype) if re.dtype != result.dtype else re
-        pair = _join(re, im if im is not None else _zeros(re, re), z)
+        pair = _join(re, im if im is not None else _zeros(re), z)
         return _write_or_make(call, pair, result)
 
     return rule
@@ -586,7 +599,7 @@ def _as_pair(value: Any, like: Proxy, real_dtype: torch.dtype) -> Any:
     """A value written into a complex tensor, as a pair (a number pair for a number)."""
     re, im = _parts(value, real_dtype)
     if isinstance(re, torch.Tensor) or isinstance(im, torch.Tensor):
-        return _join(re, im if im is not None else _zeros(re, re), like)
+        return _join(re, im if im is not None else _zeros(re), like)
     return _join(torch.tensor(float(re), dtype=real_dtype, device=like._kiln_device), float(im or 0.0), like)
 
 

@@ -264,15 +264,11 @@ def _complex_positions(leaves: list) -> tuple[int, ...]:
 
 def _pairs(leaves: list, positions: tuple[int, ...]) -> list:
     """The leaves with each complex tensor replaced by its view_as_real pair (its memory)."""
+    from ._complex import pair_of_argument
+
     pairs = list(leaves)
     for i in positions:
-        t = leaves[i]
-        if t.is_conj() or t.is_neg():
-            raise UnsupportedError(
-                "kiln.jit: a complex argument is a lazily conjugated or negated view (conj()); "
-                "pass t.resolve_conj() or t.conj_physical() instead."
-            )
-        pairs[i] = torch.view_as_real(t)
+        pairs[i] = pair_of_argument(leaves[i], "a complex argument")
     return pairs
 
 

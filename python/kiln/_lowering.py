@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from ._errors import UnsupportedError
 from ._metadata import FAST_RULES, elementwise_result, mean_result
-from ._tracer import Call, IndexKey, Proxy
+from ._tracer import _DTYPE_NAMES, Call, IndexKey, Proxy
 
 RULES: dict[Any, Callable[[Call], Any]] = {}
 
@@ -528,7 +528,7 @@ def _view_dtype(call: Call, self: Any, dtype: torch.dtype) -> Any:
     dtypes of x's element size, where the view has x's sizes and strides; between sizes eager
     reshapes the last dim, which kiln does not model."""
     result = call.run_meta()  # eager's errors first
-    if dtype in _KILN_DTYPES and dtype.itemsize != self.dtype.itemsize:
+    if dtype in _DTYPE_NAMES and dtype.itemsize != self.dtype.itemsize:
         raise call.unsupported(
             f"viewing a {self.dtype} tensor as {dtype} changes the element size ({self.dtype.itemsize} to "
             f"{dtype.itemsize} bytes), which kiln does not support (it reinterprets between dtypes of one "
@@ -536,8 +536,6 @@ def _view_dtype(call: Call, self: Any, dtype: torch.dtype) -> Any:
         )
     return call.emit("view_dtype", [self, dtype], {}, result)  # a dtype kiln lacks raises here
 
-
-_KILN_DTYPES = {torch.bool, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32, torch.float64}
 
 
 _register(_sized_view("view"), torch.Tensor.view)

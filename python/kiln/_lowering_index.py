@@ -28,6 +28,7 @@ an index check on CUDA.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
@@ -430,13 +431,6 @@ def _check_no_overlap(call: Call, target: Proxy, *others: Any) -> None:
             )
 
 
-def _numel(shape: Any) -> int:
-    n = 1
-    for size in shape:
-        n *= size
-    return n
-
-
 def _full_slice(k: Any) -> bool:
     return isinstance(k, slice) and k == slice(None)
 
@@ -583,7 +577,7 @@ def _one_tensor_setitem(call: Call, self: Any, key: Any, value: Any) -> bool:
     if isinstance(value, torch.Tensor) and not isinstance(value, Proxy):
         return False
     group = _tensor_group_key(self, key, write=True)
-    if group is not None and _numel(torch.broadcast_shapes(*(tuple(t.shape) for t in group[1]))) <= MAX_KERNEL_INDEX_POSITIONS:
+    if group is not None and math.prod(torch.broadcast_shapes(*(tuple(t.shape) for t in group[1]))) <= MAX_KERNEL_INDEX_POSITIONS:
         call.run_meta()  # eager's checks (value broadcasts to the indexed shape)
         _write_tensor_group(call, self, group[0], group[1], value, False)
         return True
@@ -604,7 +598,7 @@ def _index_put(call: Call) -> Any:
     result = call.run_meta()
     group = _tensor_group_key(self, tuple(indices), write=True) if len(indices) > 1 else None
     if group is not None and isinstance(values, Proxy) and call.name.endswith("_"):
-        if _numel(torch.broadcast_shapes(*(tuple(t.shape) for t in group[1]))) <= MAX_KERNEL_INDEX_POSITIONS:
+        if math.prod(torch.broadcast_shapes(*(tuple(t.shape) for t in group[1]))) <= MAX_KERNEL_INDEX_POSITIONS:
             _write_tensor_group(call, self, group[0], group[1], values, accumulate)
             return self
     found = _one_tensor_key(self, tuple(indices), write=True) if len(indices) == 1 else None

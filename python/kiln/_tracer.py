@@ -347,20 +347,12 @@ class Tracer:
 
     def _add_complex_input(self, name: str, t: torch.Tensor) -> Proxy:
         """A complex input is its view_as_real pair in the program (kiln._complex); kiln.jit
-        passes the pair of the caller's tensor (kiln._jit.complex_leaves)."""
-        from ._complex import REAL_OF, make_complex_proxy
+        passes the pair of the caller's tensor (kiln._jit._pairs)."""
+        from ._complex import make_complex_proxy, pair_of_argument
 
-        if t.dtype not in REAL_OF:
-            raise UnsupportedError(f"kiln: input '{name}' is {t.dtype}; kiln supports complex64 and complex128.")
-        if t.is_conj() or t.is_neg():
-            raise UnsupportedError(
-                f"kiln: input '{name}' is a lazily conjugated or negated view (conj()); pass "
-                "t.resolve_conj() or t.conj_physical() instead."
-            )
         if t.requires_grad:
             raise UnsupportedError(f"kiln: input '{name}' is a complex tensor that requires grad; kiln does not differentiate complex tensors.")
-        pair = self.add_input(name, torch.view_as_real(t))
-        return make_complex_proxy(self, pair)
+        return make_complex_proxy(self, self.add_input(name, pair_of_argument(t, f"input '{name}'")))
 
     def add_implicit_inputs(self, named: list[tuple[str, torch.Tensor]]) -> None:
         """The implicit inputs known before tracing (kiln._state reads them on every call)."""
