@@ -18,7 +18,9 @@ arguments and results, and the tracer calls `note_written` for every tensor an o
 place, through a view, its metadata, an eager step's written argument: Call.emit, for every op
 of the table that mutates its first argument, which every write is recorded as). Ensures: a known value is the value eager would compute. Only the ops
 in PURE propagate values, and a proxy whose storage was written has no known value from then on.
-Values are kept only for tensors of at most MAX_ELEMENTS elements (masks, index ranges).
+Values are kept only for tensors whose storage holds at most MAX_ELEMENTS elements (masks, index
+ranges): an expanded view of a small value is kept whatever its size (a [B, 1, L, L] mask
+expanded from L elements), a fresh tensor of that size is not.
 Tests: tests/python/test_constants.py.
 """
 
@@ -86,7 +88,7 @@ def note_call(tracer: Any, func: Any, args: tuple, kwargs: dict, result: Any) ->
     if any(v is None for v in values) or (not proxies and key not in _CREATION):
         return
     fresh = [r for r in pytree.tree_leaves(result) if isinstance(r, Proxy) and not any(r is p for p in proxies)]
-    if not fresh or any(r.numel() > MAX_ELEMENTS or r.dtype.is_complex for r in fresh):
+    if not fresh or any(_storage_elements(r) > MAX_ELEMENTS or r.dtype.is_complex for r in fresh):
         return
     swap = {id(p): v for p, v in zip(proxies, values)}
     cpu_args, cpu_kwargs = pytree.tree_map(lambda x: swap.get(id(x), x) if isinstance(x, Proxy) else x, (args, kwargs))
@@ -108,6 +110,12 @@ def note_call(tracer: Any, func: Any, args: tuple, kwargs: dict, result: Any) ->
             continue  # an argument returned as it is (x.contiguous()): its value stands
         if tuple(v.shape) == tuple(r.shape) and v.dtype == r.dtype:
             r._kiln_value = v
+
+
+def _storage_elements(t: torch.Tensor) -> int:
+    # (A view's storage is its base's: an expand of a known value costs nothing to keep.)
+    with torch._C.DisableTorchFunction():
+        return t.untyped_storage().nbytes() // t.element_size()
 
 
 def _storage(t: torch.Tensor) -> int:

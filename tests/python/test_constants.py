@@ -72,6 +72,18 @@ def test_a_mask_is_dropped_only_where_it_masks_nothing(fn, inputs):
     assert _eager_call_inputs(jitted) == [inputs]
 
 
+def test_an_all_true_mask_expanded_past_the_size_kept_for_values_is_dropped():
+    # The mask's storage holds L elements and its expanded view B * L * L (past MAX_ELEMENTS, as
+    # at BERT's batch 64): the view of a known value is known whatever its size.
+    from kiln._constants import MAX_ELEMENTS
+
+    qkv = _qkv(b=4, h=1, length=160, e=4)
+    assert 4 * 160 * 160 > MAX_ELEMENTS
+    jitted = kiln.jit(_all_true_mask)
+    torch.testing.assert_close(jitted(*qkv), _all_true_mask(*qkv))
+    assert _eager_call_inputs(jitted) == [3]
+
+
 def test_a_known_value_follows_pure_ops_only():
     from kiln._constants import known_value
     from kiln._tracer import Tracer, _TracingMode
