@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "kiln/runtime/cuda/cublas_lt.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/interpreter/layout.h"
 #include "kiln/runtime/interpreter/view_geometry.h"
@@ -258,6 +259,34 @@ std::pair<GemmOperand, TensorHandle> padded_copy(const RtTensor& t, Geometry g, 
   return {GemmOperand{transposed ? kOpT : kOpN, inner, copies > 1 ? outer * inner : 0, 0}, buffer};
 }
 
+// input @ weight.T + bias with the bias added in cuBLASLt's epilogue (cublas_lt.h), when the
+// input's batches are rows of one matrix (linear's [B, L, k] input, contiguous) and the bias is
+// one unit-stride row: the product is then one [B * L, k] x [k, m] matrix. False: run it plainly.
+bool run_linear_with_bias_epilogue(const RtTensor& a, const RtTensor& w, const RtTensor& bias,
+                                   const GemmOperand& ia, const GemmOperand& iw,
+                                   const GemmPlan& plan, const RtTensor& out, Allocator* allocator,
+                                   Stream stream) {
+  const bool rows_of_one_matrix = plan.batches == 1 || (ia.op == kOpN && ia.batch_stride ==
+                                                                              plan.n * ia.ld);
+  const bool weight_shared = plan.batches == 1 || iw.batch_stride == 0;
+  if (!rows_of_one_matrix || !weight_shared || bias.dtype() != a.dtype() ||
+      bias.sizes.size() != 1 || bias.sizes[0] != plan.m || (plan.m > 1 && bias.strides[0] != 1))
+    return false;
+  BiasProduct p;
+  p.data_type = a.dtype() == DType::kFloat32   ? kR32F
+                : a.dtype() == DType::kFloat16 ? kR16F
+                                               : kR16BF;
+  // Row-major C[rows, m] = A[rows, k] W^T[k, m] is column-major C^T = (W^T)^T A^T, as cublas
+  // reads it below: the weight's operand first.
+  p.op_a = iw.op, p.op_b = ia.op;
+  p.m = plan.m, p.n = plan.batches * plan.n, p.k = plan.k;
+  p.a = element_at(w, iw.offset), p.lda = iw.ld;
+  p.b = element_at(a, ia.offset), p.ldb = ia.ld;
+  p.bias = element_at(bias, bias.offset);
+  p.c = reinterpret_cast<void*>(out.storage->device_data), p.ldc = plan.m;
+  return run_bias_product(p, out.device(), allocator, stream);
+}
+
 }  // namespace
 
 bool cublas_available(std::string* why) {
@@ -332,9 +361,13 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
     corner.storage = c->storage;
     corner.strides = {plan.n_p * plan.m_p, plan.m_p, 1};
   }
-  // beta = 1 over the broadcast bias (linear), else 0 over whatever the buffer holds.
   bool bias =
       id == OpId::kLinear && inputs.size() > 2 && std::holds_alternative<TensorHandle>(inputs[2]);
+  if (bias && type != kR64F && !plan.aligned && ia && ib &&
+      run_linear_with_bias_epilogue(a, b, *std::get<TensorHandle>(inputs[2]), *ia, *ib, plan, *out,
+                                    allocator, stream))
+    return out;
+  // beta = 1 over the broadcast bias (linear), else 0 over whatever the buffer holds.
   if (bias) {
     const RtTensor& bt = *std::get<TensorHandle>(inputs[2]);
     cuda_copy_elements(corner, bt, stream);

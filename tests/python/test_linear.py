@@ -1,0 +1,83 @@
+"""F.linear with a bias through kiln.jit against eager PyTorch, over the layouts that decide how
+kiln's CUDA product runs it (src/kiln/runtime/cuda/cublas.cpp): with the bias added in cuBLASLt's
+epilogue when the input's batches are rows of one matrix and the bias is one unit-stride row
+(cublas_lt.h), else as the bias copied into the output and a product with beta = 1. Values,
+dtypes, layouts and inputs are eager's either way; on the CPU the same programs check kiln's
+CPU product.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from test_jit import check_against_eager
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+
+def _randn(*shape: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return (torch.randn(*shape, generator=gen, device="cpu") / 4).to(device=torch.get_default_device(), dtype=dtype)
+
+
+# name -> (input, weight, bias) makers; each a layout the product reads differently.
+def _contiguous_batches(dtype):  # [B, L, k]: one [B * L, k] matrix
+    return _randn(3, 7, 64, dtype=dtype, seed=0), _randn(48, 64, dtype=dtype, seed=1), _randn(48, dtype=dtype, seed=2)
+
+
+def _one_matrix(dtype):
+    return _randn(33, 64, dtype=dtype, seed=0), _randn(40, 64, dtype=dtype, seed=1), _randn(40, dtype=dtype, seed=2)
+
+
+def _transposed_input(dtype):  # the input read column-major
+    return _randn(64, 33, dtype=dtype, seed=0).t(), _randn(40, 64, dtype=dtype, seed=1), _randn(40, dtype=dtype, seed=2)
+
+
+def _batches_not_rows(dtype):  # [L, B, k] viewed from [B, L, k]: batches that are not one matrix's rows
+    return _randn(3, 7, 64, dtype=dtype, seed=0).transpose(0, 1), _randn(48, 64, dtype=dtype, seed=1), _randn(48, dtype=dtype, seed=2)
+
+
+def _transposed_weight(dtype):  # weight [m, k] stored as [k, m]
+    return _randn(5, 64, dtype=dtype, seed=0), _randn(64, 40, dtype=dtype, seed=1).t(), _randn(40, dtype=dtype, seed=2)
+
+
+def _bias_at_an_odd_offset(dtype):  # the bias's address is 2-byte (bf16) / 4-byte (f32) aligned
+    return _randn(9, 64, dtype=dtype, seed=0), _randn(40, 64, dtype=dtype, seed=1), _randn(41, dtype=dtype, seed=2)[1:]
+
+
+def _strided_bias(dtype):  # a bias of stride 2: not one unit-stride row
+    return _randn(9, 64, dtype=dtype, seed=0), _randn(40, 64, dtype=dtype, seed=1), _randn(80, dtype=dtype, seed=2)[::2]
+
+
+def _one_output(dtype):
+    return _randn(6, 64, dtype=dtype, seed=0), _randn(1, 64, dtype=dtype, seed=1), _randn(1, dtype=dtype, seed=2)
+
+
+def _unaligned_features(dtype):  # k and m not multiples of 8: 16-bit products may run padded
+    return _randn(4, 9, 37, dtype=dtype, seed=0), _randn(21, 37, dtype=dtype, seed=1), _randn(21, dtype=dtype, seed=2)
+
+
+LAYOUTS = [_contiguous_batches, _one_matrix, _transposed_input, _batches_not_rows, _transposed_weight, _bias_at_an_odd_offset, _strided_bias, _one_output, _unaligned_features]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", LAYOUTS, ids=lambda f: f.__name__.lstrip("_"))
+def test_linear_with_a_bias_runs_like_eager(layout, dtype):
+    def linear(x, w, b):
+        return F.linear(x, w, b)
+
+    check_against_eager(linear, lambda: layout(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_a_linear_whose_result_feeds_a_fused_epilogue(dtype):
+    # The product's output is read by the fused GELU and residual add after it, and written into
+    # a caller's tensor in place: the epilogue's bias is in the values the kernels read.
+    def block(x, w, b, out):
+        out.add_(F.gelu(F.linear(x, w, b)))
+        return out.sum(-1)
+
+    check_against_eager(block, lambda: (*_contiguous_batches(dtype), _randn(3, 7, 48, dtype=dtype, seed=3)))
