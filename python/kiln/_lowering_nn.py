@@ -151,6 +151,9 @@ def _multi_head_attention(call: Call) -> Any:
         and a["static_k"] is None and a["static_v"] is None and not a["is_causal"]
         and torch.backends.mha.get_fastpath_enabled() and not torch.is_autocast_enabled()
         and not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+        # A torch function mode under kiln's (torch.set_default_device's, say) makes the module's
+        # has_torch_function check fail in eager too: it takes the slow path there.
+        and not torch.overrides._get_current_function_mode_stack()
     )
     if call.tracer.register_eager is None:
         raise call.unsupported("multi_head_attention_forward runs as an eager step, which only kiln.jit can run (kiln.trace alone cannot).")
@@ -158,10 +161,13 @@ def _multi_head_attention(call: Call) -> Any:
         return eager_fallback(call)
     call.run_meta()  # eager's checks of the slow path's arguments
     batch_first = _via(call, torch.Tensor.transpose, q, 0, 1)
+    # One query for query, key and value: on CUDA the native op takes its fused path (projection,
+    # SDPA, projection) only when they are the same tensor object, and an eager step's arguments
+    # are separate objects.
     native = Call(
         call.tracer,
         _native_attention if a["need_weights"] else _native_attention_output,
-        (batch_first, batch_first, batch_first, a["embed_dim_to_check"], a["num_heads"], w, b, a["out_proj_weight"], a["out_proj_bias"], None, a["need_weights"], a["average_attn_weights"], None),
+        (batch_first, a["embed_dim_to_check"], a["num_heads"], w, b, a["out_proj_weight"], a["out_proj_bias"], a["need_weights"], a["average_attn_weights"]),
         {},
         call.loc,
     )
@@ -171,13 +177,14 @@ def _multi_head_attention(call: Call) -> Any:
     return _via(call, torch.Tensor.transpose, out, 0, 1), weights
 
 
-def _native_attention(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch._native_multi_head_attention(*args)
+def _native_attention(x: torch.Tensor, embed_dim: int, heads: int, *weights_and_flags: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    w, b, out_w, out_b, need_weights, average = weights_and_flags
+    return torch._native_multi_head_attention(x, x, x, embed_dim, heads, w, b, out_w, out_b, None, need_weights, average, None)
 
 
 def _native_attention_output(*args: Any) -> torch.Tensor:
     # Without weights its second result is a tensor on meta tensors and undefined on a device.
-    return torch._native_multi_head_attention(*args)[0]
+    return _native_attention(*args)[0]
 
 
 _native_attention.__qualname__ = _native_attention_output.__qualname__ = "torch._native_multi_head_attention"

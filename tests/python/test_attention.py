@@ -24,6 +24,18 @@ def _x():
     return torch.randn(3, 5, 16, generator=g, device="cpu").to(torch.get_default_device())
 
 
+@pytest.fixture
+def no_default_device():
+    """The test device without torch.set_default_device's function mode (conftest.py sets one on
+    CUDA runs): under any torch function mode eager's module takes its slow path."""
+    device = torch.get_default_device()
+    torch.set_default_device(None)
+    try:
+        yield device
+    finally:
+        torch.set_default_device(device)
+
+
 def _native_calls(monkeypatch) -> list:
     calls = []
     native = torch._native_multi_head_attention
@@ -46,12 +58,12 @@ def _native_calls(monkeypatch) -> list:
         ("with_weights", True),
     ],
 )
-def test_the_fast_path_where_eagers_module_takes_it(case, fast, monkeypatch):
+def test_the_fast_path_where_eagers_module_takes_it(case, fast, monkeypatch, no_default_device):
     if case == "odd_heads":
         torch.manual_seed(0)
-        m = torch.nn.MultiheadAttention(15, 5, batch_first=True).eval()
+        m = torch.nn.MultiheadAttention(15, 5, batch_first=True).eval().to(no_default_device)
     else:
-        m = _module(batch_first=case != "sequence_first", bias=case != "no_bias")
+        m = _module(batch_first=case != "sequence_first", bias=case != "no_bias").to(no_default_device)
 
     def f(x):
         x = x[..., : m.embed_dim]
@@ -59,10 +71,24 @@ def test_the_fast_path_where_eagers_module_takes_it(case, fast, monkeypatch):
         return out * 2 if weights is None else (out * 2, weights)
 
     with torch.no_grad():
-        check_against_eager(f, lambda: [_x()])  # (eager's own call counts too)
+        check_against_eager(f, lambda: [_x().to(no_default_device)])  # (eager's own call counts too)
         calls = _native_calls(monkeypatch)
-        kiln.jit(f)(_x())
+        kiln.jit(f)(_x().to(no_default_device))
     assert bool(calls) == fast
+
+
+def test_under_a_function_mode_the_slow_path_as_in_eager(monkeypatch, no_default_device):
+    # `with torch.device(...)` is a torch function mode: the module's has_torch_function check
+    # fails in eager, which takes the slow path and lays its result out sequence-first.
+    m = _module(batch_first=True).to(no_default_device)
+
+    def f(x):
+        return m(x, x, x, need_weights=False)[0] * 2
+
+    calls = _native_calls(monkeypatch)
+    with torch.no_grad(), torch.device(no_default_device):
+        check_against_eager(f, lambda: [_x().to(no_default_device)])
+    assert not calls
 
 
 def test_a_mask_takes_the_slow_path(monkeypatch):
