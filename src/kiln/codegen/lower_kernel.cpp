@@ -22,6 +22,9 @@ namespace {
 // Loop nests with at least this many iterations run on all cores (OpenMP); smaller ones on the
 // calling thread, where starting a team would cost more than the work.
 constexpr int64_t kParallelIterations = int64_t{1} << 16;
+// The fewest consecutive elements for which a flat loop splits around its broadcast values
+// (flat_loop_split): below, the split's outer loop costs more than the values it hoists.
+constexpr int64_t kMinSplitInner = 16;
 
 // ops.def's elementwise expressions as text: the same table the interpreter compiles.
 struct ExprText {
@@ -280,6 +283,9 @@ class KernelEmitter {
     nest_shape_ = shape;
     element_ = ElementReductions{};
     lanes_ = lanes;
+    // A flat loop's position `l` is the innermost loop's variable: what uses it stays inside the
+    // inner loop of a split flat loop (cpu_flat_loop).
+    if (lanes) level_of_["l"] = static_cast<int>(shape.size());
     row_positions_.clear();
     row_caches_.clear();
     row_fills_.clear();
@@ -454,12 +460,46 @@ class KernelEmitter {
       text += "    char* const lane_out" + n + " = static_cast<char*>(out" + n + ") + oo" + n +
               " * " + std::to_string(dtype_size(k.outputs[j].dtype)) + ";\n";
     }
-    text += numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
-    text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
-    text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
-    text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
+    const size_t split = flat_loop_split(shape, lane);
+    if (split == 0) {
+      text += numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+      text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
+      text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
+      text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
+    } else {
+      // outer dims [0, split), each outer position's values once, then the inner dims as one
+      // vectorized loop over consecutive elements.
+      Shape outer = shape, inner = shape;
+      std::fill(outer.begin() + static_cast<std::ptrdiff_t>(split), outer.end(), 1);
+      std::fill(inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(split), 1);
+      const std::string inner_n = std::to_string(shape_numel(inner)) + "LL";
+      std::string hoisted, inside;
+      for (size_t d = 0; d < lane.levels.size(); ++d) (d <= split ? hoisted : inside) += lane.levels[d];
+      if (numel >= kParallelIterations) text += "#pragma omp parallel for\n";
+      text += "    for (int64_t outer = 0; outer < " + std::to_string(shape_numel(outer)) + "LL; ++outer) {\n";
+      text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
+      text += indented(hoisted, 3) + "#pragma omp simd\n";
+      text += "      for (int64_t within = 0; within < " + inner_n + "; ++within) {\n";
+      text += "        [[maybe_unused]] const int64_t l = outer * " + inner_n + " + within;\n";
+      text += "        [[maybe_unused]] const I lin = within;\n" + decompose(inner, "        ");
+      text += indented(inside, 4) + indented(lane.stores, 4) + "      }\n    }\n";
+    }
     return "  if (" + (cond.empty() ? std::string("true") : cond) + ") {\n" +
            "    using I [[maybe_unused]] = int64_t;\n" + text;
+  }
+
+  // Where a flat loop splits in two (0: it does not): at the innermost loop level with code of
+  // its own before the innermost, when the dims inside it hold enough consecutive elements for a
+  // vector loop. A broadcast operand's values (a batch norm's per-channel scale, a
+  // rsqrt of it) are then computed once per outer position instead of once per element:
+  //   x[128, 256, 8, 8] * s.view(1, -1, 1, 1).rsqrt(): split 2, 32768 x rsqrt, then 64 lanes
+  static size_t flat_loop_split(const Shape& shape, const NestBody& body) {
+    size_t split = 0;
+    for (size_t d = 1; d < shape.size(); ++d)
+      if (!body.levels[d].empty()) split = d;
+    int64_t inner = 1;
+    for (size_t d = split; d < shape.size(); ++d) inner *= shape[d];
+    return split > 0 && inner >= kMinSplitInner ? split : 0;
   }
 
   // `code` with every line indented by `depth` two-space steps.
