@@ -38,9 +38,11 @@ def _strides(t: torch.Tensor) -> tuple:
     return tuple(s if n != 1 else None for s, n in zip(t.stride(), t.shape))
 
 
-def check_against_eager(fn, make_args) -> kiln.JitFunction:
+def check_against_eager(fn, make_args, **tolerance) -> kiln.JitFunction:
     """Runs fn through kiln.jit and eagerly on equal fresh arguments and compares everything the
-    caller can see. Returns the jitted function (for its stats)."""
+    caller can see. Returns the jitted function (for its stats). `tolerance` (rtol=, atol=) is
+    for the outputs' values, where eager itself may round otherwise (assert_close's defaults
+    else)."""
     jitted = kiln.jit(fn)
     args, eager_args = make_args(), make_args()
     got = jitted(*args)
@@ -56,7 +58,7 @@ def check_against_eager(fn, make_args) -> kiln.JitFunction:
             continue
         assert isinstance(g, torch.Tensor), f"output {i}: {g!r}"
         assert (g.dtype, g.shape, _strides(g)) == (w.dtype, w.shape, _strides(w)), f"output {i}"
-        torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"output {i}: {m}")
+        torch.testing.assert_close(g, w, equal_nan=True, msg=lambda m: f"output {i}: {m}", **tolerance)
         # Identity, as in eager: the caller's own object, a view of a caller's tensor, or fresh.
         for k, (inp, einp) in enumerate(zip(inputs, eager_inputs)):
             assert (g is inp) == (w is einp), f"output {i} vs input {k}: object identity"

@@ -63,13 +63,22 @@ def _unaligned_features(dtype):  # k and m not multiples of 8: 16-bit products r
 LAYOUTS = [_contiguous_batches, _one_matrix, _transposed_input, _batches_not_rows, _transposed_weight, _bias_at_an_odd_offset, _strided_bias, _one_output, _unaligned_features]
 
 
+# Eager's own CUDA addmm picks between cuBLASLt's bias epilogue and a product with beta = 1 by the
+# operands' layout, and in 16-bit the two can round differently: the epilogue may round the
+# product to the dtype before adding the bias. Where kiln picks the other path, a result whose
+# product and bias nearly cancel differs by one rounding of the product (H200: 2^-10 in bf16 and
+# 2^-13 in f16 at products of about 0.25; 1-2% of the elements). So 16-bit values are compared
+# within one unit in the last place of the product's magnitude, not of the result's.
+_PRODUCT_ROUNDING = {torch.bfloat16: dict(rtol=1.6e-2, atol=2e-3), torch.float16: dict(rtol=1e-3, atol=2.5e-4)}
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("layout", LAYOUTS, ids=lambda f: f.__name__.lstrip("_"))
 def test_linear_with_a_bias_runs_like_eager(layout, dtype):
     def linear(x, w, b):
         return F.linear(x, w, b)
 
-    check_against_eager(linear, lambda: layout(dtype))
+    check_against_eager(linear, lambda: layout(dtype), **_PRODUCT_ROUNDING.get(dtype, {}))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -80,4 +89,4 @@ def test_a_linear_whose_result_feeds_a_fused_epilogue(dtype):
         out.add_(F.gelu(F.linear(x, w, b)))
         return out.sum(-1)
 
-    check_against_eager(block, lambda: (*_contiguous_batches(dtype), _randn(3, 7, 48, dtype=dtype, seed=3)))
+    check_against_eager(block, lambda: (*_contiguous_batches(dtype), _randn(3, 7, 48, dtype=dtype, seed=3)), **_PRODUCT_ROUNDING.get(dtype, {}))

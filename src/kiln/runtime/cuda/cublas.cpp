@@ -272,10 +272,12 @@ bool run_linear_with_bias_epilogue(const RtTensor& a, const RtTensor& w, const R
   if (!rows_of_one_matrix || !weight_shared || bias.dtype() != a.dtype() ||
       bias.sizes.size() != 1 || bias.sizes[0] != plan.m || (plan.m > 1 && bias.strides[0] != 1))
     return false;
-  // Only where every matrix and the bias are 16-byte aligned: with a [36, 37] x [37, 21] bf16
-  // product (2-byte aligned rows) the algorithm cuBLASLt picked differed from eager's addmm by
-  // a bf16 rounding of the product before the bias in 2% of the results (H200, 2026-12-03),
-  // which the plain product below does not.
+  // Only where every matrix and the bias are 16-byte aligned (the layouts of models' linears).
+  // In 16-bit dtypes the epilogue and the beta = 1 product round differently where the product
+  // and the bias nearly cancel (one rounding of the product), and eager's addmm picks between
+  // them by layout too: on the H200 (2026-12-03) kiln's epilogue on unaligned [36, 37] x [37, 21]
+  // bf16 operands and its plain product with a bias at an odd address each differed from eager
+  // by that rounding in 1-2% of the results; aligned, the epilogue matched eager's.
   const int64_t el = dtype_size(a.dtype());
   auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % kTensorCoreBytes == 0; };
   if ((iw.ld * el) % kTensorCoreBytes != 0 || (ia.ld * el) % kTensorCoreBytes != 0 ||
