@@ -17,7 +17,6 @@ compiles in Python.
 from __future__ import annotations
 
 import functools
-import inspect
 import threading
 import time
 from typing import Any, Callable
@@ -28,7 +27,7 @@ import torch.utils._pytree as pytree
 from ._autograd import GradientPlan, run_differentiated, warn_eager
 from ._errors import UnsupportedError
 from ._state import ImplicitInputs
-from ._tracer import TracedProgram, trace_call
+from ._tracer import TracedProgram, signature_of, trace_call
 
 try:
     from . import _C
@@ -59,7 +58,7 @@ def _flat_arguments(fn: Callable, args: tuple, kwargs: dict) -> tuple[list[Any],
                 shape.append(None)
         else:
             return leaves, ("positional", tuple(shape))
-    bound = inspect.signature(fn).bind(*args, **kwargs)
+    bound = signature_of(fn).bind(*args, **kwargs)
     leaves: list[Any] = []
     structure = []
     for param, value in bound.arguments.items():

@@ -856,6 +856,20 @@ def trace_program(fn: Callable, *args: Any, **kwargs: Any) -> TracedProgram:
     return trace_call(fn, args, kwargs)
 
 
+_ANY_ARGUMENTS = inspect.Signature(
+    [inspect.Parameter("args", inspect.Parameter.VAR_POSITIONAL), inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+)
+
+
+def signature_of(fn: Callable) -> inspect.Signature:
+    """fn's signature; `(*args, **kwargs)` for a builtin without one (kiln.jit(torch.relu)),
+    which then binds whatever it is called with and raises eager's own error when traced."""
+    try:
+        return inspect.signature(fn)
+    except (ValueError, TypeError):
+        return _ANY_ARGUMENTS
+
+
 def trace_call(
     fn: Callable,
     args: tuple,
@@ -869,8 +883,7 @@ def trace_call(
     the tensors the function reaches without taking them as arguments inputs of the program
     (kiln._state), after the arguments' tensors, and adds the values of attributes the function
     rebinds to new tensors as outputs after the function's own."""
-    signature = inspect.signature(fn)
-    bound = signature.bind(*args, **kwargs)
+    bound = signature_of(fn).bind(*args, **kwargs)
     tracer = Tracer(register_eager, implicit)
     # Tensor leaves of every argument (tensors inside tuples, lists and dicts included) become
     # inputs named after their place: x, xs_0, d_w. Other leaves are constants of this trace.

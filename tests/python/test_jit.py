@@ -626,3 +626,15 @@ def test_elementwise_inside_a_reduction_with_a_broadcast_operand(name, shape, di
         return [g.to(device), a.to(device), b.to(device)]
 
     check_against_eager(lambda g, a, b: op(g, a, b).sum(dim), make)
+
+
+def test_a_builtin_without_a_python_signature_is_jitted():
+    # torch.relu and torch.add have no inspect.signature: they bind any arguments, as eager does.
+    def randn(*shape, seed=0):
+        return torch.randn(*shape, generator=torch.Generator(device="cpu").manual_seed(seed), device="cpu").to(torch.get_default_device())
+
+    check_against_eager(torch.relu, lambda: [randn(4, 5)])
+    check_against_eager(torch.add, lambda: [randn(3), randn(3, seed=1)])
+    jitted = kiln.jit(torch.add)
+    x, y = randn(3), randn(3, seed=1)
+    torch.testing.assert_close(jitted(x, y, alpha=2), torch.add(x, y, alpha=2))

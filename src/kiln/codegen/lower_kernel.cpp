@@ -462,7 +462,8 @@ class KernelEmitter {
     }
     const size_t split = flat_loop_split(shape, lane);
     if (split == 0) {
-      text += numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+      text +=
+          numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
       text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
       text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
       text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
@@ -474,9 +475,11 @@ class KernelEmitter {
       std::fill(inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(split), 1);
       const std::string inner_n = std::to_string(shape_numel(inner)) + "LL";
       std::string hoisted, inside;
-      for (size_t d = 0; d < lane.levels.size(); ++d) (d <= split ? hoisted : inside) += lane.levels[d];
+      for (size_t d = 0; d < lane.levels.size(); ++d)
+        (d <= split ? hoisted : inside) += lane.levels[d];
       if (numel >= kParallelIterations) text += "#pragma omp parallel for\n";
-      text += "    for (int64_t outer = 0; outer < " + std::to_string(shape_numel(outer)) + "LL; ++outer) {\n";
+      text += "    for (int64_t outer = 0; outer < " + std::to_string(shape_numel(outer)) +
+              "LL; ++outer) {\n";
       text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
       text += indented(hoisted, 3) + "#pragma omp simd\n";
       text += "      for (int64_t within = 0; within < " + inner_n + "; ++within) {\n";
@@ -498,7 +501,8 @@ class KernelEmitter {
     for (size_t d = 1; d < shape.size(); ++d)
       if (!body.levels[d].empty()) split = d;
     int64_t inner = 1;
-    for (size_t d = split; d < shape.size(); ++d) inner *= shape[d];
+    for (size_t d = split; d < shape.size(); ++d)
+      inner *= shape[d];
     return split > 0 && inner >= kMinSplitInner ? split : 0;
   }
 

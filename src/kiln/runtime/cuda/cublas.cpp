@@ -266,8 +266,8 @@ bool run_linear_with_bias_epilogue(const RtTensor& a, const RtTensor& w, const R
                                    const GemmOperand& ia, const GemmOperand& iw,
                                    const GemmPlan& plan, const RtTensor& out, Allocator* allocator,
                                    Stream stream) {
-  const bool rows_of_one_matrix = plan.batches == 1 || (ia.op == kOpN && ia.batch_stride ==
-                                                                              plan.n * ia.ld);
+  const bool rows_of_one_matrix =
+      plan.batches == 1 || (ia.op == kOpN && ia.batch_stride == plan.n * ia.ld);
   const bool weight_shared = plan.batches == 1 || iw.batch_stride == 0;
   if (!rows_of_one_matrix || !weight_shared || bias.dtype() != a.dtype() ||
       bias.sizes.size() != 1 || bias.sizes[0] != plan.m || (plan.m > 1 && bias.strides[0] != 1))
@@ -279,7 +279,9 @@ bool run_linear_with_bias_epilogue(const RtTensor& a, const RtTensor& w, const R
   // bf16 operands and its plain product with a bias at an odd address each differed from eager
   // by that rounding in 1-2% of the results; aligned, the epilogue matched eager's.
   const int64_t el = dtype_size(a.dtype());
-  auto aligned = [&](const void* p) { return reinterpret_cast<uintptr_t>(p) % kTensorCoreBytes == 0; };
+  auto aligned = [&](const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % kTensorCoreBytes == 0;
+  };
   if ((iw.ld * el) % kTensorCoreBytes != 0 || (ia.ld * el) % kTensorCoreBytes != 0 ||
       (plan.m * el) % kTensorCoreBytes != 0 || !aligned(element_at(w, iw.offset)) ||
       !aligned(element_at(a, ia.offset)) || !aligned(element_at(bias, bias.offset)) ||

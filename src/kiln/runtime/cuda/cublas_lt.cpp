@@ -54,8 +54,8 @@ struct CublasLt {
   Status (*PrefDestroy)(Preference) = nullptr;
   Status (*Heuristic)(Handle, Desc, Layout, Layout, Layout, Layout, Preference, int,
                       HeuristicResult*, int*) = nullptr;
-  Status (*Matmul)(Handle, Desc, const void*, const void*, Layout, const void*, Layout,
-                   const void*, const void*, Layout, void*, Layout, const Algo*, void*, size_t,
+  Status (*Matmul)(Handle, Desc, const void*, const void*, Layout, const void*, Layout, const void*,
+                   const void*, Layout, void*, Layout, const Algo*, void*, size_t,
                    Stream) = nullptr;
   const char* (*StatusString)(Status) = nullptr;
 };
@@ -115,7 +115,8 @@ Handle handle_for(int device) {
 uint32_t alignment_of(const void* p) {
   const auto address = reinterpret_cast<uintptr_t>(p);
   uint32_t alignment = 256;
-  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  while (alignment > 1 && address % alignment != 0)
+    alignment /= 2;
   return alignment;
 }
 
@@ -143,13 +144,12 @@ void describe(const BiasProduct& p, Descriptors& d) {
   check(lt.DescSet(d.desc, kDescEpilogue, &kEpilogueBias, sizeof kEpilogueBias),
         "cublasLtMatmulDescSetAttribute");
   const void* bias = p.bias;
-  check(lt.DescSet(d.desc, kDescBiasPointer, &bias, sizeof bias),
-        "cublasLtMatmulDescSetAttribute");
+  check(lt.DescSet(d.desc, kDescBiasPointer, &bias, sizeof bias), "cublasLtMatmulDescSetAttribute");
   // Layouts as stored: an operand read transposed is stored with its dims swapped.
   const bool a_t = p.op_a != 0, b_t = p.op_b != 0;
   auto layout = [&](Layout* l, int64_t rows, int64_t cols, int64_t ld) {
-    check(lt.LayoutCreate(l, p.data_type, static_cast<uint64_t>(rows),
-                          static_cast<uint64_t>(cols), ld),
+    check(lt.LayoutCreate(l, p.data_type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols),
+                          ld),
           "cublasLtMatrixLayoutCreate");
   };
   layout(&d.layouts[0], a_t ? p.k : p.m, a_t ? p.m : p.k, p.lda);
@@ -167,8 +167,8 @@ std::optional<HeuristicResult> algorithm_for(const BiasProduct& p, int device, H
   static std::map<Key, std::optional<HeuristicResult>> found;
   const uint32_t align_a = alignment_of(p.a), align_b = alignment_of(p.b),
                  align_c = alignment_of(p.c), align_bias = alignment_of(p.bias);
-  const Key key{device, p.data_type, p.op_a, p.op_b, p.m, p.n, p.k, p.lda, p.ldb, p.ldc,
-                align_a, align_b, align_c, align_bias};
+  const Key key{device, p.data_type, p.op_a, p.op_b,  p.m,     p.n,     p.k,
+                p.lda,  p.ldb,       p.ldc,  align_a, align_b, align_c, align_bias};
   std::lock_guard<std::mutex> lock(mutex);
   auto it = found.find(key);
   if (it != found.end()) return it->second;
@@ -179,8 +179,10 @@ std::optional<HeuristicResult> algorithm_for(const BiasProduct& p, int device, H
   const uint64_t workspace = kWorkspaceBytes;
   check(lt.PrefSet(pref, kPrefMaxWorkspace, &workspace, sizeof workspace),
         "cublasLtMatmulPreferenceSetAttribute");
-  for (auto [attribute, alignment] : {std::pair{kPrefAlignmentA, align_a}, {kPrefAlignmentB, align_b},
-                                      {kPrefAlignmentC, align_c}, {kPrefAlignmentD, align_c}})
+  for (auto [attribute, alignment] : {std::pair{kPrefAlignmentA, align_a},
+                                      {kPrefAlignmentB, align_b},
+                                      {kPrefAlignmentC, align_c},
+                                      {kPrefAlignmentD, align_c}})
     check(lt.PrefSet(pref, attribute, &alignment, sizeof alignment),
           "cublasLtMatmulPreferenceSetAttribute");
   HeuristicResult result{};
@@ -211,8 +213,8 @@ bool run_bias_product(const BiasProduct& p, Device device, Allocator* allocator,
   void* workspace_ptr = nullptr;
   if (algorithm->workspace_size > 0) {
     const auto words = static_cast<int64_t>((algorithm->workspace_size + 3) / 4);
-    workspace = cuda_strided(DType::kFloat32, {words}, {1}, 0, words, device, false, allocator,
-                             stream);
+    workspace =
+        cuda_strided(DType::kFloat32, {words}, {1}, 0, words, device, false, allocator, stream);
     workspace_ptr = reinterpret_cast<void*>(workspace->storage->device_data);
   }
   const float alpha = 1, beta = 0;

@@ -22,7 +22,7 @@ namespace kiln::cuda {
 
 // C[m, n] (column-major, leading dim ldc) = op_a(A)[m, k] op_b(B)[k, n] + bias[m].
 struct BiasProduct {
-  int data_type = 0;   // cudaDataType of A, B, C and the bias: CUDA_R_32F, _16F or _16BF
+  int data_type = 0;       // cudaDataType of A, B, C and the bias: CUDA_R_32F, _16F or _16BF
   int op_a = 0, op_b = 0;  // CUBLAS_OP_N or CUBLAS_OP_T
   int64_t m = 0, n = 0, k = 0;
   const void* a = nullptr;
