@@ -10,6 +10,7 @@
 
 #include "kiln/runtime/cuda/cublas_lt.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
+#include "kiln/runtime/cuda/dynamic_library.h"
 #include "kiln/runtime/interpreter/layout.h"
 #include "kiln/runtime/interpreter/view_geometry.h"
 #include "kiln/support/error.h"
@@ -38,28 +39,19 @@ struct Cublas {
                                  void*, int, int, long long, int, int, int) = nullptr;
 };
 
-template <class F>
-bool bind(void* handle, const char* name, F** fn) {
-  *fn = reinterpret_cast<F*>(dlsym(handle, name));
-  return *fn != nullptr;
-}
-
 const Cublas& cublas() {
   static const Cublas lib = [] {
     Cublas c;
-    for (const char* name : {"libcublas.so.13", "libcublas.so.12", "libcublas.so",
-                             "/usr/local/cuda/lib64/libcublas.so.13"}) {
-      c.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (c.handle) break;
-    }
+    c.handle = open_first({"libcublas.so.13", "libcublas.so.12", "libcublas.so",
+                           "/usr/local/cuda/lib64/libcublas.so.13"});
     if (!c.handle) {
       c.why_not = "cuBLAS (libcublas.so.13 or .12) was not found";
       return c;
     }
-    if (!(bind(c.handle, "cublasCreate_v2", &c.Create) &&
-          bind(c.handle, "cublasSetStream_v2", &c.SetStream) &&
-          bind(c.handle, "cublasGetStatusString", &c.StatusString) &&
-          bind(c.handle, "cublasGemmStridedBatchedEx", &c.GemmStridedBatchedEx))) {
+    if (!(bind_symbol(c.handle, "cublasCreate_v2", &c.Create) &&
+          bind_symbol(c.handle, "cublasSetStream_v2", &c.SetStream) &&
+          bind_symbol(c.handle, "cublasGetStatusString", &c.StatusString) &&
+          bind_symbol(c.handle, "cublasGemmStridedBatchedEx", &c.GemmStridedBatchedEx))) {
       c.why_not = "the cuBLAS found lacks cublasGemmStridedBatchedEx";
       c.handle = nullptr;
     }
@@ -72,17 +64,13 @@ void check(Status s, const char* call) {
   KILN_ASSERT(s == 0) << call << " failed: " << cublas().StatusString(s);
 }
 
+struct CublasHandles;
 Handle handle_for(int device) {
-  static std::mutex mutex;
-  static std::map<int, Handle> handles;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  use_device(device);
-  Handle h = nullptr;
-  check(cublas().Create(&h), "cublasCreate");
-  handles[device] = h;
-  return h;
+  return handle_per_device<CublasHandles, Handle>(device, [] {
+    Handle h = nullptr;
+    check(cublas().Create(&h), "cublasCreate");
+    return h;
+  });
 }
 
 // `t` viewed with `g`, copied into a new contiguous tensor (broadcast dims materialized).

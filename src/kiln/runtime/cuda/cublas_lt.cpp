@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "kiln/runtime/cuda/cuda_kernels.h"
+#include "kiln/runtime/cuda/dynamic_library.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cuda {
@@ -60,33 +61,24 @@ struct CublasLt {
   const char* (*StatusString)(Status) = nullptr;
 };
 
-template <class F>
-bool bind(void* handle, const char* name, F** fn) {
-  *fn = reinterpret_cast<F*>(dlsym(handle, name));
-  return *fn != nullptr;
-}
-
 const CublasLt& cublas_lt() {
   static const CublasLt lib = [] {
     CublasLt c;
-    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
-                             "/usr/local/cuda/lib64/libcublasLt.so.13"}) {
-      c.handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-      if (c.handle) break;
-    }
+    c.handle = open_first({"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+                           "/usr/local/cuda/lib64/libcublasLt.so.13"});
     if (!c.handle) return c;
-    if (!(bind(c.handle, "cublasLtCreate", &c.Create) &&
-          bind(c.handle, "cublasLtMatmulDescCreate", &c.DescCreate) &&
-          bind(c.handle, "cublasLtMatmulDescSetAttribute", &c.DescSet) &&
-          bind(c.handle, "cublasLtMatmulDescDestroy", &c.DescDestroy) &&
-          bind(c.handle, "cublasLtMatrixLayoutCreate", &c.LayoutCreate) &&
-          bind(c.handle, "cublasLtMatrixLayoutDestroy", &c.LayoutDestroy) &&
-          bind(c.handle, "cublasLtMatmulPreferenceCreate", &c.PrefCreate) &&
-          bind(c.handle, "cublasLtMatmulPreferenceSetAttribute", &c.PrefSet) &&
-          bind(c.handle, "cublasLtMatmulPreferenceDestroy", &c.PrefDestroy) &&
-          bind(c.handle, "cublasLtMatmulAlgoGetHeuristic", &c.Heuristic) &&
-          bind(c.handle, "cublasLtMatmul", &c.Matmul) &&
-          bind(c.handle, "cublasLtGetStatusString", &c.StatusString)))
+    if (!(bind_symbol(c.handle, "cublasLtCreate", &c.Create) &&
+          bind_symbol(c.handle, "cublasLtMatmulDescCreate", &c.DescCreate) &&
+          bind_symbol(c.handle, "cublasLtMatmulDescSetAttribute", &c.DescSet) &&
+          bind_symbol(c.handle, "cublasLtMatmulDescDestroy", &c.DescDestroy) &&
+          bind_symbol(c.handle, "cublasLtMatrixLayoutCreate", &c.LayoutCreate) &&
+          bind_symbol(c.handle, "cublasLtMatrixLayoutDestroy", &c.LayoutDestroy) &&
+          bind_symbol(c.handle, "cublasLtMatmulPreferenceCreate", &c.PrefCreate) &&
+          bind_symbol(c.handle, "cublasLtMatmulPreferenceSetAttribute", &c.PrefSet) &&
+          bind_symbol(c.handle, "cublasLtMatmulPreferenceDestroy", &c.PrefDestroy) &&
+          bind_symbol(c.handle, "cublasLtMatmulAlgoGetHeuristic", &c.Heuristic) &&
+          bind_symbol(c.handle, "cublasLtMatmul", &c.Matmul) &&
+          bind_symbol(c.handle, "cublasLtGetStatusString", &c.StatusString)))
       c.handle = nullptr;
     return c;
   }();
@@ -97,17 +89,13 @@ void check(Status s, const char* call) {
   KILN_ASSERT(s == 0) << call << " failed: " << cublas_lt().StatusString(s);
 }
 
+struct CublasLtHandles;
 Handle handle_for(int device) {
-  static std::mutex mutex;
-  static std::map<int, Handle> handles;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = handles.find(device);
-  if (it != handles.end()) return it->second;
-  use_device(device);
-  Handle h = nullptr;
-  check(cublas_lt().Create(&h), "cublasLtCreate");
-  handles[device] = h;
-  return h;
+  return handle_per_device<CublasLtHandles, Handle>(device, [] {
+    Handle h = nullptr;
+    check(cublas_lt().Create(&h), "cublasLtCreate");
+    return h;
+  });
 }
 
 // The largest power of two up to 256 that divides the address: what the chosen algorithm may

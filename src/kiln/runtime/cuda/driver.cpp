@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "kiln/runtime/cuda/dynamic_library.h"
 #include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
@@ -64,12 +65,6 @@ struct Driver {
   CUresult (*GraphDestroy)(Graph) = nullptr;
 };
 
-template <class F>
-bool bind(void* handle, const char* name, F** fn) {
-  *fn = reinterpret_cast<F*>(dlsym(handle, name));
-  return *fn != nullptr;
-}
-
 std::string error_text(const Driver& d, CUresult r) {
   const char* name = nullptr;
   const char* text = nullptr;
@@ -87,40 +82,40 @@ const Driver& driver() {
       d.why_not = "the CUDA driver (libcuda.so.1) is not installed on this machine";
       return d;
     }
-    bool ok = bind(d.handle, "cuInit", &d.Init) &&
-              bind(d.handle, "cuGetErrorName", &d.GetErrorName) &&
-              bind(d.handle, "cuGetErrorString", &d.GetErrorString) &&
-              bind(d.handle, "cuDeviceGetCount", &d.DeviceGetCount) &&
-              bind(d.handle, "cuDeviceGet", &d.DeviceGet) &&
-              bind(d.handle, "cuDeviceGetAttribute", &d.DeviceGetAttribute) &&
-              bind(d.handle, "cuDeviceGetName", &d.DeviceGetName) &&
-              bind(d.handle, "cuDevicePrimaryCtxRetain", &d.DevicePrimaryCtxRetain) &&
-              bind(d.handle, "cuCtxSetCurrent", &d.CtxSetCurrent) &&
-              bind(d.handle, "cuCtxGetCurrent", &d.CtxGetCurrent) &&
-              bind(d.handle, "cuCtxSynchronize", &d.CtxSynchronize) &&
-              bind(d.handle, "cuMemAlloc_v2", &d.MemAlloc) &&
-              bind(d.handle, "cuMemFree_v2", &d.MemFree) &&
-              bind(d.handle, "cuMemcpyHtoD_v2", &d.MemcpyHtoD) &&
-              bind(d.handle, "cuMemcpyDtoH_v2", &d.MemcpyDtoH) &&
-              bind(d.handle, "cuMemcpyDtoDAsync_v2", &d.MemcpyDtoDAsync) &&
-              bind(d.handle, "cuMemsetD8Async", &d.MemsetD8Async) &&
-              bind(d.handle, "cuMemsetD2D8Async", &d.MemsetD2D8Async) &&
-              bind(d.handle, "cuModuleLoadData", &d.ModuleLoadData) &&
-              bind(d.handle, "cuModuleGetFunction", &d.ModuleGetFunction) &&
-              bind(d.handle, "cuLaunchKernel", &d.LaunchKernel) &&
-              bind(d.handle, "cuEventCreate", &d.EventCreate) &&
-              bind(d.handle, "cuEventRecord", &d.EventRecord) &&
-              bind(d.handle, "cuEventSynchronize", &d.EventSynchronize) &&
-              bind(d.handle, "cuEventElapsedTime", &d.EventElapsedTime) &&
-              bind(d.handle, "cuEventDestroy_v2", &d.EventDestroy) &&
-              bind(d.handle, "cuStreamCreate", &d.StreamCreate) &&
-              bind(d.handle, "cuStreamWaitEvent", &d.StreamWaitEvent) &&
-              bind(d.handle, "cuStreamBeginCapture_v2", &d.StreamBeginCapture) &&
-              bind(d.handle, "cuStreamEndCapture", &d.StreamEndCapture) &&
-              bind(d.handle, "cuGraphInstantiateWithFlags", &d.GraphInstantiate) &&
-              bind(d.handle, "cuGraphLaunch", &d.GraphLaunch) &&
-              bind(d.handle, "cuGraphExecDestroy", &d.GraphExecDestroy) &&
-              bind(d.handle, "cuGraphDestroy", &d.GraphDestroy);
+    bool ok = bind_symbol(d.handle, "cuInit", &d.Init) &&
+              bind_symbol(d.handle, "cuGetErrorName", &d.GetErrorName) &&
+              bind_symbol(d.handle, "cuGetErrorString", &d.GetErrorString) &&
+              bind_symbol(d.handle, "cuDeviceGetCount", &d.DeviceGetCount) &&
+              bind_symbol(d.handle, "cuDeviceGet", &d.DeviceGet) &&
+              bind_symbol(d.handle, "cuDeviceGetAttribute", &d.DeviceGetAttribute) &&
+              bind_symbol(d.handle, "cuDeviceGetName", &d.DeviceGetName) &&
+              bind_symbol(d.handle, "cuDevicePrimaryCtxRetain", &d.DevicePrimaryCtxRetain) &&
+              bind_symbol(d.handle, "cuCtxSetCurrent", &d.CtxSetCurrent) &&
+              bind_symbol(d.handle, "cuCtxGetCurrent", &d.CtxGetCurrent) &&
+              bind_symbol(d.handle, "cuCtxSynchronize", &d.CtxSynchronize) &&
+              bind_symbol(d.handle, "cuMemAlloc_v2", &d.MemAlloc) &&
+              bind_symbol(d.handle, "cuMemFree_v2", &d.MemFree) &&
+              bind_symbol(d.handle, "cuMemcpyHtoD_v2", &d.MemcpyHtoD) &&
+              bind_symbol(d.handle, "cuMemcpyDtoH_v2", &d.MemcpyDtoH) &&
+              bind_symbol(d.handle, "cuMemcpyDtoDAsync_v2", &d.MemcpyDtoDAsync) &&
+              bind_symbol(d.handle, "cuMemsetD8Async", &d.MemsetD8Async) &&
+              bind_symbol(d.handle, "cuMemsetD2D8Async", &d.MemsetD2D8Async) &&
+              bind_symbol(d.handle, "cuModuleLoadData", &d.ModuleLoadData) &&
+              bind_symbol(d.handle, "cuModuleGetFunction", &d.ModuleGetFunction) &&
+              bind_symbol(d.handle, "cuLaunchKernel", &d.LaunchKernel) &&
+              bind_symbol(d.handle, "cuEventCreate", &d.EventCreate) &&
+              bind_symbol(d.handle, "cuEventRecord", &d.EventRecord) &&
+              bind_symbol(d.handle, "cuEventSynchronize", &d.EventSynchronize) &&
+              bind_symbol(d.handle, "cuEventElapsedTime", &d.EventElapsedTime) &&
+              bind_symbol(d.handle, "cuEventDestroy_v2", &d.EventDestroy) &&
+              bind_symbol(d.handle, "cuStreamCreate", &d.StreamCreate) &&
+              bind_symbol(d.handle, "cuStreamWaitEvent", &d.StreamWaitEvent) &&
+              bind_symbol(d.handle, "cuStreamBeginCapture_v2", &d.StreamBeginCapture) &&
+              bind_symbol(d.handle, "cuStreamEndCapture", &d.StreamEndCapture) &&
+              bind_symbol(d.handle, "cuGraphInstantiateWithFlags", &d.GraphInstantiate) &&
+              bind_symbol(d.handle, "cuGraphLaunch", &d.GraphLaunch) &&
+              bind_symbol(d.handle, "cuGraphExecDestroy", &d.GraphExecDestroy) &&
+              bind_symbol(d.handle, "cuGraphDestroy", &d.GraphDestroy);
     if (!ok) {
       d.why_not = "the CUDA driver on this machine lacks functions kiln needs (too old)";
       d.handle = nullptr;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/runtime/cache_files.h"
+#include "kiln/runtime/cuda/dynamic_library.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cuda {
@@ -33,12 +34,6 @@ struct Nvrtc {
   nvrtcResult (*GetCUBIN)(nvrtcProgram, char*) = nullptr;
 };
 
-template <class F>
-bool bind(void* handle, const char* name, F** fn) {
-  *fn = reinterpret_cast<F*>(dlsym(handle, name));
-  return *fn != nullptr;
-}
-
 const Nvrtc& nvrtc() {
   static const Nvrtc lib = [] {
     Nvrtc n;
@@ -58,15 +53,15 @@ const Nvrtc& nvrtc() {
           "set KILN_NVRTC_LIBRARY to its path)";
       return n;
     }
-    bool ok = bind(n.handle, "nvrtcGetErrorString", &n.GetErrorString) &&
-              bind(n.handle, "nvrtcVersion", &n.Version) &&
-              bind(n.handle, "nvrtcCreateProgram", &n.CreateProgram) &&
-              bind(n.handle, "nvrtcDestroyProgram", &n.DestroyProgram) &&
-              bind(n.handle, "nvrtcCompileProgram", &n.CompileProgram) &&
-              bind(n.handle, "nvrtcGetProgramLogSize", &n.GetProgramLogSize) &&
-              bind(n.handle, "nvrtcGetProgramLog", &n.GetProgramLog) &&
-              bind(n.handle, "nvrtcGetCUBINSize", &n.GetCUBINSize) &&
-              bind(n.handle, "nvrtcGetCUBIN", &n.GetCUBIN);
+    bool ok = bind_symbol(n.handle, "nvrtcGetErrorString", &n.GetErrorString) &&
+              bind_symbol(n.handle, "nvrtcVersion", &n.Version) &&
+              bind_symbol(n.handle, "nvrtcCreateProgram", &n.CreateProgram) &&
+              bind_symbol(n.handle, "nvrtcDestroyProgram", &n.DestroyProgram) &&
+              bind_symbol(n.handle, "nvrtcCompileProgram", &n.CompileProgram) &&
+              bind_symbol(n.handle, "nvrtcGetProgramLogSize", &n.GetProgramLogSize) &&
+              bind_symbol(n.handle, "nvrtcGetProgramLog", &n.GetProgramLog) &&
+              bind_symbol(n.handle, "nvrtcGetCUBINSize", &n.GetCUBINSize) &&
+              bind_symbol(n.handle, "nvrtcGetCUBIN", &n.GetCUBIN);
     if (!ok) {
       n.why_not = "the NVRTC library found lacks nvrtcGetCUBIN (CUDA 11.1 or newer is needed)";
       n.handle = nullptr;
