@@ -537,7 +537,6 @@ def _view_dtype(call: Call, self: Any, dtype: torch.dtype) -> Any:
     return call.emit("view_dtype", [self, dtype], {}, result)  # a dtype kiln lacks raises here
 
 
-
 _register(_sized_view("view"), torch.Tensor.view)
 _register(_sized_view("permute"), *_torch_fns("permute"))
 _register(_sized_view("expand"), torch.Tensor.expand)
