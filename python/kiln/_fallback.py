@@ -316,7 +316,12 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
 
         run = run_one  # noqa: F811
 
-    fn_id = tracer.register_eager(run)
+    # Its device work may be recorded once into a CUDA graph and replayed (kiln's graph replay)
+    # unless a replay would not redo what a call does: draw new random numbers, check values on
+    # the host (an index's range, the write check), or copy Python data to the device (an op
+    # without tensor arguments, as torch.tensor of a list).
+    capturable = bool(proxies) and not watch.seeded and check is None and not CHECK_WRITES
+    fn_id = tracer.register_eager(run, capturable=capturable)
     tracer.fallback_ops += 1
     # Traced in grad mode, the step carries its gradient (kiln._autograd differentiates it).
     # A random op's gradient would need its draws again: none (the differentiated program is

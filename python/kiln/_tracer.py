@@ -280,11 +280,12 @@ class Tracer:
 
     def __init__(
         self,
-        register_eager: Callable[[Callable], int] | None = None,
+        register_eager: Callable[..., int] | None = None,
         implicit: "ImplicitInputs | None" = None,
     ) -> None:
         # kiln.jit's eager fallback: registers a function that runs one torch op in PyTorch
-        # (kiln._C.register_eager) and returns its number; None: an unknown op raises.
+        # (kiln._C.register_eager(fn, capturable=...)) and returns its number; None: an unknown
+        # op raises.
         self.register_eager = register_eager
         # Where tensors the function reaches without taking them as arguments come from
         # (kiln._state); None: such a tensor raises.
@@ -874,7 +875,7 @@ def trace_call(
     fn: Callable,
     args: tuple,
     kwargs: dict,
-    register_eager: Callable[[Callable], int] | None = None,
+    register_eager: Callable[..., int] | None = None,
     implicit: "ImplicitInputs | None" = None,
     unique_outputs: bool = False,
 ) -> TracedProgram:

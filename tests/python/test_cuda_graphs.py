@@ -113,16 +113,62 @@ def test_results_that_view_a_moving_argument_or_each_other_alias_as_in_eager():
         assert kiln.last_stats(f)["cuda_graph"] == _expected_graph(call), kiln.last_stats(f)["cuda_graph_refused"]
 
 
-def test_a_program_with_a_step_pytorch_runs_is_not_captured_and_says_why():
-    def fn(x, w):
-        return F.linear(x, w).cumsum(-1) * 2  # cumsum: an eager step
+def test_steps_pytorch_runs_are_captured_with_kiln_s_and_their_results_outlive_later_replays():
+    # cumsum and attention: eager steps, whose kernels and memory (PyTorch's) join the graph.
+    def fn(x, w, q, k, v):
+        h = F.linear(x, w).cumsum(-1) * 2
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return h, a.sigmoid(), a
 
     f = kiln.jit(fn)
-    x, w = torch.randn(8, 32, device=DEVICE), torch.randn(32, 32, device=DEVICE)
+    gen = torch.Generator(device=DEVICE).manual_seed(2)
+    w = torch.randn(32, 32, device=DEVICE, generator=gen)
+    q, k, v = (torch.randn(2, 4, 16, 8, device=DEVICE, generator=gen) for _ in range(3))
+    held = []
+    for call in range(6):
+        x = torch.randn(8, 32, device=DEVICE, generator=gen)
+        q.copy_(torch.randn(q.shape, device=DEVICE, generator=gen))  # new contents, one address
+        got, want = f(x, w, q, k, v), fn(x, w, q, k, v)
+        for g, e in zip(got, want):
+            close(g, e)
+        stats = kiln.last_stats(f)
+        assert stats["eager_steps"] == 2
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+        held.append((got, [t.clone() for t in want]))
+    for got, want in held:  # an eager step's result is copied out of the graph's memory too
+        for g, e in zip(got, want):
+            close(g, e)
+
+
+def test_a_step_pytorch_runs_that_checks_indices_on_the_host_is_not_captured_and_still_raises():
+    def fn(x, i, j):
+        return x[i, j] * 2 + x.sum()  # two index tensors: an eager step that checks their range
+
+    f = kiln.jit(fn)
+    x = torch.randn(6, 5, device=DEVICE)
+    i, j = torch.tensor([0, 5, 2], device=DEVICE), torch.tensor([1, 4, 0], device=DEVICE)
     for _ in range(4):
-        close(f(x, w), fn(x, w))
+        close(f(x, i, j), fn(x, i, j))
     stats = kiln.last_stats(f)
-    assert stats["cuda_graph"] == "" and "eager_call" in stats["cuda_graph_refused"]
+    assert stats["cuda_graph"] == "" and "host" in stats["cuda_graph_refused"], stats
+    with pytest.raises(IndexError):
+        f(x, torch.tensor([0, 6, 2], device=DEVICE), j)
+
+
+def test_a_step_pytorch_runs_that_draws_random_numbers_is_not_captured():
+    def fn(x):
+        return torch.poisson(x.abs() * 3) + x.exp()
+
+    f = kiln.jit(fn)
+    x = torch.rand(64, 64, device=DEVICE) + 1
+    draws = []
+    for _ in range(4):
+        out = f(x)
+        draws.append(out - x.exp())
+        assert torch.equal(draws[-1], draws[-1].round())  # whole counts, as poisson's
+    stats = kiln.last_stats(f)
+    assert stats["cuda_graph"] == "" and "random" in stats["cuda_graph_refused"], stats
+    assert not torch.equal(draws[-1], draws[-2])  # a new draw each call (4096 draws alike: ~0)
 
 
 def test_an_argument_written_in_place_at_a_new_address_each_call_is_not_captured():

@@ -34,6 +34,7 @@
 #include "kiln/passes/pipeline.h"
 #include "kiln/python/call_key.h"
 #include "kiln/python/dict_watch.h"
+#include "kiln/python/torch_cuda_capture.h"
 #include "kiln/python/torch_steps.h"
 #include "kiln/python/torch_values.h"
 #include "kiln/runtime/cuda/driver.h"
@@ -199,9 +200,10 @@ class JitCache {
     current_allocator = &allocator;
     std::vector<RtValue> results;
     try {
-      results = program->graphs.run(program->compiled, call.values,
-                                    ExecuteOptions{&allocator, current_stream(call.values), &stats,
-                                                   /*pattern_known=*/true, &torch_steps});
+      ExecuteOptions options{&allocator, current_stream(call.values), &stats,
+                             /*pattern_known=*/true, &torch_steps};
+      options.eager_capture = torch_capture_join();
+      results = program->graphs.run(program->compiled, call.values, options);
     } catch (...) {
       current_allocator = outer;
       throw;
@@ -337,8 +339,10 @@ NB_MODULE(_C, m) {
         "Host seconds so far in each phase of kiln.jit calls, as (phase, seconds) pairs; counted "
         "only when KILN_PROFILE_CALLS is set (see src/kiln/support/call_profile.h).");
   kiln::python::bind_dict_watch(m);
-  m.def("register_eager", &register_eager, nb::arg("fn"),
-        "Registers fn(list of tensors) -> list of tensors for eager_call; returns its number.");
+  m.def("register_eager", &register_eager, nb::arg("fn"), nb::arg("capturable") = false,
+        "Registers fn(list of tensors) -> list of tensors for eager_call; returns its number. "
+        "capturable: its device work may be recorded once into a CUDA graph and replayed (it "
+        "draws no random numbers and reads nothing back to the host).");
   nb::class_<JitCache>(m, "JitCache")
       .def(nb::init<>())
       .def("run", &JitCache::run, nb::arg("structure"), nb::arg("leaves"), nb::arg("miss"),

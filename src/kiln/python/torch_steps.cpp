@@ -18,7 +18,7 @@ namespace nb = nanobind;
 
 namespace kiln::pyext {
 
-int register_eager(nb::callable callable) {
+int register_eager(nb::callable callable, bool capturable) {
   // The registry may outlive the interpreter (it is destroyed with the process's statics): the
   // last reference is dropped only while Python still runs.
   std::shared_ptr<PyObject> held(callable.release().ptr(), [](PyObject* o) {
@@ -26,21 +26,24 @@ int register_eager(nb::callable callable) {
     nb::gil_scoped_acquire gil;
     Py_DECREF(o);
   });
-  return register_eager_function([held](const std::vector<TensorHandle>& inputs) {
-    nb::gil_scoped_acquire gil;
-    nb::handle fn(held.get());
-    nb::list args;
-    for (const TensorHandle& t : inputs)
-      args.append(nb::steal(THPVariable_Wrap(torch_view(*t))));
-    nb::object out = fn(args);
-    std::vector<TensorHandle> results;
-    for (nb::handle r : out) {
-      if (!THPVariable_Check(r.ptr()))
-        throw UnsupportedError("kiln: an op run by PyTorch returned something other than tensors");
-      results.push_back(kiln_view(THPVariable_Unpack(r.ptr())));
-    }
-    return results;
-  });
+  return register_eager_function(
+      [held](const std::vector<TensorHandle>& inputs) {
+        nb::gil_scoped_acquire gil;
+        nb::handle fn(held.get());
+        nb::list args;
+        for (const TensorHandle& t : inputs)
+          args.append(nb::steal(THPVariable_Wrap(torch_view(*t))));
+        nb::object out = fn(args);
+        std::vector<TensorHandle> results;
+        for (nb::handle r : out) {
+          if (!THPVariable_Check(r.ptr()))
+            throw UnsupportedError(
+                "kiln: an op run by PyTorch returned something other than tensors");
+          results.push_back(kiln_view(THPVariable_Unpack(r.ptr())));
+        }
+        return results;
+      },
+      capturable);
 }
 
 namespace {

@@ -604,7 +604,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           }
         }
         bool eager = is_eager_call(step);
-        if (options.capture && eager) options.capture->refuse("a step PyTorch runs (eager_call)");
+        if (options.capture && eager) options.capture->admit_eager_step(step.body, step_inputs);
         if (eager) {
           // PyTorch runs it, on the tensors where they are (device memory included): the
           // interpreter only hands them to the registered function (eager_calls.h), after the
@@ -612,8 +612,12 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           std::optional<DeviceCopyScope> device_copies;
           if (memory.cuda()) device_copies.emplace(memory.device_copier());
           std::vector<RtValue> outs = interpret(step.body, step_inputs);
-          for (size_t k = 0; k < outs.size(); ++k)
+          for (size_t k = 0; k < outs.size(); ++k) {
+            const auto* t = std::get_if<TensorHandle>(&outs[k]);
+            if (options.capture && t && !(*t)->storage->on_device())
+              options.capture->refuse("a step PyTorch runs returned a tensor in host memory");
             env[step.outputs[k]] = outs[k];
+          }
           ran = true;
         }
         if (!ran && memory.cuda() && step.kind == Step::Kind::kOpaque)

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,14 +56,30 @@ struct ExecutionStats {
 };
 
 // Set while a call is captured into a CUDA graph (cuda/graph_replay.h), when nothing runs: the
-// executor hands each index check to it (it checks before every replay), and asks it to refuse
-// (throw cuda::CaptureRefused) at a step that needs the host or PyTorch.
+// executor hands each index check to it (it checks before every replay), asks it to refuse
+// (throw cuda::CaptureRefused) at a step that needs the host, and to admit or refuse each step
+// PyTorch runs (eager_call) before it runs, given the step's body and inputs.
 class ExecutionCapture {
  public:
   virtual ~ExecutionCapture() = default;
   virtual void defer_index_check(const codegen::IndexCheck& check, const TensorHandle& index) = 0;
+  virtual void admit_eager_step(const Trace& body, const std::vector<RtValue>& inputs) = 0;
   [[noreturn]] virtual void refuse(const std::string& why) = 0;
 };
+
+// PyTorch's part in a CUDA graph capture, which the Python front end provides: while a program
+// with eager_call steps is captured, PyTorch's current stream is the capture stream and its
+// allocations go to a memory pool of the graph's own (the ops' results and workspaces, at the
+// addresses every replay uses). One per captured graph.
+class EagerCapturePool {
+ public:
+  // Frees the pool's memory for PyTorch's other uses (after the graph is destroyed).
+  virtual ~EagerCapturePool() = default;
+  // PyTorch's current stream and allocations as they were before the capture.
+  virtual void end_capture() = 0;
+};
+// Called before a capture begins on `stream` (a CUstream) of `device`.
+using EagerCaptureJoin = std::function<std::unique_ptr<EagerCapturePool>(void* stream, int device)>;
 
 // Runs a step that has no kernel op by op where its tensors are (the Python front end: through
 // PyTorch, on the device), instead of kiln's reference interpreter, which on CUDA works on host
@@ -79,6 +96,8 @@ struct ExecuteOptions {
   bool pattern_known = false;
   const StepRunner* step_runner = nullptr;  // null: the reference interpreter runs such steps
   ExecutionCapture* capture = nullptr;      // non-null while the call is captured
+  // How PyTorch joins a capture; null: a program with eager_call steps is never a CUDA graph.
+  const EagerCaptureJoin* eager_capture = nullptr;
 };
 
 // Requires: `args` has the dtypes, shapes and layouts the program was compiled for, and the alias

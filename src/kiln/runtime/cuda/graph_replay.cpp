@@ -9,6 +9,7 @@
 #include "kiln/codegen/kernel.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/cuda/driver.h"
+#include "kiln/runtime/interpreter/eager_calls.h"
 #include "kiln/support/error.h"
 
 namespace kiln::cuda {
@@ -62,11 +63,13 @@ std::vector<bool> written_arguments(const CompiledProgram& program) {
 }
 
 // Why a run through execute() could not be a graph's (empty: it could).
-std::string ineligible(const CompiledProgram& program, const ExecutionStats& s) {
-  if (s.eager_steps) return "a step PyTorch runs (eager_call)";
+std::string ineligible(const CompiledProgram& program, const ExecutionStats& s,
+                       const ExecuteOptions& options) {
+  if (s.eager_steps && !options.eager_capture)
+    return "a step PyTorch runs (eager_call), outside kiln's Python front end";
   if (s.torch_steps || s.interpreted_steps || s.host_copies) return "a step without a kernel";
   if (!program.interface.metadata.empty()) return "a metadata mutation of an argument";
-  if (s.kernel_steps + s.library_steps < 2) return "fewer than two launches";
+  if (s.kernel_steps + s.library_steps + s.eager_steps < 2) return "fewer than two launches";
   return "";
 }
 
@@ -147,6 +150,9 @@ struct GraphReplay::Captured {
     }
     destroy_graph(exec);
   }
+  // PyTorch's memory of the eager steps (their results and workspaces): first, so that it is
+  // released last, after the graph and every block of kiln's that came from PyTorch.
+  std::unique_ptr<EagerCapturePool> eager_pool;
   int device = 0;
   GraphExec exec = nullptr;
   std::shared_ptr<CapturePool> pool;
@@ -200,8 +206,8 @@ namespace {
 class Recorder : public ExecutionCapture {
  public:
   Recorder(GraphReplay::Captured& c, const std::vector<RtValue>& capture_args,
-           const std::vector<bool>& written)
-      : c_(c), args_(capture_args), written_(written) {}
+           const std::vector<bool>& written, bool eager_joined)
+      : c_(c), args_(capture_args), written_(written), eager_joined_(eager_joined) {}
   void defer_index_check(const codegen::IndexCheck& check, const TensorHandle& index) override {
     for (size_t j = 0; j < args_.size(); ++j) {
       const RtTensor* a = tensor_of(args_[j]);
@@ -222,12 +228,28 @@ class Recorder : public ExecutionCapture {
     }
     refuse("an index the program computes");
   }
+  // PyTorch's device work is captured with kiln's when its function says it may be (no random
+  // numbers, no host reads) and it works on device memory only.
+  void admit_eager_step(const Trace& body, const std::vector<RtValue>& inputs) override {
+    if (!eager_joined_) refuse("a step PyTorch runs (eager_call), outside kiln's Python front end");
+    for (const auto& n : body.nodes()) {
+      if (n->id() != OpId::kEagerCall) continue;
+      if (!eager_function_capturable(static_cast<int>(n->arg(0).as_int())))
+        refuse(
+            "a step PyTorch runs (eager_call) that draws random numbers or reads values "
+            "back to the host");
+    }
+    for (const RtValue& v : inputs)
+      if (const RtTensor* t = tensor_of(v); !t || !t->storage->on_device())
+        refuse("a step PyTorch runs (eager_call) on a number or a tensor in host memory");
+  }
   [[noreturn]] void refuse(const std::string& why) override { throw CaptureRefused(why); }
 
  private:
   GraphReplay::Captured& c_;
   const std::vector<RtValue>& args_;
   const std::vector<bool>& written_;
+  bool eager_joined_;
 };
 
 }  // namespace
@@ -267,7 +289,7 @@ std::vector<RtValue> GraphReplay::execute_and_learn(const CompiledProgram& progr
   if (!o.stats) o.stats = &local;
   std::vector<RtValue> results = execute(program, args, o);
   if (refused_.empty()) {
-    refused_ = ineligible(program, *o.stats);
+    refused_ = ineligible(program, *o.stats, options);
     last_addresses_.clear();
     for (const RtValue& a : args)
       last_addresses_.push_back(address_of(a));
@@ -331,7 +353,10 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
     capture_args[j] = make_view(mv.buffer, t.sizes, t.strides, offset);
   }
 
-  Recorder recorder(*c, capture_args, written);
+  // PyTorch's allocations and stream join the capture before it begins (as torch.cuda.graph
+  // routes its allocator first), and leave it after it ends, failed or not.
+  if (options.eager_capture) c->eager_pool = (*options.eager_capture)(stream, c->device);
+  Recorder recorder(*c, capture_args, written, c->eager_pool != nullptr);
   ExecutionStats stats;
   ExecuteOptions o = options;
   o.allocator = c->pool.get();
@@ -339,11 +364,15 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
   o.stats = &stats;
   o.capture = &recorder;
   std::vector<RtValue> results;
-  {
+  try {
     CaptureScope scope(stream, c->device);
     results = execute(program, capture_args, o);
     c->exec = scope.finish();
+  } catch (...) {
+    if (c->eager_pool) c->eager_pool->end_capture();
+    throw;
   }
+  if (c->eager_pool) c->eager_pool->end_capture();
   c->pool->seal();
   c->stats = stats;
 
@@ -383,7 +412,8 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
     copied += m.bytes;
   for (const TensorHandle& f : c->fresh)
     copied += static_cast<size_t>(f->storage->numel() * dtype_size(f->dtype()));
-  const auto launches = static_cast<size_t>(stats.kernel_steps + stats.library_steps);
+  const auto launches =
+      static_cast<size_t>(stats.kernel_steps + stats.library_steps + stats.eager_steps);
   if (copied > launches * kCopyBytesPerLaunch)
     throw CaptureRefused("a replay would copy " + std::to_string(copied) +
                          " bytes of arguments and results for " + std::to_string(launches) +

@@ -7,8 +7,9 @@
 //   later:     copy each moving argument into the graph's own buffer, check the indices on the
 //              host, launch the graph, copy the outputs into fresh memory
 //
-// Requires: a CUDA program that ran without a step needing the host or PyTorch (no eager_call,
-// no interpreted step, no host copy), with no metadata mutation, at least two launched steps,
+// Requires: a CUDA program that ran without a step needing the host (no interpreted step, no
+// host copy; an eager_call step only where PyTorch joins the capture, options.eager_capture, and
+// its function was registered capturable), with no metadata mutation, at least two launched steps,
 // and copies that cost little against the launches a replay saves (at most 256 KiB of moving
 // arguments and fresh results per launch). An argument the program writes must keep its
 // address (it is written in place; a moving one would need a copy back), and every index a

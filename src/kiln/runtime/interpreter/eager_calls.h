@@ -15,10 +15,14 @@ namespace kiln {
 // returns its results as fresh tensors.
 using EagerFunction = std::function<std::vector<TensorHandle>(const std::vector<TensorHandle>&)>;
 
-// A new number for `f` (never reused in the process).
-int register_eager_function(EagerFunction f);
+// A new number for `f` (never reused in the process). `capturable`: f's device work may be
+// recorded once into a CUDA graph and replayed (cuda/graph_replay.h) — it draws no random
+// numbers, reads nothing back to the host and depends on nothing but its inputs' contents.
+int register_eager_function(EagerFunction f, bool capturable = false);
 void unregister_eager_function(int id);
 // Runs function `id`; a UserError when no function has that number.
 std::vector<TensorHandle> call_eager_function(int id, const std::vector<TensorHandle>& inputs);
+// Whether function `id` was registered capturable (false when none has that number).
+bool eager_function_capturable(int id);
 
 }  // namespace kiln

@@ -10,9 +10,13 @@
 namespace kiln {
 
 namespace {
+struct Registered {
+  EagerFunction function;
+  bool capturable = false;
+};
 struct Registry {
   std::mutex mutex;
-  std::map<int, EagerFunction> functions;
+  std::map<int, Registered> functions;
   int next = 1;
 };
 Registry& registry() {
@@ -21,12 +25,19 @@ Registry& registry() {
 }
 }  // namespace
 
-int register_eager_function(EagerFunction f) {
+int register_eager_function(EagerFunction f, bool capturable) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   int id = r.next++;
-  r.functions[id] = std::move(f);
+  r.functions[id] = Registered{std::move(f), capturable};
   return id;
+}
+
+bool eager_function_capturable(int id) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  auto it = r.functions.find(id);
+  return it != r.functions.end() && it->second.capturable;
 }
 
 void unregister_eager_function(int id) {
@@ -46,7 +57,7 @@ std::vector<TensorHandle> call_eager_function(int id, const std::vector<TensorHa
                       ": no function with this number is registered in this process. An "
                       "eager_call runs a torch op through the Python process that traced it "
                       "(kiln.jit); kiln-opt and other processes cannot run it.");
-    f = it->second;
+    f = it->second.function;
   }
   return f(inputs);  // outside the lock: the function may run kiln programs itself
 }
