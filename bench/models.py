@@ -17,7 +17,8 @@ and, for the decoder with a static KV cache (the zoo's, at about 1B parameters i
 the default sizes), decode tokens per second at batch 1 and the byte floor: every weight read
 once per token at the measured copy bandwidth. Prints a markdown table and writes JSON.
 --small uses the test configurations (a quick run, or the CPU); --profile N prints each forward's N
-costliest kernels and kiln's program facts (CUDA). Forwards run under
+costliest kernels and kiln's program facts (CUDA); --rounds N measures every system N times in
+interleaved rounds and keeps each one's median. Forwards run under
 torch.inference_mode() semantics via torch.no_grad().
 """
 
@@ -138,7 +139,9 @@ def _wall(call: Callable[[], object], device, repeat: int) -> float:
     return (time.perf_counter() - t) / repeat
 
 
-def bench_forward(name: str, small: bool, dtype: torch.dtype, device, repeat: int) -> list[dict]:
+def bench_forward(name: str, small: bool, dtype: torch.dtype, device, repeat: int, rounds: int = 1) -> list[dict]:
+    """Each system's median over `rounds` interleaved rounds (every system once per round, so a
+    drift of the host or the GPU's clocks during the run reaches all of them alike)."""
     build, inputs, batches = MODELS[name]
     torch.manual_seed(0)
     model = build(small).to(device=device, dtype=dtype).eval()
@@ -147,16 +150,27 @@ def bench_forward(name: str, small: bool, dtype: torch.dtype, device, repeat: in
         for batch in batches:
             args = inputs(batch, small, device)
             args = tuple(a.to(dtype) if a.is_floating_point() else a for a in args)
-            for system, fn in _forward_systems(model, device).items():
-                row = {"model": name, "dtype": str(dtype).removeprefix("torch."), "batch": batch, "system": system}
-                try:
-                    call = lambda: fn(*args)  # noqa: E731
-                    row["device_ms"] = statistics.median(time_calls(call, device, repeat, batch=3)) * 1e3
-                    row["wall_ms"] = _wall(call, device, repeat) * 1e3
+            systems = _forward_systems(model, device)
+            by_system = {s: {"model": name, "dtype": str(dtype).removeprefix("torch."), "batch": batch, "system": s} for s in systems}
+            samples: dict[str, dict[str, list[float]]] = {s: {"device_ms": [], "wall_ms": []} for s in systems}
+            for _ in range(rounds):
+                for system, fn in systems.items():
+                    row = by_system[system]
+                    if "error" in row:
+                        continue
+                    try:
+                        call = lambda: fn(*args)  # noqa: E731
+                        samples[system]["device_ms"].append(statistics.median(time_calls(call, device, repeat, batch=3)) * 1e3)
+                        samples[system]["wall_ms"].append(_wall(call, device, repeat) * 1e3)
+                    except Exception as e:  # a system that cannot run the model is a row that says why
+                        row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            for system, fn in systems.items():
+                row = by_system[system]
+                if "error" not in row:
+                    row["device_ms"] = statistics.median(samples[system]["device_ms"])
+                    row["wall_ms"] = statistics.median(samples[system]["wall_ms"])
                     if device.type == "cuda":
                         row["kernels"] = kernels_per_call(fn, list(args))
-                except Exception as e:  # a system that cannot run the model is a row that says why
-                    row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
                 rows.append(row)
                 print(_format_row(row), flush=True)
                 if _profile_top and device.type == "cuda" and "error" not in row:
@@ -265,6 +279,7 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: " + ",".join(MODELS) + ",decoder")
     parser.add_argument("--dtypes", default="float32,bfloat16")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds per forward row (its median)")
     parser.add_argument("--tokens", type=int, default=128, help="decode steps timed")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated: " + ",".join(SYSTEMS))
     parser.add_argument("--json", default=None)
@@ -280,7 +295,7 @@ def main() -> None:
         if name == "decoder":
             continue
         for dtype_name in args.dtypes.split(","):
-            rows += bench_forward(name, args.small, getattr(torch, dtype_name), device, args.repeat)
+            rows += bench_forward(name, args.small, getattr(torch, dtype_name), device, args.repeat, args.rounds)
     if "decoder" in names or args.models == ",".join(MODELS):
         rows += bench_decode(args.small, device, args.tokens)
     header = f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}"

@@ -54,6 +54,16 @@ _UNANNOTATED_WRITES = {
 CHECK_WRITES = os.environ.get("KILN_CHECK_FALLBACK_WRITES") == "1"
 
 
+def _without_dropout(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether a seeded op draws nothing in this call: one whose only randomness is its dropout
+    (the attention kernels, whose schemas all have `dropout_p`) called with dropout_p 0."""
+    for i, a in enumerate(func._schema.arguments):
+        if a.name == "dropout_p":
+            p = kwargs.get("dropout_p", args[i] if i < len(args) else a.default_value)
+            return p == 0
+    return False
+
+
 class _WrittenArguments(TorchDispatchMode):
     """Watches the ATen ops a torch function dispatches to and collects the tensors their
     schemas say they write (alias_info.is_write), in place or as out= arguments."""
@@ -65,7 +75,7 @@ class _WrittenArguments(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self.seeded = self.seeded or torch.Tag.nondeterministic_seeded in func.tags
+        self.seeded = self.seeded or (torch.Tag.nondeterministic_seeded in func.tags and not _without_dropout(func, args, kwargs))
         schema = func._schema
         bound = list(args) + [None] * (len(schema.arguments) - len(args))
         unannotated, flag = _UNANNOTATED_WRITES.get(schema.name, ((), None))
