@@ -71,11 +71,12 @@ class _WrittenArguments(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.written: list[torch.Tensor] = []
-        self.seeded = False  # some op draws random numbers (its gradient cannot be replayed)
+        self.seeded = ""  # an op that draws random numbers (its gradient cannot be replayed)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        self.seeded = self.seeded or (torch.Tag.nondeterministic_seeded in func.tags and not _without_dropout(func, args, kwargs))
+        if not self.seeded and torch.Tag.nondeterministic_seeded in func.tags and not _without_dropout(func, args, kwargs):
+            self.seeded = str(func)
         schema = func._schema
         bound = list(args) + [None] * (len(schema.arguments) - len(args))
         unannotated, flag = _UNANNOTATED_WRITES.get(schema.name, ((), None))
@@ -330,8 +331,14 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     # unless a replay would not redo what a call does: draw new random numbers, check values on
     # the host (an index's range, the write check), or copy Python data to the device (an op
     # without tensor arguments, as torch.tensor of a list).
-    capturable = bool(proxies) and not watch.seeded and check is None and not CHECK_WRITES
-    fn_id = tracer.register_eager(run, capturable=capturable)
+    refusal = (
+        f"{name} draws random numbers ({watch.seeded})" if watch.seeded
+        else f"{name} checks its indices' values on the host" if check is not None
+        else f"{name} compares its arguments on the host (KILN_CHECK_FALLBACK_WRITES)" if CHECK_WRITES
+        else f"{name} makes a tensor from Python data" if not proxies
+        else ""
+    )
+    fn_id = tracer.register_eager(run, capture_refusal=refusal)
     tracer.fallback_ops += 1
     # Traced in grad mode, the step carries its gradient (kiln._autograd differentiates it).
     # A random op's gradient would need its draws again: none (the differentiated program is

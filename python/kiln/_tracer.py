@@ -284,7 +284,7 @@ class Tracer:
         implicit: "ImplicitInputs | None" = None,
     ) -> None:
         # kiln.jit's eager fallback: registers a function that runs one torch op in PyTorch
-        # (kiln._C.register_eager(fn, capturable=...)) and returns its number; None: an unknown
+        # (kiln._C.register_eager(fn, capture_refusal=...)) and returns its number; None: an unknown
         # op raises.
         self.register_eager = register_eager
         # Where tensors the function reaches without taking them as arguments come from

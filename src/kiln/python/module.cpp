@@ -339,10 +339,11 @@ NB_MODULE(_C, m) {
         "Host seconds so far in each phase of kiln.jit calls, as (phase, seconds) pairs; counted "
         "only when KILN_PROFILE_CALLS is set (see src/kiln/support/call_profile.h).");
   kiln::python::bind_dict_watch(m);
-  m.def("register_eager", &register_eager, nb::arg("fn"), nb::arg("capturable") = false,
+  m.def("register_eager", &register_eager, nb::arg("fn"),
+        nb::arg("capture_refusal") = "has no rule for CUDA graph capture",
         "Registers fn(list of tensors) -> list of tensors for eager_call; returns its number. "
-        "capturable: its device work may be recorded once into a CUDA graph and replayed (it "
-        "draws no random numbers and reads nothing back to the host).");
+        "capture_refusal: why its device work may not be recorded once into a CUDA graph and "
+        "replayed (as \"draws random numbers\"); empty when it may.");
   nb::class_<JitCache>(m, "JitCache")
       .def(nb::init<>())
       .def("run", &JitCache::run, nb::arg("structure"), nb::arg("leaves"), nb::arg("miss"),

@@ -18,7 +18,7 @@ namespace nb = nanobind;
 
 namespace kiln::pyext {
 
-int register_eager(nb::callable callable, bool capturable) {
+int register_eager(nb::callable callable, std::string capture_refusal) {
   // The registry may outlive the interpreter (it is destroyed with the process's statics): the
   // last reference is dropped only while Python still runs.
   std::shared_ptr<PyObject> held(callable.release().ptr(), [](PyObject* o) {
@@ -43,7 +43,7 @@ int register_eager(nb::callable callable, bool capturable) {
         }
         return results;
       },
-      capturable);
+      std::move(capture_refusal));
 }
 
 namespace {

@@ -14,8 +14,9 @@ namespace kiln::pyext {
 
 // Registers a Python function that takes a list of tensors and returns a list of tensors (made
 // by python/kiln/_fallback.py for each eager fallback it records) and returns its number;
-// `capturable`: it may be recorded into a CUDA graph (eager_calls.h).
-int register_eager(nanobind::callable callable, bool capturable);
+// `capture_refusal`: why it may not be recorded into a CUDA graph, empty when it may
+// (eager_calls.h).
+int register_eager(nanobind::callable callable, std::string capture_refusal);
 
 // A fusion step without a kernel, run by PyTorch on the device (the executor's StepRunner).
 std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs);

@@ -234,10 +234,8 @@ class Recorder : public ExecutionCapture {
     if (!eager_joined_) refuse("a step PyTorch runs (eager_call), outside kiln's Python front end");
     for (const auto& n : body.nodes()) {
       if (n->id() != OpId::kEagerCall) continue;
-      if (!eager_function_capturable(static_cast<int>(n->arg(0).as_int())))
-        refuse(
-            "a step PyTorch runs (eager_call) that draws random numbers or reads values "
-            "back to the host");
+      std::string why = eager_function_capture_refusal(static_cast<int>(n->arg(0).as_int()));
+      if (!why.empty()) refuse("a step PyTorch runs (eager_call): " + why);
     }
     for (const RtValue& v : inputs)
       if (const RtTensor* t = tensor_of(v); !t || !t->storage->on_device())

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "kiln/runtime/interpreter/rt_tensor.h"
@@ -15,14 +16,16 @@ namespace kiln {
 // returns its results as fresh tensors.
 using EagerFunction = std::function<std::vector<TensorHandle>(const std::vector<TensorHandle>&)>;
 
-// A new number for `f` (never reused in the process). `capturable`: f's device work may be
-// recorded once into a CUDA graph and replayed (cuda/graph_replay.h) — it draws no random
-// numbers, reads nothing back to the host and depends on nothing but its inputs' contents.
-int register_eager_function(EagerFunction f, bool capturable = false);
+// A new number for `f` (never reused in the process). `capture_refusal`: why f's device work
+// may not be recorded once into a CUDA graph and replayed (cuda/graph_replay.h), as "draws
+// random numbers"; empty when it may (it draws no random numbers, reads nothing back to the
+// host and depends on nothing but its inputs' contents).
+int register_eager_function(EagerFunction f,
+                            std::string capture_refusal = "has no rule for CUDA graph capture");
 void unregister_eager_function(int id);
 // Runs function `id`; a UserError when no function has that number.
 std::vector<TensorHandle> call_eager_function(int id, const std::vector<TensorHandle>& inputs);
-// Whether function `id` was registered capturable (false when none has that number).
-bool eager_function_capturable(int id);
+// Why function `id` may not be captured (empty: it may; a reason also when none has that number).
+std::string eager_function_capture_refusal(int id);
 
 }  // namespace kiln

@@ -12,7 +12,7 @@ namespace kiln {
 namespace {
 struct Registered {
   EagerFunction function;
-  bool capturable = false;
+  std::string capture_refusal;
 };
 struct Registry {
   std::mutex mutex;
@@ -25,19 +25,19 @@ Registry& registry() {
 }
 }  // namespace
 
-int register_eager_function(EagerFunction f, bool capturable) {
+int register_eager_function(EagerFunction f, std::string capture_refusal) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   int id = r.next++;
-  r.functions[id] = Registered{std::move(f), capturable};
+  r.functions[id] = Registered{std::move(f), std::move(capture_refusal)};
   return id;
 }
 
-bool eager_function_capturable(int id) {
+std::string eager_function_capture_refusal(int id) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   auto it = r.functions.find(id);
-  return it != r.functions.end() && it->second.capturable;
+  return it == r.functions.end() ? "is not registered" : it->second.capture_refusal;
 }
 
 void unregister_eager_function(int id) {
