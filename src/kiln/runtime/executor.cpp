@@ -164,7 +164,9 @@ class DeviceMemoryOps {
     if (cuda()) return cuda::cuda_clone(t, stream_, allocator_);
     TensorHandle out =
         host_tensor(t.dtype(), t.sizes, contiguous_strides(t.sizes), 0, t.numel(), false);
-    copy_into(*out, t);
+    // Rows of bytes (memcpy where both are contiguous); the interpreter's element by element
+    // copy_into took 35 ms for 2^20 floats, 600 times eager's clone.
+    if (!copy_disjoint_same_dtype(*out, t)) copy_into(*out, t);
     return out;
   }
   // A clone as a function, for the interpreter's views of device tensors (DeviceCopyScope).
@@ -525,11 +527,13 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
       for (const RtValue& v : inputs)
         host_inputs.push_back(memory.to_host_value(v, down));
       interpret_observed(trace, host_inputs, [&](const Value* v, const RtValue& rv) {
-        if (wanted.contains(v)) env[v] = detach(memory.to_device_value(rv, up));
+        if (wanted.contains(v) && !env.contains(v))
+          env[v] = detach(memory.to_device_value(rv, up));
       });
     } else {
+      // (The inputs are observed too: those kept are in env already, detached once.)
       interpret_observed(trace, inputs, [&](const Value* v, const RtValue& rv) {
-        if (wanted.contains(v)) env[v] = detach(rv);
+        if (wanted.contains(v) && !env.contains(v)) env[v] = detach(rv);
       });
     }
     for (const auto& [target, value] : trace.writebacks) {
