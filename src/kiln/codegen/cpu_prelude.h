@@ -3,12 +3,13 @@
 // embeds this file and the kiln headers it names in each kernel's source (embed_prelude.cmake),
 // so a kernel compiles without kiln's include path and its cache key covers this code.
 //
-// A kernel holds every value in a register type: floating dtypes as double, integral dtypes and
-// bool as int64_t, and the held value is always exactly a value of its dtype — what the
-// interpreter would read back from a tensor of that dtype. The function names end in the dtype's
+// A kernel holds every value in a register type: float16 and bfloat16 as float, float32 and
+// float64 as double, integral dtypes and bool as int64_t, and the held value is always exactly a
+// value of its dtype — what the interpreter would read back from a tensor of that dtype. The function names end in the dtype's
 // short name (f16, bf16, f32, f64, bool, i32, i64), so the emitter picks them by dtype.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "kiln/ir/dtype_convert.h"
@@ -25,10 +26,10 @@ inline int64_t ld_i32(const void* p, int64_t i) {
 inline int64_t ld_i64(const void* p, int64_t i) {
   return static_cast<const int64_t*>(p)[i];
 }
-inline double ld_f16(const void* p, int64_t i) {
+inline float ld_f16(const void* p, int64_t i) {
   return half_to_float(static_cast<const uint16_t*>(p)[i]);
 }
-inline double ld_bf16(const void* p, int64_t i) {
+inline float ld_bf16(const void* p, int64_t i) {
   return bfloat16_to_float(static_cast<const uint16_t*>(p)[i]);
 }
 inline double ld_f32(const void* p, int64_t i) {
@@ -48,11 +49,13 @@ inline void st_i32(void* p, int64_t i, int64_t v) {
 inline void st_i64(void* p, int64_t i, int64_t v) {
   static_cast<int64_t*>(p)[i] = v;
 }
-inline void st_f16(void* p, int64_t i, double v) {
-  static_cast<uint16_t*>(p)[i] = float_to_half(static_cast<float>(v));
+inline void st_f16(void* p, int64_t i, float v) {
+  static_cast<uint16_t*>(p)[i] = float_to_half(v);
 }
-inline void st_bf16(void* p, int64_t i, double v) {
-  static_cast<uint16_t*>(p)[i] = float_to_bfloat16(static_cast<float>(v));
+// The held value is exactly a bfloat16 (its low 16 bits are zero): its high half is the
+// bfloat16, with no second rounding (half the work of a bf16 x.abs()).
+inline void st_bf16(void* p, int64_t i, float v) {
+  static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
 }
 inline void st_f32(void* p, int64_t i, double v) {
   static_cast<float*>(p)[i] = static_cast<float>(v);
@@ -64,11 +67,17 @@ inline void st_f64(void* p, int64_t i, double v) {
 // ---- a double into a dtype: Storage::store_double followed by a load ---------------------------
 // (for floating dtypes this is also round_to_dtype, the conversion of an operand to a floating
 // compute dtype). c10::Half and c10::BFloat16 are built from a float: a double rounds twice.
-inline double f_f16(double v) {
-  return half_to_float(float_to_half(static_cast<float>(v)));
+inline float f_f16(float v) {
+  return half_to_float(float_to_half(v));
 }
-inline double f_bf16(double v) {
-  return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+inline float f_f16(double v) {
+  return f_f16(static_cast<float>(v));
+}
+inline float f_bf16(float v) {
+  return bfloat16_to_float(float_to_bfloat16(v));
+}
+inline float f_bf16(double v) {
+  return f_bf16(static_cast<float>(v));
 }
 inline double f_f32(double v) {
   return static_cast<float>(v);
@@ -77,11 +86,20 @@ inline double f_f32(double v) {
 // ---- an int64 into a dtype: Storage::store_int followed by a load -----------------------------
 // (for integral dtypes this is also cast_int_to_dtype). One rounding from the integer, as
 // static_cast<float>(int64_t) does in PyTorch.
-inline double i_f16(int64_t v) {
+inline float i_f16(int64_t v) {
   return half_to_float(float_to_half(static_cast<float>(v)));
 }
-inline double i_bf16(int64_t v) {
+inline float i_bf16(int64_t v) {
   return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
+}
+
+// A held float (a 16-bit value) read as a floating or integral value (the double and int64
+// forms are in shared_prelude.h).
+inline float as_f(float v) {
+  return v;
+}
+inline int64_t as_i(float v) {
+  return float_to_int<int64_t>(v);
 }
 inline double i_f32(int64_t v) {
   return static_cast<float>(v);

@@ -1101,10 +1101,16 @@ class KernelEmitter {
     declare(reg(dtype), v.expr, expr);
     return v;
   }
-  // The register type of a dtype's values (cpu_prelude.h, cuda_prelude.cuh).
+  // The register type of a dtype's values (cpu_prelude.h, cuda_prelude.cuh). float64 in double;
+  // on CUDA the others in float. On the CPU float32 stays in double (its correctly rounded
+  // arithmetic is float's, and libm's double functions are nearer eager's than float ones),
+  // while 16-bit values are in float, as PyTorch's CPU kernels compute them: one rounding to the
+  // dtype either way, at twice the vector width of double (bf16 x.abs() was 4x eager's time).
   std::string reg(DType d) const {
     if (!is_floating(d)) return "int64_t";
-    return target_ == Target::kCuda && d != DType::kFloat64 ? "float" : "double";
+    if (d == DType::kFloat64) return "double";
+    if (target_ == Target::kCuda) return "float";
+    return d == DType::kFloat32 ? "double" : "float";
   }
 
   // ---- values ------------------------------------------------------------------------------
@@ -1605,8 +1611,8 @@ class KernelEmitter {
     // exact in either.
     // A column nest's lane sums count / lanes of the elements before the lanes combine.
     const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_ : count;
-    const bool float_acc =
-        fl && reg(held) == "float" && (id == OpId::kAmax || id == OpId::kAmin || serial <= 4096);
+    const bool float_acc = target_ == Target::kCuda && fl && reg(held) == "float" &&
+                           (id == OpId::kAmax || id == OpId::kAmin || serial <= 4096);
     const std::string acc_type = fl ? (float_acc ? "float" : "double") : "int64_t";
     // The type each element enters the accumulator in (red_<op> has float and double forms).
     const std::string element_type =
