@@ -889,13 +889,13 @@ TEST(CpuBackend, UnsupportedRegionsSayWhy) {
                 .find("sum: a reduction over no elements"),
             std::string::npos);
   EXPECT_NE(why_not(R"(def f(x, y):
-  # x: "cpu f32[4, 5]"
-  # y: "cpu f32[2, 5]"
+  # x: "cpu f32[0, 5]"
+  # y: "cpu f32[0, 5]"
   t0 = ltorch.cat([x, y])
   t1 = ltorch.exp(t0)
   return {"output": (t1,)}
 )")
-                .find("cat: cat and stack"),
+                .find("a join of empty tensors"),
             std::string::npos);
   EXPECT_NE(why_not(R"(def f(x, y):
   # x: "cpu i64[4, 5]"
@@ -932,7 +932,9 @@ TEST(CpuBackend, TheExecutorInterpretsWhatIsNotLowered) {
   Trace t = trace(
       [](Tensor v) {
         v.exp_();
-        return cat({v.softmax(1), v}) * 2;
+        // (an integer remainder can raise: no kernel computes it)
+        Tensor k = (v * 4).to(DType::kInt64);
+        return v.softmax(1) * 2 + k.remainder(k + 3);
       },
       {spec_of(x)});
   std::vector<RtValue> expected = interpret(t, {RtValue(y)});

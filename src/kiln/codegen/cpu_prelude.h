@@ -5,8 +5,9 @@
 //
 // A kernel holds every value in a register type: float16 and bfloat16 as float, float32 and
 // float64 as double, integral dtypes and bool as int64_t, and the held value is always exactly a
-// value of its dtype — what the interpreter would read back from a tensor of that dtype. The function names end in the dtype's
-// short name (f16, bf16, f32, f64, bool, i32, i64), so the emitter picks them by dtype.
+// value of its dtype — what the interpreter would read back from a tensor of that dtype. The
+// function names end in the dtype's short name (f16, bf16, f32, f64, bool, i32, i64), so the
+// emitter picks them by dtype.
 #pragma once
 
 #include <bit>

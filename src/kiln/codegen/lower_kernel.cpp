@@ -1168,7 +1168,7 @@ class KernelEmitter {
       case OpKind::kReduction:
         return reduction(*node, at);
       case OpKind::kJoin:
-        not_lowered(op.name + ": cat and stack are not lowered yet");
+        return join(*node, at);
       case OpKind::kOpaque:
         not_lowered(op.name + ": an opaque op runs on its own");
       default:
@@ -2096,6 +2096,70 @@ class KernelEmitter {
     if (!op.empty()) result = (fl ? "f_" : "i_") + suffix(out) + "(" + result + ")";
     if (!include_self) result = found + " ? " + result + " : " + base.expr;
     return define(out, result);
+  }
+
+  // cat and stack: the element of the input whose part of the joined dim holds the index, as
+  // nested selections from the last input back, `x < 5 ? a : (x < 8 ? b : c)`. Like a scatter's
+  // src, every input is evaluated, each at its own index where it is the one chosen and at 0 on
+  // that dim elsewhere (in bounds, never used), so the loops stay branch-free.
+  //   cat([a[2, 5], b[2, 3]], 1) at (i, x): x < 5 ? a(i, x) : b(i, x - 5)
+  //   stack([a, b], 0) at (k, i):           k == 0 ? a(i) : b(i)
+  Val join(const Node& node, const Index& at) {
+    const bool stack = node.id() == OpId::kStack;
+    DType out = node.outputs[0]->tensor_type().dtype;
+    const auto rank = static_cast<int64_t>(node.outputs[0]->tensor_type().rank());
+    const auto d = static_cast<size_t>(wrap_dim(node.arg("dim").as_int(), rank));
+    const IndexExpr& x = at[d];
+    struct Part {
+      const Value* input;
+      int64_t first, size;  // along the joined dim
+    };
+    std::vector<Part> parts;
+    int64_t first = 0;
+    for (const Value* in : node.arg(0).values()) {
+      const TensorType& t = in->tensor_type();
+      // (cat skips an empty input, as PyTorch does a legacy 1-D [0] of another rank)
+      int64_t size = stack ? 1 : (t.numel() == 0 ? 0 : t.shape[d]);
+      if (size > 0) parts.push_back({in, first, size});
+      first += size;
+    }
+    if (parts.empty()) not_lowered(node.op->name + ": a join of empty tensors");
+    auto part_index = [&](const Part& part) {
+      Index slot = at;
+      if (stack)
+        slot.erase(slot.begin() + static_cast<int64_t>(d));
+      else
+        slot[d] = x - part.first;
+      return slot;
+    };
+    if (parts.size() == 1 && (stack || parts[0].size == first))
+      return define(out, copy_convert(eval(parts[0].input, part_index(parts[0])), out));
+    std::string chosen;
+    for (size_t k = parts.size(); k-- > 0;) {
+      const Part& part = parts[k];
+      const int64_t end = part.first + part.size;
+      std::vector<std::string> bounds;  // those the index's range does not already decide
+      if (!x.range ? part.first > 0 : x.range->first < part.first)
+        bounds.push_back("(" + x.text + ") >= " + std::to_string(part.first));
+      if (!x.range ? end < first : x.range->second >= end)
+        bounds.push_back("(" + x.text + ") < " + std::to_string(end));
+      std::string inside = bounds.empty() ? "true" : bounds[0];
+      if (bounds.size() > 1) inside += " && " + bounds[1];
+      std::string c = fresh("c");
+      declare("bool", c, inside);
+      Index slot = part_index(part);
+      if (!stack) {
+        std::string j = fresh("j");
+        declare("int64_t", j, c + " ? (" + slot[d].text + ") : 0");
+        slot[d] = IndexExpr::bounded(j, 0, part.size - 1);
+      }
+      ++guard_depth_;
+      Val v = eval(part.input, slot);
+      --guard_depth_;
+      std::string value = copy_convert(v, out);
+      chosen = chosen.empty() ? value : c + " ? " + value + " : " + chosen;
+    }
+    return define(out, chosen);
   }
 
   // fill(self, t) with a 0-dim tensor: item() then store_scalar.

@@ -527,8 +527,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
       for (const RtValue& v : inputs)
         host_inputs.push_back(memory.to_host_value(v, down));
       interpret_observed(trace, host_inputs, [&](const Value* v, const RtValue& rv) {
-        if (wanted.contains(v) && !env.contains(v))
-          env[v] = detach(memory.to_device_value(rv, up));
+        if (wanted.contains(v) && !env.contains(v)) env[v] = detach(memory.to_device_value(rv, up));
       });
     } else {
       // (The inputs are observed too: those kept are in env already, detached once.)
