@@ -9,6 +9,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "kiln/analysis/integer_range.h"
 #include "kiln/analysis/storage_analysis.h"
 #include "kiln/codegen/index_map.h"
 #include "kiln/codegen/schedule_reduction.h"
@@ -214,6 +215,13 @@ class KernelEmitter {
                       [&](const IndexCheck& o) { return o.input == c.input && o.size == c.size; });
       if (!seen) k.index_checks.push_back(c);
     }
+    // What the executor checks before the kernel runs, for the reader of the source.
+    std::string checks;
+    for (const IndexCheck& c : k.index_checks)
+      checks += "// index check: input " + std::to_string(c.input) + " in [" +
+                (c.negative ? "-" : "0, ") + (c.negative ? std::to_string(c.size) + ", " : "") +
+                std::to_string(c.size) + ") for " + c.op + "\n";
+    k.source = checks + k.source;
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       k.inputs[i].windows = windows_[i];
       k.inputs[i].whole_storage = whole_storage_[i];
@@ -1881,7 +1889,13 @@ class KernelEmitter {
     std::string where = node.op->name;
     if (node.loc.line > 0) where += " at " + node.loc.str();
     if (!node.loc.text.empty()) where += " (`" + node.loc.text + "`)";
-    index_checks_.push_back(index_check(node, index, size, static_cast<int64_t>(dim), where));
+    // An index the trace computes in range (an arange's positions) needs no check.
+    std::optional<IntegerRange> known = integer_range(index, [&](const Value* v) -> const Value* {
+      auto in = input_index_.find(v);
+      return in == input_index_.end() ? nullptr : step_.inputs.at(in->second);
+    });
+    if (!known || known->lo < 0 || known->hi >= size)
+      index_checks_.push_back(index_check(node, index, size, static_cast<int64_t>(dim), where));
     const bool scalar_index = index->tensor_type().rank() == 0;
     auto index_at = [&](const IndexExpr& k) { return scalar_index ? Index{} : Index{k}; };
     auto in_range = [&](const Val& j) {

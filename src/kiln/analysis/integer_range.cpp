@@ -1,0 +1,174 @@
+#include "kiln/analysis/integer_range.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+
+#include "kiln/ir/op.h"
+
+namespace kiln {
+
+namespace {
+
+// Beyond this magnitude a sum or product could overflow int64: unknown.
+constexpr int64_t kLimit = int64_t{1} << 60;
+// A chain longer than this is not followed (the walk recurses).
+constexpr int kMaxDepth = 64;
+
+using Range = std::optional<IntegerRange>;
+
+Range bounded(int64_t lo, int64_t hi) {
+  if (lo < -kLimit || hi > kLimit) return std::nullopt;
+  return IntegerRange{lo, hi};
+}
+
+Range join(const Range& a, const Range& b) {
+  if (!a || !b) return std::nullopt;
+  return IntegerRange{std::min(a->lo, b->lo), std::max(a->hi, b->hi)};
+}
+
+Range scaled(const Range& r, int64_t k) {
+  if (!r || k > kLimit || k < -kLimit) return std::nullopt;
+  if ((r->lo != 0 && kLimit / std::max<int64_t>(1, std::abs(r->lo)) < std::abs(k)) ||
+      (r->hi != 0 && kLimit / std::max<int64_t>(1, std::abs(r->hi)) < std::abs(k)))
+    return std::nullopt;
+  int64_t a = r->lo * k, b = r->hi * k;
+  return bounded(std::min(a, b), std::max(a, b));
+}
+
+class RangeOf {
+ public:
+  explicit RangeOf(const std::function<const Value*(const Value*)>& outer) : outer_(outer) {}
+
+  Range of(const Value* v, int depth) {
+    if (depth > kMaxDepth || !v->is_tensor()) return std::nullopt;
+    if (!is_integral(v->tensor_type().dtype, /*include_bool=*/false)) return std::nullopt;
+    const Node* p = v->producer();
+    if (!p) {
+      const Value* from = outer_ ? outer_(v) : nullptr;
+      return from ? of(from, depth + 1) : std::nullopt;
+    }
+    Range r = node_range(*p, depth);
+    // A sum past int32's range wraps around in an int32 tensor: unknown.
+    if (r && v->tensor_type().dtype == DType::kInt32 && (r->lo < INT32_MIN || r->hi > INT32_MAX))
+      return std::nullopt;
+    return r;
+  }
+
+ private:
+  // A tensor operand's range, or a number's.
+  Range operand(const Operand& o, int depth) {
+    if (o.is_value()) {
+      const Value* v = o.value();
+      if (v->is_tensor()) return of(v, depth + 1);
+      return std::nullopt;  // a number only known when the program runs
+    }
+    if (o.is_constant() && std::holds_alternative<int64_t>(o.constant()))
+      return bounded(o.as_int(), o.as_int());
+    return std::nullopt;
+  }
+
+  Range node_range(const Node& n, int depth) {
+    const OpInfo& op = *n.op;
+    if (op.kind == OpKind::kView) {
+      // Every element of a view is an element of its input (as_strided may reach others, and a
+      // view as another dtype reads other values).
+      if (n.id() == OpId::kAsStrided || n.outputs.size() != 1 || !n.input(0)->is_tensor() ||
+          n.input(0)->tensor_type().dtype != n.outputs[0]->tensor_type().dtype)
+        return std::nullopt;
+      return of(n.input(0), depth + 1);
+    }
+    switch (n.id()) {
+      case OpId::kArange: {
+        const Operand &start = n.arg("start"), &step = n.arg("step");
+        if (!start.is_constant() || !step.is_constant() ||
+            !std::holds_alternative<int64_t>(start.constant()) ||
+            !std::holds_alternative<int64_t>(step.constant()))
+          return std::nullopt;
+        const int64_t count = n.outputs[0]->tensor_type().numel();
+        if (count == 0) return std::nullopt;
+        return join(bounded(start.as_int(), start.as_int()),
+                    operand_shifted(start.as_int(), step.as_int(), count - 1));
+      }
+      case OpId::kFull: {
+        const Operand& fill = n.arg("fill_value");
+        return operand(fill, depth);
+      }
+      case OpId::kAdd:
+      case OpId::kSub: {
+        Range a = operand(n.operands.at(0), depth), b = operand(n.operands.at(1), depth);
+        const Operand& alpha = n.arg("alpha");
+        if (!a || !b || !alpha.is_constant() || !std::holds_alternative<int64_t>(alpha.constant()))
+          return std::nullopt;
+        Range term = scaled(b, n.id() == OpId::kSub ? -alpha.as_int() : alpha.as_int());
+        if (!term) return std::nullopt;
+        return bounded(a->lo + term->lo, a->hi + term->hi);
+      }
+      case OpId::kMul: {
+        Range a = operand(n.operands.at(0), depth);
+        const Operand& k = n.operands.at(1);
+        if (!k.is_constant() || !std::holds_alternative<int64_t>(k.constant())) return std::nullopt;
+        return scaled(a, k.as_int());
+      }
+      case OpId::kClamp: {
+        Range a = operand(n.operands.at(0), depth);
+        if (!a) return std::nullopt;
+        int64_t lo = a->lo, hi = a->hi;
+        if (Range m = n.operands.at(1).is_none() ? Range{} : operand(n.operands.at(1), depth)) {
+          if (m->lo != m->hi) return std::nullopt;
+          lo = std::max(lo, m->lo), hi = std::max(hi, m->lo);
+        } else if (!n.operands.at(1).is_none()) {
+          return std::nullopt;
+        }
+        if (Range m = n.operands.at(2).is_none() ? Range{} : operand(n.operands.at(2), depth)) {
+          if (m->lo != m->hi) return std::nullopt;
+          lo = std::min(lo, m->lo), hi = std::min(hi, m->lo);
+        } else if (!n.operands.at(2).is_none()) {
+          return std::nullopt;
+        }
+        return IntegerRange{lo, hi};
+      }
+      case OpId::kWhere:
+        return join(operand(n.operands.at(1), depth), operand(n.operands.at(2), depth));
+      case OpId::kCat:
+      case OpId::kStack: {
+        Range r;
+        bool first = true;
+        for (const Value* in : n.arg(0).values()) {
+          if (in->tensor_type().numel() == 0) continue;
+          Range part = of(in, depth + 1);
+          r = first ? part : join(r, part);
+          first = false;
+          if (!r) return std::nullopt;
+        }
+        return r;
+      }
+      case OpId::kWrapIndex: {  // index + size where negative, for an index in [-size, size)
+        Range a = operand(n.operands.at(0), depth);
+        const int64_t size = n.arg(1).as_int();
+        if (!a || a->lo < -size || a->hi >= size) return std::nullopt;
+        return a->lo >= 0 ? a : Range{IntegerRange{0, size - 1}};
+      }
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // start + step * last, as a one-point range (nullopt on overflow).
+  static Range operand_shifted(int64_t start, int64_t step, int64_t last) {
+    Range s = scaled(IntegerRange{last, last}, step);
+    if (!s) return std::nullopt;
+    return bounded(start + s->lo, start + s->hi);
+  }
+
+  const std::function<const Value*(const Value*)>& outer_;
+};
+
+}  // namespace
+
+std::optional<IntegerRange> integer_range(const Value* v,
+                                          const std::function<const Value*(const Value*)>& outer) {
+  return RangeOf(outer).of(v, 0);
+}
+
+}  // namespace kiln
