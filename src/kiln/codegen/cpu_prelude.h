@@ -65,48 +65,17 @@ inline void st_f64(void* p, int64_t i, double v) {
   static_cast<double*>(p)[i] = v;
 }
 
-// ---- a double into a dtype: Storage::store_double followed by a load ---------------------------
-// (for floating dtypes this is also round_to_dtype, the conversion of an operand to a floating
-// compute dtype). c10::Half and c10::BFloat16 are built from a float: a double rounds twice.
-inline float f_f16(float v) {
-  return half_to_float(float_to_half(v));
-}
-inline float f_f16(double v) {
-  return f_f16(static_cast<float>(v));
-}
-inline float f_bf16(float v) {
-  return bfloat16_to_float(float_to_bfloat16(v));
-}
-inline float f_bf16(double v) {
-  return f_bf16(static_cast<float>(v));
-}
+// ---- a double into float32: Storage::store_double followed by a load (also round_to_dtype, the
+// conversion of an operand to a floating compute dtype), and an int64 into float32: one
+// rounding from the integer, as static_cast<float>(int64_t) does in PyTorch.
 inline double f_f32(double v) {
   return static_cast<float>(v);
-}
-
-// ---- an int64 into a dtype: Storage::store_int followed by a load -----------------------------
-// (for integral dtypes this is also cast_int_to_dtype). One rounding from the integer, as
-// static_cast<float>(int64_t) does in PyTorch.
-inline float i_f16(int64_t v) {
-  return half_to_float(float_to_half(static_cast<float>(v)));
-}
-inline float i_bf16(int64_t v) {
-  return bfloat16_to_float(float_to_bfloat16(static_cast<float>(v)));
-}
-
-// A held float (a 16-bit value) read as a floating or integral value (the double and int64
-// forms are in shared_prelude.h).
-inline float as_f(float v) {
-  return v;
-}
-inline int64_t as_i(float v) {
-  return float_to_int<int64_t>(v);
 }
 inline double i_f32(int64_t v) {
   return static_cast<float>(v);
 }
 
-// The conversions that do not depend on the register type (f_f64, i_i32, as_f, ...) are in
+// The conversions that do not depend on the target (f_f64, f_bf16, i_i32, as_f, ...) are in
 // shared_prelude.h, embedded after this file.
 
 inline double kernel_infinity() {

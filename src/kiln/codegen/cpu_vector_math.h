@@ -10,45 +10,36 @@
 
 #if defined(__x86_64__) && defined(__GLIBC__)
 #define KILN_VECTOR_MATH __attribute__((simd("notinbranch")))
+// f(double) and its single-precision form ff(float), both with vector variants.
+#define KILN_VECTOR_UNARY(f)                  \
+  KILN_VECTOR_MATH double f(double) noexcept; \
+  KILN_VECTOR_MATH float f##f(float) noexcept;
+#define KILN_VECTOR_BINARY(f)                         \
+  KILN_VECTOR_MATH double f(double, double) noexcept; \
+  KILN_VECTOR_MATH float f##f(float, float) noexcept;
 extern "C" {
-KILN_VECTOR_MATH double sin(double) noexcept;
-KILN_VECTOR_MATH double cos(double) noexcept;
-KILN_VECTOR_MATH double exp(double) noexcept;
-KILN_VECTOR_MATH double log(double) noexcept;
-KILN_VECTOR_MATH double pow(double, double) noexcept;
-KILN_VECTOR_MATH float sinf(float) noexcept;
-KILN_VECTOR_MATH float cosf(float) noexcept;
-KILN_VECTOR_MATH float expf(float) noexcept;
-KILN_VECTOR_MATH float logf(float) noexcept;
-KILN_VECTOR_MATH float powf(float, float) noexcept;
+KILN_VECTOR_UNARY(sin)
+KILN_VECTOR_UNARY(cos)
+KILN_VECTOR_UNARY(exp)
+KILN_VECTOR_UNARY(log)
+KILN_VECTOR_BINARY(pow)
 #if __GLIBC_PREREQ(2, 35)
-KILN_VECTOR_MATH double tan(double) noexcept;
-KILN_VECTOR_MATH double tanh(double) noexcept;
-KILN_VECTOR_MATH double asin(double) noexcept;
-KILN_VECTOR_MATH double acos(double) noexcept;
-KILN_VECTOR_MATH double atan(double) noexcept;
-KILN_VECTOR_MATH double atan2(double, double) noexcept;
-KILN_VECTOR_MATH double sinh(double) noexcept;
-KILN_VECTOR_MATH double cosh(double) noexcept;
-KILN_VECTOR_MATH double exp2(double) noexcept;
-KILN_VECTOR_MATH double expm1(double) noexcept;
-KILN_VECTOR_MATH double log2(double) noexcept;
-KILN_VECTOR_MATH double log1p(double) noexcept;
-KILN_VECTOR_MATH double erf(double) noexcept;
-KILN_VECTOR_MATH float tanf(float) noexcept;
-KILN_VECTOR_MATH float tanhf(float) noexcept;
-KILN_VECTOR_MATH float asinf(float) noexcept;
-KILN_VECTOR_MATH float acosf(float) noexcept;
-KILN_VECTOR_MATH float atanf(float) noexcept;
-KILN_VECTOR_MATH float atan2f(float, float) noexcept;
-KILN_VECTOR_MATH float sinhf(float) noexcept;
-KILN_VECTOR_MATH float coshf(float) noexcept;
-KILN_VECTOR_MATH float exp2f(float) noexcept;
-KILN_VECTOR_MATH float expm1f(float) noexcept;
-KILN_VECTOR_MATH float log2f(float) noexcept;
-KILN_VECTOR_MATH float log1pf(float) noexcept;
-KILN_VECTOR_MATH float erff(float) noexcept;
+KILN_VECTOR_UNARY(tan)
+KILN_VECTOR_UNARY(tanh)
+KILN_VECTOR_UNARY(asin)
+KILN_VECTOR_UNARY(acos)
+KILN_VECTOR_UNARY(atan)
+KILN_VECTOR_BINARY(atan2)
+KILN_VECTOR_UNARY(sinh)
+KILN_VECTOR_UNARY(cosh)
+KILN_VECTOR_UNARY(exp2)
+KILN_VECTOR_UNARY(expm1)
+KILN_VECTOR_UNARY(log2)
+KILN_VECTOR_UNARY(log1p)
+KILN_VECTOR_UNARY(erf)
 #endif
 }
+#undef KILN_VECTOR_UNARY
+#undef KILN_VECTOR_BINARY
 #undef KILN_VECTOR_MATH
 #endif

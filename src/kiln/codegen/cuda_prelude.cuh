@@ -152,18 +152,6 @@ inline void st_f64(void* p, I i, double v) {
 // ---- a floating value into a dtype (the store then the load) ------------------------------------
 // From double (a Python float, a float64 value) as from float: c10::Half and c10::BFloat16 are
 // built from a float, so a double rounds twice, as on the CPU.
-inline float f_f16(float v) {
-  return half_to_float(float_to_half(v));
-}
-inline float f_f16(double v) {
-  return f_f16(static_cast<float>(v));
-}
-inline float f_bf16(float v) {
-  return bfloat16_to_float(float_to_bfloat16(v));
-}
-inline float f_bf16(double v) {
-  return f_bf16(static_cast<float>(v));
-}
 inline float f_f32(float v) {
   return v;
 }
@@ -172,24 +160,12 @@ inline float f_f32(double v) {
 }
 
 // ---- an int64 into a dtype: one rounding from the integer ---------------------------------------
-inline float i_f16(int64_t v) {
-  return f_f16(static_cast<float>(v));
-}
-inline float i_bf16(int64_t v) {
-  return f_bf16(static_cast<float>(v));
-}
 inline float i_f32(int64_t v) {
   return static_cast<float>(v);
 }
 
-// A held float read as a floating or integral value (the double and int64 forms are in
-// shared_prelude.h, embedded after this file, with the other conversions both targets share).
-inline float as_f(float v) {
-  return v;
-}
-inline int64_t as_i(float v) {
-  return float_to_int<int64_t>(v);
-}
+// The 16-bit conversions and a held float read as a number: shared_prelude.h, embedded after
+// this file.
 
 // ---- vector loads and stores of `Bytes` bytes (16, 8, 4, 2 or 1), aligned to their size --------
 template <int Bytes>

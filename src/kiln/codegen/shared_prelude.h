@@ -1,6 +1,6 @@
 // What the CPU and the CUDA prelude define alike (both embed this file after their own, which
-// supplies float_to_int): the conversions of held values that do not depend on the target's
-// floating register type, and how a reduction's accumulator takes in an element.
+// supplies float_to_int): the conversions of held values that do not depend on the target, and
+// how a reduction's accumulator takes in an element.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,35 @@
 #include "kiln/ir/dtype_convert.h"
 
 namespace kiln::kernel {
+
+// ---- float16 and bfloat16, held in float on both targets: a float or a double into the dtype
+// (the store then the load; c10::Half and c10::BFloat16 are built from a float, so a double
+// rounds twice, as in PyTorch), an int64 into it (one rounding from the integer), and a held
+// float read as a floating or integral value.
+inline float f_f16(float v) {
+  return half_to_float(float_to_half(v));
+}
+inline float f_f16(double v) {
+  return f_f16(static_cast<float>(v));
+}
+inline float f_bf16(float v) {
+  return bfloat16_to_float(float_to_bfloat16(v));
+}
+inline float f_bf16(double v) {
+  return f_bf16(static_cast<float>(v));
+}
+inline float i_f16(int64_t v) {
+  return f_f16(static_cast<float>(v));
+}
+inline float i_bf16(int64_t v) {
+  return f_bf16(static_cast<float>(v));
+}
+inline float as_f(float v) {
+  return v;
+}
+inline int64_t as_i(float v) {
+  return float_to_int<int64_t>(v);
+}
 
 // ---- a double into float64, bool or an integral dtype: the store then the load ----------------
 inline double f_f64(double v) {
