@@ -206,8 +206,8 @@ namespace {
 class Recorder : public ExecutionCapture {
  public:
   Recorder(GraphReplay::Captured& c, const std::vector<RtValue>& capture_args,
-           const std::vector<bool>& written, bool eager_joined)
-      : c_(c), args_(capture_args), written_(written), eager_joined_(eager_joined) {}
+           const std::vector<bool>& written)
+      : c_(c), args_(capture_args), written_(written) {}
   void defer_index_check(const codegen::IndexCheck& check, const TensorHandle& index) override {
     for (size_t j = 0; j < args_.size(); ++j) {
       const RtTensor* a = tensor_of(args_[j]);
@@ -231,7 +231,7 @@ class Recorder : public ExecutionCapture {
   // PyTorch's device work is captured with kiln's when its function says it may be (no random
   // numbers, no host reads) and it works on device memory only.
   void admit_eager_step(const Trace& body, const std::vector<RtValue>& inputs) override {
-    if (!eager_joined_) refuse("a step PyTorch runs (eager_call), outside kiln's Python front end");
+    if (!c_.eager_pool) refuse("a step PyTorch runs (eager_call), outside kiln's Python front end");
     for (const auto& n : body.nodes()) {
       if (n->id() != OpId::kEagerCall) continue;
       std::string why = eager_function_capture_refusal(static_cast<int>(n->arg(0).as_int()));
@@ -247,7 +247,6 @@ class Recorder : public ExecutionCapture {
   GraphReplay::Captured& c_;
   const std::vector<RtValue>& args_;
   const std::vector<bool>& written_;
-  bool eager_joined_;
 };
 
 }  // namespace
@@ -354,7 +353,7 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
   // PyTorch's allocations and stream join the capture before it begins (as torch.cuda.graph
   // routes its allocator first), and leave it after it ends, failed or not.
   if (options.eager_capture) c->eager_pool = (*options.eager_capture)(stream, c->device);
-  Recorder recorder(*c, capture_args, written, c->eager_pool != nullptr);
+  Recorder recorder(*c, capture_args, written);
   ExecutionStats stats;
   ExecuteOptions o = options;
   o.allocator = c->pool.get();

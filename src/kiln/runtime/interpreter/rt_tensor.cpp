@@ -345,6 +345,9 @@ void copy_into(RtTensor& dst, const RtTensor& src) {
   }
   check_no_internal_overlap(dst);
   check_no_partial_overlap(dst, src);
+  // Same dtype, same sizes, disjoint memory: rows of bytes (a clone of 2^20 floats element by
+  // element took 35 ms, 600 times eager's).
+  if (copy_disjoint_same_dtype(dst, src)) return;
   std::vector<int64_t> from =
       element_indices(dst.sizes, broadcast_strides(src, dst.sizes), src.offset);
   std::vector<int64_t> to = dst.element_indices();
