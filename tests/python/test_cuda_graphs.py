@@ -228,3 +228,31 @@ def test_a_replay_that_would_copy_far_more_than_its_launches_cost_is_not_capture
         close(f(x, w), fn(x, w))
     stats = kiln.last_stats(f)
     assert stats["cuda_graph"] == "" and "would copy" in stats["cuda_graph_refused"]
+
+
+def test_an_index_gathered_from_a_buffer_is_checked_on_the_buffer_before_each_replay():
+    # BERT's token type ids: an index the program computes by selecting a buffer's values. The
+    # replay checks all of the buffer's values before it runs; where some it does not select
+    # are out of range, the call runs without the graph and the exact check decides.
+    def embed(table, kinds, picks, x):
+        ids = kinds.expand(2, -1).gather(1, picks)
+        return F.embedding(ids, table) * x
+
+    f = kiln.jit(embed)
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    table = torch.randn(6, 16, device=DEVICE, generator=gen)
+    kinds = torch.randint(0, 6, (1, 10), device=DEVICE, generator=gen)
+    picks = torch.tensor([[0, 3, 5], [9, 1, 1]], device=DEVICE)
+    x = torch.randn(2, 3, 16, device=DEVICE, generator=gen)
+    for call in range(4):
+        close(f(table, kinds, picks, x), embed(table, kinds, picks, x))
+        stats = kiln.last_stats(f)
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+    # A value the gather never selects goes out of range: eager does not raise, nor does kiln.
+    kinds[0, 2] = 6
+    close(f(table, kinds, picks, x), embed(table, kinds, picks, x))
+    stats = kiln.last_stats(f)
+    assert stats["cuda_graph"] == "" and "holds values out of range" in stats["cuda_graph_refused"]
+    # One it selects: the exact check raises, as eager does.
+    with pytest.raises(IndexError, match="out of bounds"):
+        f(table, kinds, torch.tensor([[2, 2, 2], [0, 0, 0]], device=DEVICE), x)

@@ -399,6 +399,19 @@ def test_an_index_viewed_through_slices_and_expands_is_checked_where_it_is_read(
     torch.testing.assert_close(x, ar(3, 4))
 
 
+def test_an_index_expanded_and_flattened_is_checked_whole_in_its_kernel():
+    # expand then reshape has no geometry over the index; every element of it is read, so the
+    # whole index is checked, and the region is a kernel (BERT's token type embedding).
+    def f(table, kinds):
+        return F.embedding(kinds.expand(5, -1).reshape(-1), table) * 2
+
+    jitted = check_against_eager(f, lambda: [ar(3, 4), torch.tensor([[0, 2, 1, 2]])])
+    assert kiln.last_stats(jitted)["torch_steps"] == 0
+    table = ar(3, 4)
+    with pytest.raises((IndexError, RuntimeError), match=r"index_select at .*test_index\.py:\d+ .*: index 3 is out of bounds"):
+        jitted(table, torch.tensor([[0, 3, 1, 2]]))
+
+
 def test_an_index_write_with_many_positions_runs_as_an_eager_step():
     # A pull kernel loops over the positions for every element: past a few, eager's scatter is faster.
     from kiln._lowering_index import MAX_KERNEL_INDEX_POSITIONS

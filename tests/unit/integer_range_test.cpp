@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
 
 #include "kiln/ir/parser.h"
 #include "kiln/runtime/interpreter/interpreter.h"
@@ -91,6 +92,81 @@ TEST(IntegerRange, InputsWrapAroundAndOtherDtypesAreUnknown) {
   t1 = ltorch.view_dtype(t0, torch.int32)  # t1: "cpu i32[4]"
   return {"output": (t1,)}
 )")));
+}
+
+// drawn_from: every element the interpreter computes must be an element of the inputs named.
+TEST(DrawnFrom, GathersSelectionsViewsAndJoinsOfInputs) {
+  Trace t = parse_trace(R"(def f(a, b, p, c):
+  # a: "cpu i64[8]"
+  # b: "cpu i64[1, 4]"
+  # p: "cpu i64[3]"
+  # c: "cpu bool[7]"
+  t0 = ltorch.gather(a, 0, p)  # t0: "cpu i64[3]"
+  t1 = ltorch.expand(b, [2, 4])  # t1: "cpu i64[2, 4]"
+  t2 = ltorch.index_select(t1, 0, p)  # t2: "cpu i64[3, 4]"
+  t3 = ltorch.select(t2, 1, 2)  # t3: "cpu i64[3]"
+  t4 = ltorch.cat([t0, t3, t0], 0)  # t4: "cpu i64[9]"
+  t5 = ltorch.slice(t4, 0, 1, 8)  # t5: "cpu i64[7]"
+  t6 = ltorch.slice(t4, 0, 2, 9)  # t6: "cpu i64[7]"
+  t7 = ltorch.where(c, t5, t6)  # t7: "cpu i64[7]"
+  return {"output": (t7,)}
+)");
+  std::vector<const Value*> sources = drawn_from(t.outputs().at(0));
+  ASSERT_EQ(sources.size(), 2u);
+  EXPECT_EQ(std::set<const Value*>(sources.begin(), sources.end()),
+            (std::set<const Value*>{t.inputs()[0], t.inputs()[1]}));
+  std::mt19937 gen(3);
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<int64_t> a(8), b(4), p(3), c(7);
+    for (int64_t& v : a)
+      v = static_cast<int64_t>(gen() % 1000);
+    for (int64_t& v : b)
+      v = 1000 + static_cast<int64_t>(gen() % 1000);
+    for (int64_t& v : p)
+      v = static_cast<int64_t>(gen() % 2);  // in range of both gathers
+    for (int64_t& v : c)
+      v = static_cast<int64_t>(gen() % 2);
+    std::set<int64_t> allowed(a.begin(), a.end());
+    allowed.insert(b.begin(), b.end());
+    TensorHandle out = std::get<TensorHandle>(
+        interpret(
+            t, {make_int_tensor(DType::kInt64, {8}, a), make_int_tensor(DType::kInt64, {1, 4}, b),
+                make_int_tensor(DType::kInt64, {3}, p), make_int_tensor(DType::kBool, {7}, c)})
+            .at(0));
+    for (int64_t i = 0; i < out->numel(); ++i)
+      EXPECT_TRUE(allowed.contains(out->storage->load_int(out->storage_index_of_linear(i))))
+          << "element " << i;
+  }
+}
+
+TEST(DrawnFrom, ComputedConstantAndReinterpretedValuesAreNotDrawn) {
+  auto none = [](const char* text) {
+    return drawn_from(parse_trace(text).outputs().at(0)).empty();
+  };
+  EXPECT_TRUE(none(R"(def f(a):
+  # a: "cpu i64[4]"
+  t0 = ltorch.add(a, 1)  # t0: "cpu i64[4]"
+  return {"output": (t0,)}
+)"));
+  EXPECT_TRUE(none(R"(def f(a, c):
+  # a: "cpu i64[4]"
+  # c: "cpu bool[4]"
+  t0 = ltorch.where(c, a, 3)  # t0: "cpu i64[4]"
+  return {"output": (t0,)}
+)"));
+  EXPECT_TRUE(none(R"(def f(a):
+  # a: "cpu f64[4]"
+  t0 = ltorch.view_dtype(a, torch.int64)  # t0: "cpu i64[4]"
+  return {"output": (t0,)}
+)"));
+  // An index_copy writes values of its source among self's.
+  EXPECT_TRUE(none(R"(def f(a, p, s):
+  # a: "cpu i64[4]"
+  # p: "cpu i64[1]"
+  # s: "cpu i64[1]"
+  t0 = ltorch.index_copy(a, 0, p, s)  # t0: "cpu i64[4]"
+  return {"output": (t0,)}
+)"));
 }
 
 }  // namespace

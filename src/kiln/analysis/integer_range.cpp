@@ -164,7 +164,61 @@ class RangeOf {
   const std::function<const Value*(const Value*)>& outer_;
 };
 
+// drawn_from's walk: true when every element of `v` is an element of the values it collects.
+bool collect_sources(const Value* v, const std::function<const Value*(const Value*)>& outer,
+                     int depth, std::vector<const Value*>& sources) {
+  if (depth > kMaxDepth || !v->is_tensor()) return false;
+  const Node* p = v->producer();
+  if (!p) {
+    if (outer) {
+      if (const Value* from = outer(v)) return collect_sources(from, outer, depth + 1, sources);
+      return false;
+    }
+    if (std::find(sources.begin(), sources.end(), v) == sources.end()) sources.push_back(v);
+    return true;
+  }
+  auto same_dtype = [&](const Value* in) {
+    return in->is_tensor() && in->tensor_type().dtype == v->tensor_type().dtype;
+  };
+  if (p->op->kind == OpKind::kView) {
+    // (as_strided may reach elements outside its input's; a view as another dtype reads bytes)
+    if (p->id() == OpId::kAsStrided || p->outputs.size() != 1 || !same_dtype(p->input(0)))
+      return false;
+    return collect_sources(p->input(0), outer, depth + 1, sources);
+  }
+  switch (p->id()) {
+    case OpId::kGather:
+    case OpId::kIndexSelect:
+      return same_dtype(p->input(0)) && collect_sources(p->input(0), outer, depth + 1, sources);
+    case OpId::kCopy:  // src, broadcast to self's shape
+      return p->operands.at(1).is_value() && same_dtype(p->input(1)) &&
+             collect_sources(p->input(1), outer, depth + 1, sources);
+    case OpId::kWhere:
+      for (int k = 1; k <= 2; ++k) {
+        const Operand& o = p->operands.at(static_cast<size_t>(k));
+        if (!o.is_value() || !same_dtype(o.value()) ||
+            !collect_sources(o.value(), outer, depth + 1, sources))
+          return false;
+      }
+      return true;
+    case OpId::kCat:
+    case OpId::kStack:
+      for (const Value* in : p->arg(0).values())
+        if (!same_dtype(in) || !collect_sources(in, outer, depth + 1, sources)) return false;
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
+
+std::vector<const Value*> drawn_from(const Value* v,
+                                     const std::function<const Value*(const Value*)>& outer) {
+  std::vector<const Value*> sources;
+  if (!collect_sources(v, outer, 0, sources)) return {};
+  return sources;
+}
 
 std::optional<IntegerRange> integer_range(const Value* v,
                                           const std::function<const Value*(const Value*)>& outer) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 #include "kiln/ir/trace.h"
 
@@ -26,5 +27,16 @@ struct IntegerRange {
 // the functional trace), or null when nothing is known of it.
 std::optional<IntegerRange> integer_range(
     const Value* v, const std::function<const Value*(const Value*)>& outer = {});
+
+// The trace inputs whose elements include every element of `v`: `v` only selects among their
+// values (views of them, gathers and index_selects from them, cats and wheres of such). What
+// lets an index the program computes from a caller's tensor be checked before a CUDA graph's
+// replay, on that tensor, instead of being read back in the middle of the program (BERT's
+// token type ids: a gather from a buffer). The check is sufficient, not exact: a value of the
+// input that `v` does not select may be out of range where `v` is not.
+// Ensures: empty when `v` is not drawn from trace inputs alone (a computed value, a constant, a
+// body value without an `outer` one); each returned value has no producer.
+std::vector<const Value*> drawn_from(const Value* v,
+                                     const std::function<const Value*(const Value*)>& outer = {});
 
 }  // namespace kiln

@@ -123,6 +123,11 @@ struct IndexCheck {
   // The index is a view of the input: the elements to check, as positions in the input's
   // row-major order (a slice of it, an expand of it, ...). None: all of the input.
   std::optional<Geometry> view;
+  // Trace inputs whose elements include every value of the index (analysis/integer_range.h's
+  // drawn_from), when the index is computed from them: checking all of their elements before
+  // the program runs suffices (a CUDA graph's replay does; where that check fails the program
+  // runs without the graph and this check decides). Empty: none known.
+  std::vector<const Value*> drawn_from;
 };
 
 struct Kernel {

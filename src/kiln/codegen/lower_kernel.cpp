@@ -1995,7 +1995,8 @@ class KernelEmitter {
     if (in == input_index_.end())
       not_lowered(node.op->name +
                   ": an index computed in the same region (it must be checked first)");
-    IndexCheck check{static_cast<int>(in->second), size, dim, where, negative, std::nullopt};
+    IndexCheck check{static_cast<int>(in->second), size, dim, where, negative, std::nullopt, {}};
+    check.drawn_from = drawn_from(step_.inputs.at(in->second));
     if (views.empty()) return check;
     const Geometry whole = contiguous_geometry(checked->tensor_type().shape);
     Geometry g = whole;
@@ -2016,12 +2017,39 @@ class KernelEmitter {
         default:
           next = apply_view(v.id(), v, g, 0);
       }
-      if (!next || next->sizes != out)
+      if (!next || next->sizes != out) {
+        // A reshape of an expanded index (BERT's token types, expanded to the batch, then
+        // flattened) has no geometry; where every view keeps all of its input's elements, the
+        // index holds exactly the input's values.
+        if (std::all_of(views.begin(), views.end(), keeps_every_element)) return check;
         not_lowered(node.op->name + ": an index viewed through " + v.op->name);
+      }
       g = *next;
     }
     if (g != whole) check.view = g;
     return check;
+  }
+
+  // Whether each element of a view's input is an element of the view (a non-empty one).
+  static bool keeps_every_element(const Node* view) {
+    if (view->outputs[0]->tensor_type().numel() == 0) return false;
+    switch (view->id()) {
+      case OpId::kView:
+      case OpId::kReshape:
+      case OpId::kPermute:
+      case OpId::kTranspose:
+      case OpId::kT:
+      case OpId::kExpand:
+      case OpId::kUnsqueeze:
+      case OpId::kSqueeze:
+      case OpId::kFlatten:
+      case OpId::kUnflatten:
+      case OpId::kDetach:
+      case OpId::kAlias:
+        return true;
+      default:
+        return false;
+    }
   }
 
   // scatter pulls too: the output element at `at` loops over the index positions p that share

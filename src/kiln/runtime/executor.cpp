@@ -390,7 +390,7 @@ Device device_of(const std::vector<RtValue>& args) {
 }  // namespace
 
 // On CUDA the index is read back to the host (a synchronization; an index is short).
-void check_index_values(const codegen::IndexCheck& c, const RtTensor& t) {
+std::optional<int64_t> first_index_out_of_range(const codegen::IndexCheck& c, const RtTensor& t) {
   TensorHandle host;
   if (t.storage->on_device()) {
     cuda::synchronize(t.device().index);
@@ -401,11 +401,16 @@ void check_index_values(const codegen::IndexCheck& c, const RtTensor& t) {
   if (c.view) positions = element_indices(c.view->sizes, c.view->strides, c.view->offset);
   for (size_t k = 0; k < (c.view ? positions.size() : values.size()); ++k) {
     int64_t v = values.at(c.view ? static_cast<size_t>(positions[k]) : k);
-    if (v >= (c.negative ? -c.size : 0) && v < c.size) continue;
-    throw IndexOutOfRange(c.op + ": index " + std::to_string(v) +
+    if (v < (c.negative ? -c.size : 0) || v >= c.size) return v;
+  }
+  return std::nullopt;
+}
+
+void check_index_values(const codegen::IndexCheck& c, const RtTensor& t) {
+  if (std::optional<int64_t> v = first_index_out_of_range(c, t))
+    throw IndexOutOfRange(c.op + ": index " + std::to_string(*v) +
                           " is out of bounds for dimension " + std::to_string(c.dim) +
                           " with size " + std::to_string(c.size) + ".");
-  }
 }
 
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,

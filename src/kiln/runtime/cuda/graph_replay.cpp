@@ -175,6 +175,9 @@ struct GraphReplay::Captured {
     Shape sizes;
     std::vector<int64_t> strides;
     int64_t offset = 0;  // in the caller's storage
+    // A check of a caller's tensor the index is drawn from (IndexCheck::drawn_from): its
+    // failure proves nothing, so the call runs without the graph, where the exact check decides.
+    bool sufficient = false;
   };
   std::vector<Check> checks;
   // Each result: the argument itself, a view of an argument's storage (the caller's), or a view
@@ -205,28 +208,34 @@ namespace {
 // Records what the executor hands a capture.
 class Recorder : public ExecutionCapture {
  public:
+  // `argument_of`: the caller's argument that is each trace input, where one is (not for a
+  // synthetic base of aliased arguments).
   Recorder(GraphReplay::Captured& c, const std::vector<RtValue>& capture_args,
-           const std::vector<bool>& written)
-      : c_(c), args_(capture_args), written_(written) {}
+           const std::vector<bool>& written, std::map<const Value*, int> argument_of)
+      : c_(c), args_(capture_args), written_(written), argument_of_(std::move(argument_of)) {}
   void defer_index_check(const codegen::IndexCheck& check, const TensorHandle& index) override {
     for (size_t j = 0; j < args_.size(); ++j) {
       const RtTensor* a = tensor_of(args_[j]);
       if (!a || a->storage != index->storage) continue;
       if (written_[j]) refuse("an index in memory the program writes");
-      GraphReplay::Captured::Check k{check, static_cast<int>(j), index->sizes, index->strides,
-                                     c_.caller_offset(static_cast<int>(j), index->offset)};
-      // One check of each index for all the kernels that check it alike (a KV cache's position,
-      // checked by every layer's write): the first in program order names the op, as it would
-      // raise first without the graph.
-      for (const GraphReplay::Captured::Check& seen : c_.checks)
-        if (seen.arg == k.arg && seen.sizes == k.sizes && seen.strides == k.strides &&
-            seen.offset == k.offset && seen.check.size == check.size &&
-            seen.check.negative == check.negative && seen.check.view == check.view)
-          return;
-      c_.checks.push_back(std::move(k));
+      add(GraphReplay::Captured::Check{check, static_cast<int>(j), index->sizes, index->strides,
+                                       c_.caller_offset(static_cast<int>(j), index->offset)});
       return;
     }
-    refuse("an index the program computes");
+    if (check.drawn_from.empty()) refuse("an index the program computes");
+    // Computed from caller's tensors: all of their elements are checked instead.
+    for (const Value* source : check.drawn_from) {
+      auto it = argument_of_.find(source);
+      if (it == argument_of_.end()) refuse("an index the program computes from aliased arguments");
+      const auto j = static_cast<size_t>(it->second);
+      if (written_[j]) refuse("an index drawn from memory the program writes");
+      const RtTensor& a = *tensor_of(args_[j]);
+      codegen::IndexCheck whole = check;
+      whole.view.reset();
+      whole.drawn_from.clear();
+      add(GraphReplay::Captured::Check{std::move(whole), it->second, a.sizes, a.strides,
+                                       c_.caller_offset(it->second, a.offset), true});
+    }
   }
   // PyTorch's device work is captured with kiln's when its function says it may be (no random
   // numbers, no host reads) and it works on device memory only.
@@ -244,10 +253,37 @@ class Recorder : public ExecutionCapture {
   [[noreturn]] void refuse(const std::string& why) override { throw CaptureRefused(why); }
 
  private:
+  // One check of each index for all the kernels that check it alike (a KV cache's position,
+  // checked by every layer's write): the first in program order names the op, as it would raise
+  // first without the graph.
+  void add(GraphReplay::Captured::Check k) {
+    for (const GraphReplay::Captured::Check& seen : c_.checks)
+      if (seen.arg == k.arg && seen.sizes == k.sizes && seen.strides == k.strides &&
+          seen.offset == k.offset && seen.check.size == k.check.size &&
+          seen.check.negative == k.check.negative && seen.check.view == k.check.view &&
+          seen.sufficient == k.sufficient)
+        return;
+    c_.checks.push_back(std::move(k));
+  }
+
   GraphReplay::Captured& c_;
   const std::vector<RtValue>& args_;
   const std::vector<bool>& written_;
+  const std::map<const Value*, int> argument_of_;
 };
+
+// Each trace input that is one caller's argument (not a synthetic base of aliased ones): that
+// argument's number.
+std::map<const Value*, int> arguments_by_input(const CompiledProgram& program) {
+  std::map<const Value*, int> by_input;
+  const AliasPattern& pattern = program.pattern;
+  for (size_t j = 0; j < pattern.inputs.size(); ++j) {
+    int g = pattern.inputs[j].group;
+    if (g < 0 || pattern.groups[static_cast<size_t>(g)].synthetic) continue;
+    by_input.emplace(program.execution.inputs()[static_cast<size_t>(g)], static_cast<int>(j));
+  }
+  return by_input;
+}
 
 }  // namespace
 
@@ -261,7 +297,7 @@ std::vector<RtValue> GraphReplay::run(const CompiledProgram& program,
     return execute(program, args, options);
   if (graph_) {
     if (std::optional<std::vector<RtValue>> out = replay(*graph_, args, options)) return *out;
-    graph_.reset();  // a stable argument moved: learn again
+    graph_.reset();  // a stable argument moved (learn again), or refused_ says why not
     eligible_runs_ = 0;
   }
   if (!refused_.empty() || eligible_runs_ < 2) return execute_and_learn(program, args, options);
@@ -273,6 +309,10 @@ std::vector<RtValue> GraphReplay::run(const CompiledProgram& program,
     return execute(program, args, options);
   }
   std::optional<std::vector<RtValue>> out = replay(*graph_, args, options);
+  if (!out && !refused_.empty()) {  // an index drawn from values out of range
+    graph_.reset();
+    return execute(program, args, options);
+  }
   KILN_ASSERT(out) << "a graph did not replay for the call it was captured from";
   if (options.stats) options.stats->graph_captures = 1;
   return *out;
@@ -353,7 +393,7 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
   // PyTorch's allocations and stream join the capture before it begins (as torch.cuda.graph
   // routes its allocator first), and leave it after it ends, failed or not.
   if (options.eager_capture) c->eager_pool = (*options.eager_capture)(stream, c->device);
-  Recorder recorder(*c, capture_args, written);
+  Recorder recorder(*c, capture_args, written, arguments_by_input(program));
   ExecutionStats stats;
   ExecuteOptions o = options;
   o.allocator = c->pool.get();
@@ -428,7 +468,16 @@ std::optional<std::vector<RtValue>> GraphReplay::replay(Captured& c,
   for (const Captured::Check& k : c.checks) {
     TensorHandle view = make_view(std::get<TensorHandle>(args.at(static_cast<size_t>(k.arg))),
                                   k.sizes, k.strides, k.offset);
-    check_index_values(k.check, *view);
+    if (k.sufficient) {
+      // (Not captured again: the tensor's other values stay out of range in the next calls.)
+      if (first_index_out_of_range(k.check, *view)) {
+        refused_ =
+            "an index drawn from an argument that holds values out of range for " + k.check.op;
+        return std::nullopt;
+      }
+    } else {
+      check_index_values(k.check, *view);
+    }
   }
   // The graph's buffers were last used by the previous replay, perhaps on another stream.
   if (c.launched && stream != c.last_stream) c.done->make_wait(stream);

@@ -57,9 +57,10 @@ class GraphReplay {
   std::unique_ptr<Captured> capture(const CompiledProgram& program,
                                     const std::vector<RtValue>& args,
                                     const ExecuteOptions& options);
-  // nullopt when a stable argument is not where the graph has it.
-  static std::optional<std::vector<RtValue>> replay(Captured& c, const std::vector<RtValue>& args,
-                                                    const ExecuteOptions& options);
+  // nullopt when a stable argument is not where the graph has it, or when a tensor an index is
+  // drawn from holds values out of range (refused_ then says so: the exact check decides).
+  std::optional<std::vector<RtValue>> replay(Captured& c, const std::vector<RtValue>& args,
+                                             const ExecuteOptions& options);
 
   std::unique_ptr<Captured> graph_;
   std::string refused_;
