@@ -11,6 +11,7 @@
 
 #include "kiln/analysis/integer_range.h"
 #include "kiln/analysis/storage_analysis.h"
+#include "kiln/codegen/broadcast_tables.h"
 #include "kiln/codegen/index_map.h"
 #include "kiln/codegen/schedule_reduction.h"
 #include "kiln/ir/type_rules.h"
@@ -230,7 +231,7 @@ class KernelEmitter {
   }
 
   std::string cpu_source(const std::vector<Shape>& shapes, Kernel& k) {
-    std::string nests;
+    std::string nests = cpu_tables(k);
     for (size_t s = 0; s < shapes.size(); ++s) {
       bool is_last = s + 1 == shapes.size();
       nests += emit_nest(shapes[s], k, is_last);
@@ -270,6 +271,37 @@ class KernelEmitter {
   // row per output element (ReductionSchedule::kRowPerElement), whose reductions are at row level.
   NestBody emit_body(const Shape& shape, Kernel& k, bool is_last, NestMode mode,
                      const Lanes* lanes = nullptr, bool unit_row = false) {
+    begin_body(shape, k, mode, lanes);
+    const Shape out_shape(shape.begin(), shape.end() - (unit_row ? 1 : 0));
+    Index at = loop_index(out_shape);
+    std::vector<std::pair<size_t, Val>> values;
+    for (size_t j = 0; j < k.outputs.size(); ++j) {
+      if (k.outputs[j].shape != out_shape) continue;
+      k.outputs[j].in_last_nest = is_last;
+      values.emplace_back(j, eval(body_.outputs()[j], at));
+    }
+    // Every value of the iteration is computed above; only now does it store.
+    std::string stores;
+    const bool lane_stores = mode == NestMode::kRows && !shape.empty() && shape.back() > 1 &&
+                             row_lanes(shape.back()) > 1;
+    for (const auto& [j, v] : values) {
+      std::string n = std::to_string(j);
+      IndexExpr address = IndexExpr::var("oo" + n);
+      for (size_t d = 0; d < out_shape.size(); ++d)
+        address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
+      std::string where = lanes ? "lane_out" + n + ", l"
+                          : lane_stores
+                              ? "row_out" + n + ", i" + std::to_string(shape.size() - 1) + "_lane"
+                              : "out" + n + ", " + address.text;
+      stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
+    }
+    lanes_ = nullptr;
+    levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
+    return NestBody{levels_, stores};
+  }
+
+  // The emitter's state for a new nest over `shape`.
+  void begin_body(const Shape& shape, const Kernel& k, NestMode mode, const Lanes* lanes) {
     memo_.clear();
     loads_.assign(k.inputs.size(), {});
     unguarded_loads_.assign(k.inputs.size(), {});
@@ -298,37 +330,46 @@ class KernelEmitter {
     row_caches_.clear();
     row_fills_.clear();
     row_cache_words_ = 0;
-    const bool lane_stores = mode == NestMode::kRows && !shape.empty() && shape.back() > 1 &&
-                             row_lanes(shape.back()) > 1;
     if (mode == NestMode::kRows && !shape.empty() && shape.back() > 1) {
       std::string last = "i" + std::to_string(shape.size() - 1);  // the row loop's (block_loop)
       row_positions_[last] = RowPosition{cache_slot(last, row_lanes(shape.back())), shape.back()};
       level_of_[last + "_trip"] = level_of_[last + "_lane"] = static_cast<int>(shape.size());
     }
-    const Shape out_shape(shape.begin(), shape.end() - (unit_row ? 1 : 0));
-    Index at = loop_index(out_shape);
-    std::vector<std::pair<size_t, Val>> values;
-    for (size_t j = 0; j < k.outputs.size(); ++j) {
-      if (k.outputs[j].shape != out_shape) continue;
-      k.outputs[j].in_last_nest = is_last;
-      values.emplace_back(j, eval(body_.outputs()[j], at));
+  }
+
+  // The CPU kernel's tables (broadcast_tables.h), each filled by a serial nest over its value's
+  // own shape before the kernel's nests, which load its entries:
+  //   alignas(64) double tbl0[64];
+  //   for (i1 < 64) { v3 = ... rsqrt(var[i1] + eps) * w[i1] ...; tbl0[i1] = v3; }
+  //   ... nest over [32, 64, 16, 16]: v9 = ld(x, ...) * tbl0[i1] ...
+  std::string cpu_tables(Kernel& k) {
+    std::string src;
+    for (const Value* v : broadcast_tables(body_)) {
+      const TensorType& type = v->tensor_type();
+      const std::string name = "tbl" + std::to_string(table_name_.size());
+      begin_body(type.shape, k, NestMode::kCpuLoops, nullptr);
+      const Index at = loop_index(type.shape);
+      Val r = eval(v, at);
+      NestBody body{levels_, name + "[" + table_position(v, at) + "] = " + r.expr + ";\n"};
+      src += "  alignas(64) " + reg(type.dtype) + " " + name + "[" + std::to_string(type.numel()) +
+             "];\n";
+      src += "  {  // table of " + v->name() + " " + shape_str(type.shape) + "\n" +
+             indented(body.levels[0], 2) + cpu_loops(type.shape, body, 0) + "  }\n";
+      table_name_[v] = name;  // filled: from here on its uses load it
     }
-    // Every value of the iteration is computed above; only now does it store.
-    std::string stores;
-    for (const auto& [j, v] : values) {
-      std::string n = std::to_string(j);
-      IndexExpr address = IndexExpr::var("oo" + n);
-      for (size_t d = 0; d < out_shape.size(); ++d)
-        address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
-      std::string where = lanes ? "lane_out" + n + ", l"
-                          : lane_stores
-                              ? "row_out" + n + ", i" + std::to_string(shape.size() - 1) + "_lane"
-                              : "out" + n + ", " + address.text;
-      stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
+    return src;
+  }
+  // The entry of v's table at `at` (an index into v's shape): row-major.
+  static std::string table_position(const Value* v, const Index& at) {
+    const Shape& shape = v->tensor_type().shape;
+    const Strides strides = contiguous_strides(shape);
+    std::string position;
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == 1) continue;
+      position += (position.empty() ? "" : " + ") + std::string("(") + at[d].text + ") * " +
+                  std::to_string(strides[d]) + "LL";
     }
-    lanes_ = nullptr;
-    levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
-    return NestBody{levels_, stores};
+    return position.empty() ? "0" : position;
   }
 
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last) {
@@ -1150,6 +1191,8 @@ class KernelEmitter {
 
   Val compute(const Value* v, const Index& at) {
     if (!v->is_tensor()) not_lowered("a number used as a tensor");
+    if (auto table = table_name_.find(v); table != table_name_.end())
+      return define(v->tensor_type().dtype, table->second + "[" + table_position(v, at) + "]");
     auto in = input_index_.find(v);
     if (in != input_index_.end()) return load(in->second, at);
     const Node* node = defining_node(v);
@@ -2386,6 +2429,8 @@ class KernelEmitter {
   int column_tile_ = 0;        // a column nest's elements per block
   int column_lanes_ = 0;       // ... and threads per element
   std::unordered_map<std::string, Val> memo_;
+  // The CPU kernel's tables filled so far, by value (cpu_tables).
+  std::unordered_map<const Value*, std::string> table_name_;
   std::vector<IndexCheck> index_checks_;      // of the index ops lowered so far (one per use)
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided
