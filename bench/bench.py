@@ -104,6 +104,39 @@ def full_amax(x):
     return x.amax()
 
 
+# The rest of issue 16's workloads: softmax and layer norm at long and short rows, a transposed
+# operand, broadcast operands, a write through a strided view before a row sum, and SGD with
+# momentum over many parameters of mixed sizes (the multi-tensor case).
+def softmax_rows(x):
+    return torch.softmax(x, -1)
+
+
+def layer_norm_rows(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def transposed_add(x, y):
+    x.add_(y.t())
+    return x
+
+
+def broadcast_affine(x, s, t):
+    x.mul_(s[:, None]).add_(t)
+    return x
+
+
+def strided_copy_row_sum(x, y):
+    x[:, ::2].copy_(y)
+    return x.sum(-1)
+
+
+def sgd_momentum(params, grads, bufs):
+    lr, momentum = 0.01, 0.9
+    for p, g, buf in zip(params, grads, bufs):
+        buf.mul_(momentum).add_(g)
+        p.add_(buf, alpha=-lr)
+
+
 @dataclass
 class Workload:
     name: str
@@ -132,6 +165,32 @@ def _make_adam(n, dtype, device):
     return [[r(k) for k in sizes], [r(k) for k in sizes], [r(k) for k in sizes], [r(k).abs() for k in sizes]]
 
 
+def _square(n: int) -> tuple[int, int]:
+    side = max(int(math.isqrt(n)), 1)
+    return side, side
+
+
+def _sgd_sizes(n: int) -> list[int]:
+    # 50 parameters from 1 element to 2^22 (a geometric series), scaled to add up to about n.
+    base = [round(2 ** (22 * i / 49)) for i in range(50)]
+    scale = n / sum(base)
+    return [max(int(k * scale), 1) for k in base]
+
+
+def _make_sgd(n, dtype, device):
+    sizes = _sgd_sizes(n)
+    r = lambda k: torch.randn(k, dtype=dtype, device=device)  # noqa: E731
+    return [[r(k) for k in sizes], [r(k) for k in sizes], [r(k) for k in sizes]]
+
+
+def _make_layer_norm(width):
+    def make(n, d, dev):
+        rows = max(n // width, 1)
+        return [torch.randn(rows, width, dtype=d, device=dev), torch.randn(width, dtype=d, device=dev),
+                torch.randn(width, dtype=d, device=dev)]
+    return make
+
+
 WORKLOADS = [
     Workload("S1", s1, lambda n, d, dev: [torch.randn(n, dtype=d, device=dev)], lambda n: 3 * n),
     Workload("S2", s2, lambda n, d, dev: [torch.randn(n, dtype=d, device=dev)], lambda n: 3 * n),
@@ -148,6 +207,23 @@ WORKLOADS = [
     Workload("norm weight grads", norm_weight_grads,
              lambda n, d, dev: [torch.randn(*_wide(n, 768), dtype=d, device=dev) for _ in range(2)], lambda n: 2 * n),
     Workload("full amax", full_amax, lambda n, d, dev: [torch.randn(n, dtype=d, device=dev)], lambda n: 2 * n),
+    Workload("softmax long rows", softmax_rows, lambda n, d, dev: [torch.randn(64, max(n // 64, 1), dtype=d, device=dev)],
+             lambda n: 2 * n),
+    Workload("softmax short rows", softmax_rows, lambda n, d, dev: [torch.randn(max(n // 64, 1), 64, dtype=d, device=dev)],
+             lambda n: 2 * n),
+    Workload("layer norm 64", layer_norm_rows, _make_layer_norm(64), lambda n: 2 * n),
+    Workload("layer norm 8192", layer_norm_rows, _make_layer_norm(8192), lambda n: 2 * n),
+    Workload("transposed add", transposed_add, lambda n, d, dev: [torch.randn(*_square(n), dtype=d, device=dev) for _ in range(2)],
+             lambda n: 3 * n),
+    Workload("broadcast affine", broadcast_affine,
+             lambda n, d, dev: [torch.randn(*_rows(n), dtype=d, device=dev), torch.randn(_rows(n)[0], dtype=d, device=dev),
+                                torch.randn(1024, dtype=d, device=dev)],
+             lambda n: 2 * n),
+    Workload("strided copy row sum", strided_copy_row_sum,
+             lambda n, d, dev: [torch.randn(*_wide(n), dtype=d, device=dev),
+                                torch.randn(_wide(n)[0], 2048, dtype=d, device=dev)],
+             lambda n: 2 * n),
+    Workload("sgd", sgd_momentum, _make_sgd, lambda n: 5 * sum(_sgd_sizes(n)) / n * n),
 ]
 
 # ---- timing --------------------------------------------------------------------------------------

@@ -240,6 +240,8 @@ def bench_decode(small: bool, device, tokens: int) -> list[dict]:
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
             rows.append(row)
             print(_format_row(row), flush=True)
+            if _profile_top and device.type == "cuda" and "error" not in row:
+                _print_profile(f"decoder {row['dtype']} one token {system}", fn, (ids, positions[steps % size["length"]]), _profile_top)
     return rows
 
 

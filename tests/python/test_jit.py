@@ -638,3 +638,27 @@ def test_a_builtin_without_a_python_signature_is_jitted():
     jitted = kiln.jit(torch.add)
     x, y = randn(3), randn(3, seed=1)
     torch.testing.assert_close(jitted(x, y, alpha=2), torch.add(x, y, alpha=2))
+
+
+@pytest.mark.parametrize("later_write", [False, True])
+def test_a_buffer_written_in_place_is_read_later_where_its_kernel_stored_it(later_write):
+    # A KV cache after its index_copy_ is read by the attention's product, a later step: the
+    # kernel stored it into the caller's cache, and the product reads it there (a copy of the
+    # whole cache per layer and token, before). Where a later step writes the cache again, the
+    # product must still see the value it read in eager.
+    def f(cache, pos, k, q):
+        cache.index_copy_(0, pos, k * 2)
+        scores = q @ cache.t()
+        if later_write:
+            cache.mul_(scores.mean())
+        return scores.softmax(-1)
+
+    def make_args():
+        g = torch.Generator().manual_seed(3)
+        args = [torch.randn(16, 32, generator=g), torch.tensor([5]), torch.randn(1, 32, generator=g),
+                torch.randn(4, 32, generator=g)]
+        return [a.to(torch.get_default_device()) for a in args]
+
+    jitted = check_against_eager(f, make_args)
+    if not later_write:
+        assert jitted._cache.last_run_stats["layout_copies"] == 0, kiln.last_traces(jitted)[-1]

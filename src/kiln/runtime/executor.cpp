@@ -297,6 +297,11 @@ struct PreparedKernels {
   // Facts of the program that every call needs (computed once, not per call):
   std::set<const Value*> inputs_kept;  // outputs and writeback values (read before writebacks)
   std::set<const Value*> read_later;   // values read after the step that makes them
+  // Values a step stores into the caller's memory (its writebacks) that later steps may read
+  // there: no later step writes that target again, and the value is not an output (a KV cache
+  // after its index_copy_, read by the attention: copying it out cost a copy of the cache per
+  // layer and token).
+  std::set<const Value*> stays_in_caller;
 };
 
 std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
@@ -322,6 +327,19 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
     if (step.kind == Step::Kind::kCopy)
       for (const Step::Writeback& wb : step.writebacks)
         p->read_later.insert(wb.value);
+  }
+  const std::vector<Step>& steps = program.plan.steps;
+  const std::set<const Value*> outputs(trace.outputs().begin(), trace.outputs().end());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].kind != Step::Kind::kFusion) continue;
+    for (const Step::Writeback& wb : steps[s].writebacks) {
+      if (outputs.contains(wb.value)) continue;
+      bool written_later = false;
+      for (size_t later = s + 1; later < steps.size() && !written_later; ++later)
+        for (const Step::Writeback& other : steps[later].writebacks)
+          written_later = written_later || other.target == wb.target;
+      if (!written_later) p->stays_in_caller.insert(wb.value);
+    }
   }
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
@@ -599,11 +617,18 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
                 if (wb.value == v && !stored.contains(wb.target)) return true;
               return false;
             };
+            // A value read where the kernel stored it has the layout of a fresh buffer there
+            // (a view at an offset would move the storage offsets as_strided reads at).
+            auto as_fresh = [](const RtTensor& t) {
+              return t.offset == 0 && t.strides == contiguous_strides(t.sizes);
+            };
             for (size_t j = 0; j < buffers.size(); ++j) {
-              if (!in_caller[j])
-                env[step.outputs[j]] = buffers[j];
-              else if (bound(step.outputs[j]))
-                env[step.outputs[j]] = detach(buffers[j]);
+              const Value* v = step.outputs[j];
+              if (!in_caller[j] ||
+                  (bound(v) && prepared->stays_in_caller.contains(v) && as_fresh(*buffers[j])))
+                env[v] = buffers[j];
+              else if (bound(v))
+                env[v] = detach(buffers[j]);
             }
           } else {
             stored.clear();
