@@ -655,8 +655,8 @@ def test_a_buffer_written_in_place_is_read_later_where_its_kernel_stored_it(late
 
     def make_args():
         g = torch.Generator().manual_seed(3)
-        args = [torch.randn(16, 32, generator=g), torch.tensor([5]), torch.randn(1, 32, generator=g),
-                torch.randn(4, 32, generator=g)]
+        args = [torch.randn(16, 32, generator=g, device="cpu"), torch.tensor([5], device="cpu"),
+                torch.randn(1, 32, generator=g, device="cpu"), torch.randn(4, 32, generator=g, device="cpu")]
         return [a.to(torch.get_default_device()) for a in args]
 
     jitted = check_against_eager(f, make_args)
