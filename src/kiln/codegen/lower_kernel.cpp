@@ -541,18 +541,24 @@ class KernelEmitter {
   }
 
   // Where a flat loop splits in two (0: it does not): at the innermost loop level with code of
-  // its own before the innermost, when the dims inside it hold enough consecutive elements for a
-  // vector loop. A broadcast operand's values (a batch norm's per-channel scale, a
-  // rsqrt of it) are then computed once per outer position instead of once per element:
+  // its own before the innermost, or the nearest level outside it whose dims hold enough
+  // consecutive elements for a vector loop. A broadcast operand's values (a batch norm's
+  // per-channel scale, a rsqrt of it) are then computed once per outer position instead of once per
+  // element:
   //   x[128, 256, 8, 8] * s.view(1, -1, 1, 1).rsqrt(): split 2, 32768 x rsqrt, then 64 lanes
   static size_t flat_loop_split(const Shape& shape, const NestBody& body) {
     size_t split = 0;
     for (size_t d = 1; d < shape.size(); ++d)
       if (!body.levels[d].empty()) split = d;
-    int64_t inner = 1;
-    for (size_t d = split; d < shape.size(); ++d)
-      inner *= shape[d];
-    return split > 0 && inner >= kMinSplitInner ? split : 0;
+    // Too few elements inside: the split moves out while its inner block is short (a table
+    // entry per channel of [64, 2048, 1, 1]: outer 64, inner 2048 channels read as a vector).
+    for (; split > 0; --split) {
+      int64_t inner = 1;
+      for (size_t d = split; d < shape.size(); ++d)
+        inner *= shape[d];
+      if (inner >= kMinSplitInner) return split;
+    }
+    return 0;
   }
 
   // `code` with every line indented by `depth` two-space steps.
