@@ -24,7 +24,7 @@
 
 namespace kiln::codegen {
 
-// Tables are arrays on the kernel's stack (8 bytes an entry).
+// Tables are arrays on the kernel's stack (at most 8 bytes an entry).
 constexpr int64_t kMaxTableElements = 8192;
 // The fewest uses per entry for which a table pays for its own nest.
 constexpr int64_t kTableBroadcast = 4;

@@ -71,6 +71,10 @@ inline void st_f64(void* p, int64_t i, double v) {
 inline double f_f32(double v) {
   return static_cast<float>(v);
 }
+// A float32 value held in float (an op computed in float: one correctly rounded operation).
+inline float f_f32(float v) {
+  return v;
+}
 inline double i_f32(int64_t v) {
   return static_cast<float>(v);
 }

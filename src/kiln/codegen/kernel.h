@@ -13,8 +13,10 @@
 // its own iteration's reads.
 //
 // CPU kernels follow the reference interpreter exactly: floating math in double with each op's
-// result rounded to its dtype (f16/bf16 with round-to-nearest-even, through dtype_convert.h),
-// integer math in int64 with the interpreter's conversions. A nest is a loop nest, parallel with
+// result rounded to its dtype (f16/bf16 with round-to-nearest-even, through dtype_convert.h;
+// an op that is one correctly rounded operation, as a product, computes in float for a float32,
+// f16 or bf16 result, which rounds to the same value), integer math in int64 with the
+// interpreter's conversions. A nest is a loop nest, parallel with
 // OpenMP when it is large.
 //
 // CUDA kernels compute as PyTorch's CUDA kernels do: float32, float16 and bfloat16 math in float

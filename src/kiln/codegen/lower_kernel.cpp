@@ -1156,16 +1156,58 @@ class KernelEmitter {
     declare(reg(dtype), v.expr, expr);
     return v;
   }
-  // The register type of a dtype's values (cpu_prelude.h, cuda_prelude.cuh). float64 in double;
-  // on CUDA the others in float. On the CPU float32 stays in double (its correctly rounded
-  // arithmetic is float's, and libm's double functions are nearer eager's than float ones),
-  // while 16-bit values are in float, as PyTorch's CPU kernels compute them: one rounding to the
-  // dtype either way, at twice the vector width of double (bf16 x.abs() was 4x eager's time).
+  // The register type of a dtype's values (cpu_prelude.h, cuda_prelude.cuh): float64 in double,
+  // the other floating dtypes in float (every value held is exactly one of the dtype's), at twice
+  // the vector width of double (bf16 x.abs() was 4x eager's time). What an op computes in is
+  // compute_reg's choice.
   std::string reg(DType d) const {
     if (!is_floating(d)) return "int64_t";
     if (d == DType::kFloat64) return "double";
-    if (target_ == Target::kCuda) return "float";
-    return d == DType::kFloat32 ? "double" : "float";
+    return "float";
+  }
+  // The type an op computes a value of dtype d in, where its result is rounded to d once: on the
+  // CPU float32 in double (libm's double functions are nearer eager's than the float ones, and
+  // `a + alpha * b` rounds once, as the interpreter does), except the ops that are one correctly
+  // rounded float operation (single_rounding_op), which give the same float either way at twice
+  // the vector width: a bf16 batch norm upcast to float32 ran at half eager's speed.
+  std::string compute_reg(DType d) const {
+    return target_ == Target::kCpu && d == DType::kFloat32 ? "double" : reg(d);
+  }
+  static bool single_rounding_op(const Node& node, int rounding) {
+    auto unit_alpha = [&] {
+      const Operand& a = node.arg("alpha");
+      if (!a.is_constant()) return false;
+      if (const auto* i = std::get_if<int64_t>(&a.constant())) return *i == 1;
+      if (const auto* d = std::get_if<double>(&a.constant())) return *d == 1.0;
+      return false;
+    };
+    switch (node.id()) {
+      case OpId::kAdd:
+      case OpId::kSub:
+        return unit_alpha();
+      case OpId::kDiv:
+        return rounding == 0;
+      case OpId::kMul:
+      case OpId::kNeg:
+      case OpId::kAbs:
+      case OpId::kRelu:
+      case OpId::kSqrt:
+      case OpId::kMaximum:
+      case OpId::kMinimum:
+      case OpId::kClamp:
+      case OpId::kWhere:
+      case OpId::kEq:
+      case OpId::kNe:
+      case OpId::kLt:
+      case OpId::kLe:
+      case OpId::kGt:
+      case OpId::kGe:
+      case OpId::kCopy:
+      case OpId::kTo:
+        return true;
+      default:
+        return false;
+    }
   }
 
   // ---- values ------------------------------------------------------------------------------
@@ -1540,7 +1582,9 @@ class KernelEmitter {
       has_c = !node.arg(2).is_none();
     }
     auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-    const std::string K = reg(fl ? typing.compute : DType::kFloat64);
+    const std::string K = !fl                                  ? reg(DType::kFloat64)
+                          : single_rounding_op(node, rounding) ? reg(typing.compute)
+                                                               : compute_reg(typing.compute);
     std::string params =
         "const ElementwiseParamsOf<K> p{.alpha = K(" + alpha + "), .alpha_i = " + alpha_i +
         ", .value = K(" + value + "), .value_i = " + value_i +
@@ -1975,7 +2019,7 @@ class KernelEmitter {
     const bool fl = is_floating(out);
     const int depth = depth_of(at);
     std::string acc = fresh("acc");
-    emit(depth, reg(out) + " " + acc + " = " + base.expr + ";", acc);
+    emit(depth, compute_reg(out) + " " + acc + " = " + base.expr + ";", acc);
     std::string k = fresh("ik");
     const int level = static_cast<int>(levels_.size());
     levels_.emplace_back();
@@ -1994,7 +2038,7 @@ class KernelEmitter {
       update = copy_convert(v, out);
     } else {
       Number alpha = number(node.arg("alpha"));
-      update = fl ? "f_" + suffix(out) + "(" + acc + " + static_cast<" + reg(out) + ">(" +
+      update = fl ? "f_" + suffix(out) + "(" + acc + " + static_cast<" + compute_reg(out) + ">(" +
                         alpha.as_double + ") * " + v.expr + ")"
                   : "i_" + suffix(out) + "(" + acc + " + " + alpha.as_int + " * " + v.expr + ")";
     }
@@ -2146,7 +2190,8 @@ class KernelEmitter {
                            : op == "prod" ? "1"
                            : fl ? (op == "max" ? "-kernel_infinity()" : "kernel_infinity()")
                                 : (op == "max" ? int_literal(INT64_MIN) : int_literal(INT64_MAX));
-    emit(depth, reg(out) + " " + acc + " = " + (include_self ? base.expr : identity) + ";", acc);
+    emit(depth, compute_reg(out) + " " + acc + " = " + (include_self ? base.expr : identity) + ";",
+         acc);
     if (!include_self) emit(depth, "bool " + found + " = false;", found);
     if (mean) emit(depth, "int64_t " + count + " = " + (include_self ? "1" : "0") + ";", count);
     const int64_t positions =
@@ -2164,9 +2209,9 @@ class KernelEmitter {
     Val j = eval(index, p);
     Val v = eval(src, src->tensor_type().rank() == 0 ? Index{} : p);
     std::string coordinate = rank == 0 ? "0" : at[dim].text;
-    std::string value =
-        op.empty() ? copy_convert(v, out)
-                   : "red_" + op + "(" + acc + ", static_cast<" + reg(out) + ">(" + v.expr + "))";
+    std::string value = op.empty() ? copy_convert(v, out)
+                                   : "red_" + op + "(" + acc + ", static_cast<" + compute_reg(out) +
+                                         ">(" + v.expr + "))";
     std::string update = acc + " = " + value + ";" +
                          (include_self ? "" : " " + found + " = true;") +
                          (mean ? " ++" + count + ";" : "");
@@ -2181,7 +2226,7 @@ class KernelEmitter {
     if (mean) {  // eager divides by the count (at least 1), flooring for integers
       std::string n = "(" + count + " > 0 ? " + count + " : 1)";
       result =
-          fl ? acc + " / static_cast<" + reg(out) + ">" + n
+          fl ? acc + " / static_cast<" + compute_reg(out) + ">" + n
              : "(" + acc + " / " + n + " - ((" + acc + " % " + n + " != 0) && (" + acc + " < 0)))";
     }
     if (!op.empty()) result = (fl ? "f_" : "i_") + suffix(out) + "(" + result + ")";
