@@ -339,7 +339,7 @@ class KernelEmitter {
 
   // The CPU kernel's tables (broadcast_tables.h), each filled by a serial nest over its value's
   // own shape before the kernel's nests, which load its entries:
-  //   alignas(64) double tbl0[64];
+  //   alignas(64) float tbl0[64];   (the value's register type: reg)
   //   for (i1 < 64) { v3 = ... rsqrt(var[i1] + eps) * w[i1] ...; tbl0[i1] = v3; }
   //   ... nest over [32, 64, 16, 16]: v9 = ld(x, ...) * tbl0[i1] ...
   std::string cpu_tables(Kernel& k) {
