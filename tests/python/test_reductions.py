@@ -110,3 +110,60 @@ def test_max_and_min_propagate_nan_and_keep_infinities_as_eager(length):
         return [x.to(torch.empty(0).device)]
 
     check_against_eager(lambda x: (x.amax(-1), x.amin(-1), x.amax(), x.amin(), x[1:4].amax()), make)
+
+
+# An in-place write of the tensor a reduction then reads: the reduction's pass stores the written
+# values at the element it loads (analysis/pass_stores.h), with no nest of their own and no
+# temporary. Columns of 100 (the column schedule's last tile partly past the end, whose threads
+# repeat the last column's pass and must store nothing), rows of 1000 and of 40, full reductions.
+PASS_STORES = {  # name: (function, argument shapes, whether the reduction takes in the last dim)
+    "column sum": (lambda x: (x.mul_(2), x.sum(0))[1], [(3000, 100)], False),
+    "column amax, keepdim": (lambda x: (x.abs_(), x.amax(0, keepdim=True))[1], [(3000, 100)], False),
+    "middle dim mean": (lambda x: (x.sub_(1), x.mean(1))[1], [(4, 500, 30)], False),
+    "row sum, rows of 1000": (lambda x: (x.clamp_(-1, 1), x.sum(-1))[1], [(300, 1000)], True),
+    "row amin, rows of 40": (lambda x: (x.neg_(), x.amin(-1))[1], [(300, 40)], True),
+    "row argmax": (lambda x: (x.add_(1), x.argmax(-1))[1], [(300, 1000)], True),
+    "full amax": (lambda x: (x.abs_(), x.amax())[1], [(300, 1000)], True),
+    "full sum, small": (lambda x: (x.mul_(3), x.sum())[1], [(7, 5)], True),
+    "through a broadcast operand": (lambda x, s: (x.mul_(s[:, None]), x.sum(0))[1], [(3000, 100), (3000,)], False),
+    "into part of the tensor": (lambda x: (x[:, :50].clamp_(-1, 1), x.sum(-1))[1], [(300, 100)], True),
+    "strided copy, then a row sum": (lambda x, y: (x[:, ::2].copy_(y), x.sum(-1))[1], [(300, 100), (300, 50)], True),
+    "epilogue after the sum": (lambda x, b: (x.mul_(2), x.sum(0) * 3 + b)[1], [(3000, 100), (100,)], False),
+    "two tensors written": (lambda x, y: (x.mul_(2), y.add_(x), (x + y).sum(-1))[2], [(3000, 100), (3000, 100)], True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", PASS_STORES)
+def test_writes_before_a_reduction_are_stored_by_its_pass(name, dtype):
+    fn, shapes, inner = PASS_STORES[name]
+
+    def make():
+        return [_randn(*s, dtype=dtype, seed=k) for k, s in enumerate(shapes)]
+
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    jitted = check_against_eager(fn, make, **tolerance)
+    stats = kiln.last_stats(jitted)
+    # Every write of a whole tensor goes into the caller's memory from the kernel (on the CPU
+    # where the pass runs along rows: pass_stores.h).
+    whole = "part" not in name and "strided" not in name
+    if whole and (inner or torch.empty(0).device.type == "cuda"):
+        assert stats["writebacks_with_temporary"] == 0, stats
+
+
+@pytest.mark.parametrize("name", ["reads the written tensor elsewhere", "a row of it as a second argument",
+                                  "the reduction then the written value", "variance (two passes)"])
+def test_a_pass_store_that_would_overwrite_what_is_still_read_is_not_made(name):
+    # Where the kernel still reads the written tensor away from the pass's element (another
+    # output reading a row of it, an argument that is a view of it, a second pass), the value
+    # goes to a temporary and is copied after the kernel, or the region is split: the results are
+    # eager's either way.
+    base = lambda: _randn(3000, 100, seed=1)  # noqa: E731
+    programs = {
+        "reads the written tensor elsewhere": (lambda x: (x.mul_(2), x.sum(0) + x[7])[1], lambda: [base()]),
+        "a row of it as a second argument": (lambda x, r: (x.mul_(2), x.sum(0) + r)[1], lambda: (lambda b: [b, b[7]])(base())),
+        "the reduction then the written value": (lambda x: (x.mul_(2), x.sum(0), x.add_(x.sum(0)))[1], lambda: [base()]),
+        "variance (two passes)": (lambda x: (x.mul_(2), x.var(0))[1], lambda: [base()]),
+    }
+    fn, make = programs[name]
+    check_against_eager(fn, make)

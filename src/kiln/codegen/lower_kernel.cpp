@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "kiln/analysis/integer_range.h"
+#include "kiln/analysis/pass_stores.h"
 #include "kiln/analysis/storage_analysis.h"
 #include "kiln/codegen/broadcast_tables.h"
 #include "kiln/codegen/index_map.h"
@@ -208,6 +209,9 @@ class KernelEmitter {
     }
     std::rotate(shapes.begin() + static_cast<int64_t>(last),
                 shapes.begin() + static_cast<int64_t>(last) + 1, shapes.end());
+    // Outputs over a reduction's domain stored by its pass: no nest of their own.
+    pass_stores_ = pass_stores(body_, target_ == Target::kCpu);
+    if (pass_stores_) std::erase(shapes, pass_stores_->domain);
 
     k.source = target_ == Target::kCpu ? cpu_source(shapes, k) : cuda_source(shapes, k);
     for (const IndexCheck& c : index_checks_) {
@@ -274,6 +278,8 @@ class KernelEmitter {
     begin_body(shape, k, mode, lanes);
     const Shape out_shape(shape.begin(), shape.end() - (unit_row ? 1 : 0));
     Index at = loop_index(out_shape);
+    kernel_ = &k;
+    nest_is_last_ = is_last;
     std::vector<std::pair<size_t, Val>> values;
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       if (k.outputs[j].shape != out_shape) continue;
@@ -308,6 +314,7 @@ class KernelEmitter {
     guarded_loads_.assign(k.inputs.size(), false);
     loads_outside_row_passes_.assign(k.inputs.size(), {});
     row_pass_depth_ = 0;
+    pass_store_key_.clear();
     raw_loads_.assign(k.inputs.size(), false);
     windows_.resize(k.inputs.size());
     levels_.assign(shape.size() + 1, "");
@@ -450,7 +457,8 @@ class KernelEmitter {
     }
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       const Shape& out = k.outputs[j].shape;
-      if (out != shape || out.empty() || out.back() == 1) continue;
+      const bool stored_in_pass = !pass_store_key_.empty() && out == pass_stores_->domain;
+      if ((out != shape && !stored_in_pass) || out.empty() || out.back() == 1) continue;
       names.push_back("os" + std::to_string(j) + "_" + std::to_string(out.size() - 1));
     }
     return names;
@@ -585,17 +593,20 @@ class KernelEmitter {
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       if (loads_[i].empty() && !raw_loads_[i]) continue;
       const Shape& in_shape = body_.inputs()[i]->tensor_type().shape;
-      bool same_shape = in_shape == shape;
+      // An input over the domain of a pass that stores (store_in_pass): its own element is the
+      // one the pass loads and stores.
+      const bool in_pass = !pass_store_key_.empty() && in_shape == pass_stores_->domain;
+      const std::string& own = in_pass ? pass_store_key_ : identity;
+      bool same_shape = in_pass || in_shape == shape;
       bool same =
-          !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == identity && same_shape;
+          !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == own && same_shape;
       const std::set<std::string>& unguarded = unguarded_loads_[i];
-      bool guarded =
-          !raw_loads_[i] && guarded_loads_[i] && same_shape &&
-          (unguarded.empty() || (unguarded.size() == 1 && *unguarded.begin() == identity));
+      bool guarded = !raw_loads_[i] && guarded_loads_[i] && same_shape &&
+                     (unguarded.empty() || (unguarded.size() == 1 && *unguarded.begin() == own));
       // Row-local: at the iteration's own index, or in one of its row's passes at an index of
       // that row (the index starts with the row's indices; its last coordinate is free).
-      bool row_local =
-          !raw_loads_[i] && !guarded_loads_[i] && !shape.empty() && in_shape.size() == shape.size();
+      bool row_local = !in_pass && !raw_loads_[i] && !guarded_loads_[i] && !shape.empty() &&
+                       in_shape.size() == shape.size();
       for (const std::string& key : loads_[i]) {
         bool own = key == identity;
         bool in_row = !loads_outside_row_passes_[i].contains(key) && key.starts_with(row) &&
@@ -1768,6 +1779,7 @@ class KernelEmitter {
       }
       if (before_row_stores) ++row_pass_depth_;
       Val x = eval(self, index);
+      if (pass_stores_ && &node == pass_stores_->reduction) store_in_pass(level, index);
       if (before_row_stores) --row_pass_depth_;
       std::string converted = arg || x.dtype == out
                                   ? x.expr  // already exact in `out`, in its register type
@@ -1910,6 +1922,26 @@ class KernelEmitter {
         not_lowered(node.op->name + ": this reduction is not lowered");
     }
     return define(out, result);
+  }
+
+  // The outputs over the domain of the region's one reduction (analysis/pass_stores.h), stored
+  // in its pass at the element `at` the pass loads, by the thread that loads it: each element of
+  // the domain once. A columns nest's threads past its last element repeat that element's pass
+  // and store nothing.
+  void store_in_pass(int level, const Index& at) {
+    pass_store_key_ = index_key(at);
+    for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
+      if (kernel_->outputs[j].shape != pass_stores_->domain) continue;
+      kernel_->outputs[j].in_last_nest = nest_is_last_;
+      Val v = eval(body_.outputs()[j], at);
+      std::string n = std::to_string(j);
+      IndexExpr address = IndexExpr::var("oo" + n);
+      for (size_t d = 0; d < at.size(); ++d)
+        address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
+      std::string store = "st_" + suffix(kernel_->outputs[j].dtype) + "(out" + n + ", " +
+                          address.text + ", " + v.expr + ");";
+      emit(level, mode_ == NestMode::kColumns ? "if (column < n) " + store : store);
+    }
   }
 
   Val creation(const Node& node, const Index& at) {
@@ -2480,6 +2512,10 @@ class KernelEmitter {
   int column_tile_ = 0;        // a column nest's elements per block
   int column_lanes_ = 0;       // ... and threads per element
   std::unordered_map<std::string, Val> memo_;
+  std::optional<PassStores> pass_stores_;  // the region's, if its reduction's pass stores
+  std::string pass_store_key_;  // the index the nest's pass stores at (index_key), if it does
+  Kernel* kernel_ = nullptr;    // the kernel being lowered
+  bool nest_is_last_ = false;   // whether the nest being emitted is the kernel's last
   // The CPU kernel's tables filled so far, by value (cpu_tables).
   std::unordered_map<const Value*, std::string> table_name_;
   std::vector<IndexCheck> index_checks_;      // of the index ops lowered so far (one per use)

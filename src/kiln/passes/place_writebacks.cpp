@@ -7,6 +7,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kiln/analysis/pass_stores.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
 
@@ -474,6 +475,22 @@ AffineForm store_element(const StorePath& path, const Value* stored, size_t r) {
 // kernel does a row's reductions before it stores any of the row's elements; it decides itself,
 // on the loads it makes, and the executor copies after it where it cannot.
 enum class StoreIndexRule { kNone, kSameIndex, kRowLocal };
+
+// Whether `v` is computed from `target` other than through `avoided` (`seen`: values already
+// found not to).
+bool reaches_avoiding(const Value* v, const Value* target, const Value* avoided,
+                      std::set<const Value*>& seen) {
+  if (v == target) return true;
+  if (v == avoided || !v->producer() || !seen.insert(v).second) return false;
+  for (const Operand& op : v->producer()->operands) {
+    if (op.is_value() && reaches_avoiding(op.value(), target, avoided, seen)) return true;
+    if (op.is_value_list())
+      for (const Value* u : op.values())
+        if (reaches_avoiding(u, target, avoided, seen)) return true;
+  }
+  return false;
+}
+
 StoreIndexRule store_index_rule(const Trace& body, const Value* target, const Value* stored) {
   std::optional<StorePath> path = store_path(stored);
   if (!path) return StoreIndexRule::kNone;
@@ -482,12 +499,26 @@ StoreIndexRule store_index_rule(const Trace& body, const Value* target, const Va
   AffineForm store = store_element(*path, stored, r);
   store.coef.push_back(0);  // the reduction's position
   LoadTracer tracer(target, r);
+  // A store over the domain of the region's reduction, made by the reduction's pass
+  // (analysis/pass_stores.h): the outputs of the reduced shape read the target only in the pass,
+  // at the pass's element, which is the iteration of the domain.
+  std::optional<PassStores> pass =
+      pass_stores(body, target->tensor_type().device.kind == Device::Kind::kCpu);
+  const bool in_pass = pass && domain == pass->domain;
   // Every output of the region is computed at iteration i from a producer over the domain.
   for (const Value* out : body.outputs()) {
+    if (in_pass && out->tensor_type().shape != domain) {
+      std::set<const Value*> seen;
+      if (reaches_avoiding(out, target, pass->reduction->outputs[0], seen))
+        return StoreIndexRule::kNone;
+      continue;
+    }
     std::optional<StorePath> p = store_path(out);
     if (!p || p->producer->tensor_type().shape != domain) return StoreIndexRule::kNone;
     if (!tracer.visit(p->producer, identity_index(r, r + 1))) return StoreIndexRule::kNone;
   }
+  if (in_pass && !tracer.visit(pass->reduction->input(0), identity_index(r, r + 1)))
+    return StoreIndexRule::kNone;
   if (!std::all_of(tracer.loads.begin(), tracer.loads.end(),
                    [&](const AffineForm& f) { return f == store; }))
     return StoreIndexRule::kNone;
