@@ -9,8 +9,8 @@
 namespace kiln {
 namespace {
 
-std::optional<PassStores> of(const char* text, bool cpu = false) {
-  return pass_stores(parse_trace(text), cpu);
+std::optional<PassStores> of(const char* text) {
+  return pass_stores(parse_trace(text));
 }
 
 TEST(PassStores, AnInPlaceWriteThenAColumnSum) {
@@ -21,29 +21,30 @@ TEST(PassStores, AnInPlaceWriteThenAColumnSum) {
   t2 = ltorch.add(t1, 1)  # t2: "cpu f32[10]"
   return {"output": (t0, t2)}
 )");
-  std::optional<PassStores> p = pass_stores(t, /*cpu=*/false);
+  std::optional<PassStores> p = pass_stores(t);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->reduction->id(), OpId::kSum);
   EXPECT_EQ(p->domain, (Shape{30, 10}));
-  // On the CPU a column's pass would store across rows: not there.
-  EXPECT_FALSE(pass_stores(t, /*cpu=*/true));
+  EXPECT_FALSE(p->along_last_dim);  // a column's pass: across rows
 }
 
-TEST(PassStores, OnTheCpuForRowsAndWholeTensors) {
-  EXPECT_TRUE(of(R"(def f(x):
+TEST(PassStores, RowsAndWholeTensorsAreAlongTheLastDim) {
+  std::optional<PassStores> row = of(R"(def f(x):
   # x: "cpu f32[30, 10]"
   t0 = ltorch.mul(x, 2)  # t0: "cpu f32[30, 10]"
   t1 = ltorch.sum(t0, [-1])  # t1: "cpu f32[30]"
   return {"output": (t0, t1)}
-)",
-                 /*cpu=*/true));
-  EXPECT_TRUE(of(R"(def f(x):
+)");
+  ASSERT_TRUE(row.has_value());
+  EXPECT_TRUE(row->along_last_dim);
+  std::optional<PassStores> whole = of(R"(def f(x):
   # x: "cpu f32[30, 10]"
   t0 = ltorch.abs(x)  # t0: "cpu f32[30, 10]"
   t1 = ltorch.amax(t0)  # t1: "cpu f32[]"
   return {"output": (t0, t1)}
-)",
-                 /*cpu=*/true));
+)");
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_TRUE(whole->along_last_dim);
 }
 
 TEST(PassStores, NotForTwoPassesOrTwoReductions) {

@@ -27,7 +27,7 @@ bool reduces_last_dim(const Node& reduction) {
 
 }  // namespace
 
-std::optional<PassStores> pass_stores(const Trace& body, bool cpu) {
+std::optional<PassStores> pass_stores(const Trace& body) {
   const Node* reduction = nullptr;
   for (const auto& n : body.nodes()) {
     if (n->op->kind != OpKind::kReduction) continue;
@@ -35,7 +35,6 @@ std::optional<PassStores> pass_stores(const Trace& body, bool cpu) {
     reduction = n.get();
   }
   if (!reduction || !single_pass(reduction->id())) return std::nullopt;
-  if (cpu && !reduces_last_dim(*reduction)) return std::nullopt;
   const Value* operand = reduction->input(0);
   const Value* result = reduction->outputs[0];
   if (!operand->is_tensor() || !result->is_tensor()) return std::nullopt;
@@ -70,7 +69,7 @@ std::optional<PassStores> pass_stores(const Trace& body, bool cpu) {
   }
   for (const Value* out : body.outputs())
     if (out->tensor_type().shape == domain && after.contains(out)) return std::nullopt;
-  return PassStores{reduction, domain};
+  return PassStores{reduction, domain, reduces_last_dim(*reduction)};
 }
 
 }  // namespace kiln

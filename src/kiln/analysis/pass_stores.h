@@ -7,7 +7,11 @@
 //   for (i1 < 4096) { acc = 0; for (rd < 16384) { v = ld(x, rd, i1) * 2; st(t0, rd, i1, v);
 //                                                  acc += v; }  st(t1, i1, acc); }
 // The store is at the element the pass loads, so a writeback of t0 into x is a same-index store
-// (place_writebacks' rule 4; the kernel records the pass's loads for the executor).
+// (place_writebacks' rule 4; the kernel records the pass's loads for the executor). Whether the
+// pass stores is the kernel's choice (where its pass runs across rows, a CPU column's or a CUDA
+// column schedule's, it does not: codegen/lower_kernel.cpp): otherwise the D-shaped outputs get
+// the kernel's last nest, after the reduction's nest read D, and the same-index store holds there
+// too.
 //
 // Requires: a verified region body. Ensures: a result only when
 //   - the outputs have exactly two shapes, D and R, D != R;
@@ -31,12 +35,9 @@ namespace kiln {
 struct PassStores {
   const Node* reduction = nullptr;  // the one reduction; its pass stores the D-shaped outputs
   Shape domain;                     // D: the reduction's operand's shape
+  bool along_last_dim = false;      // the reduction takes in D's last dim (a row's, a tensor's)
 };
 
-// On the CPU only a reduction over the domain's last dim (a row's or a whole tensor's) stores in
-// its pass: there the pass runs along contiguous elements, while a column's pass would store
-// across rows, one element a cache line (bench.py's column sum at 2^22 on 2 cores: 37 ms with
-// the stores in the pass, 11.8 with a temporary, eager 1.3; a CPU column schedule is owed).
-std::optional<PassStores> pass_stores(const Trace& body, bool cpu);
+std::optional<PassStores> pass_stores(const Trace& body);
 
 }  // namespace kiln

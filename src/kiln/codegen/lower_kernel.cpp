@@ -209,8 +209,17 @@ class KernelEmitter {
     }
     std::rotate(shapes.begin() + static_cast<int64_t>(last),
                 shapes.begin() + static_cast<int64_t>(last) + 1, shapes.end());
-    // Outputs over a reduction's domain stored by its pass: no nest of their own.
-    pass_stores_ = pass_stores(body_, target_ == Target::kCpu);
+    // Outputs over a reduction's domain stored by its pass: no nest of their own. Not where the
+    // pass runs across rows: a CPU column's pass would store one element a cache line (bench.py's
+    // column sum at 2^22 on 2 cores: 37 ms, against 11.8 with a nest of their own), and on the
+    // H200 the column schedule's 32-byte row segments, loaded and stored, took 0.460 ms for the
+    // column sum at 2^26 against 0.366 with a nest of their own (2026-12-03). There the outputs'
+    // nest runs last, after the reduction's read D (a same-index store all the same).
+    pass_stores_ = pass_stores(body_);
+    if (pass_stores_ && !pass_stores_->along_last_dim &&
+        (target_ == Target::kCpu || outer_reduction_in_columns(shape_numel(
+                                        pass_stores_->reduction->outputs[0]->tensor_type().shape))))
+      pass_stores_.reset();
     if (pass_stores_) std::erase(shapes, pass_stores_->domain);
 
     k.source = target_ == Target::kCpu ? cpu_source(shapes, k) : cuda_source(shapes, k);
@@ -1779,7 +1788,11 @@ class KernelEmitter {
       }
       if (before_row_stores) ++row_pass_depth_;
       Val x = eval(self, index);
-      if (pass_stores_ && &node == pass_stores_->reduction) store_in_pass(level, index);
+      if (pass_stores_ && &node == pass_stores_->reduction) {
+        // A row pass over the last dim alone, V neighbours a thread: the stores go out as vectors.
+        const bool row_vectors = cooperative && reduced.size() == 1 && reduced[0] == in.rank() - 1;
+        store_in_pass(level, index, row_vectors ? row_lanes(count) : 1, rl + "_lane", depth);
+      }
       if (before_row_stores) --row_pass_depth_;
       std::string converted = arg || x.dtype == out
                                   ? x.expr  // already exact in `out`, in its register type
@@ -1927,20 +1940,46 @@ class KernelEmitter {
   // The outputs over the domain of the region's one reduction (analysis/pass_stores.h), stored
   // in its pass at the element `at` the pass loads, by the thread that loads it: each element of
   // the domain once. A columns nest's threads past its last element repeat that element's pass
-  // and store nothing.
-  void store_in_pass(int level, const Index& at) {
+  // and store nothing. In a row pass whose thread takes `lanes` neighbours at a time (lane
+  // variable `lane`), each lane's value waits in registers declared at `outer` (the pass's
+  // level), and the last lane stores them as one vector where the row is contiguous and aligned
+  // (scalar stores of every 8th bf16 made the bf16 row sum's pass slower than a nest of its own):
+  //   pass_out0[rl_lane] = v;  if (rl_lane == 7) { a0 = <address> - 7 * os0_1; vector_store }
+  void store_in_pass(int level, const Index& at, int lanes, const std::string& lane, int outer) {
     pass_store_key_ = index_key(at);
     for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
       if (kernel_->outputs[j].shape != pass_stores_->domain) continue;
       kernel_->outputs[j].in_last_nest = nest_is_last_;
       Val v = eval(body_.outputs()[j], at);
+      const DType d = kernel_->outputs[j].dtype;
       std::string n = std::to_string(j);
       IndexExpr address = IndexExpr::var("oo" + n);
-      for (size_t d = 0; d < at.size(); ++d)
-        address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
-      std::string store = "st_" + suffix(kernel_->outputs[j].dtype) + "(out" + n + ", " +
-                          address.text + ", " + v.expr + ");";
-      emit(level, mode_ == NestMode::kColumns ? "if (column < n) " + store : store);
+      for (size_t dim = 0; dim < at.size(); ++dim)
+        address = address + mul(at[dim], "os" + n + "_" + std::to_string(dim));
+      if (lanes <= 1) {
+        std::string store =
+            "st_" + suffix(d) + "(out" + n + ", " + address.text + ", " + v.expr + ");";
+        emit(level, mode_ == NestMode::kColumns ? "if (column < n) " + store : store);
+        continue;
+      }
+      const std::string regs = fresh("pass_out"), first = fresh("a"), V = std::to_string(lanes);
+      const std::string last = "os" + n + "_" + std::to_string(at.size() - 1);
+      const std::string size = std::to_string(dtype_size(d));
+      emit(outer, "alignas(16) " + std::string(storage_type(d)) + " " + regs + "[" + V + "];");
+      emit(level, "st_" + suffix(d) + "(" + regs + ", " + lane + ", " + v.expr + ");");
+      emit(level, "if (" + lane + " == " + std::to_string(lanes - 1) + ") {");
+      emit(level, "  const int64_t " + first + " = (" + address.text + ") - " +
+                      std::to_string(lanes - 1) + " * " + last + ";");
+      emit(level, "  if (" + last + " == 1 && " + first + " % " + V +
+                      " == 0 && reinterpret_cast<uint64_t>(out" + n + ") % 16 == 0) {");
+      emit(level, "    vector_store<" + std::to_string(dtype_size(d) * lanes) +
+                      ">(static_cast<char*>(out" + n + ") + " + first + " * " + size + ", " + regs +
+                      ");");
+      emit(level, "  } else {");
+      emit(level, "    for (int l = 0; l < " + V + "; ++l) st_" + suffix(d) + "(out" + n + ", " +
+                      first + " + l * " + last + ", ld_" + suffix(d) + "(" + regs + ", l));");
+      emit(level, "  }");
+      emit(level, "}");
     }
   }
 

@@ -42,6 +42,10 @@ std::string ReductionSchedule::describe() const {
   return "";
 }
 
+bool outer_reduction_in_columns(int64_t outputs) {
+  return outputs < kSerialOuterElements;
+}
+
 ReductionSchedule choose_reduction_schedule(const ElementReductions& facts, int block) {
   ReductionSchedule s;
   if (facts.count == 0 || facts.arg > 0 || facts.longest < kShortestShared) return s;
@@ -49,7 +53,7 @@ ReductionSchedule choose_reduction_schedule(const ElementReductions& facts, int 
     s.kind = ReductionSchedule::Kind::kRowPerElement;
     return s;
   }
-  if (facts.numel >= kSerialOuterElements) return s;
+  if (!outer_reduction_in_columns(facts.numel)) return s;
   const int64_t narrowest = std::max<int64_t>(1, kSectorBytes / std::max<int64_t>(facts.widest, 1));
   int tile = 32;
   while (tile > narrowest && (facts.numel + tile - 1) / tile < kColumnBlocks)

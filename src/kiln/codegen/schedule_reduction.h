@@ -44,6 +44,10 @@ struct ReductionSchedule {
 // `block` is the kernel's threads per block.
 ReductionSchedule choose_reduction_schedule(const ElementReductions& facts, int block);
 
+// Whether an outer reduction (one not over its input's last dim) into `outputs` elements takes
+// the column schedule (when longer than a few elements and not an argmax).
+bool outer_reduction_in_columns(int64_t outputs);
+
 // Whether a reduction nest of `blocks` blocks that reads `bytes` leaves the device so empty that
 // it would run slower than eager PyTorch's kernels (which split such reductions across the
 // device): fewer blocks than the H200 has SMs, each reading more than kMaxBytesPerLoneBlock. Such

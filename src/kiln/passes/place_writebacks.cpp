@@ -500,10 +500,10 @@ StoreIndexRule store_index_rule(const Trace& body, const Value* target, const Va
   store.coef.push_back(0);  // the reduction's position
   LoadTracer tracer(target, r);
   // A store over the domain of the region's reduction, made by the reduction's pass
-  // (analysis/pass_stores.h): the outputs of the reduced shape read the target only in the pass,
-  // at the pass's element, which is the iteration of the domain.
-  std::optional<PassStores> pass =
-      pass_stores(body, target->tensor_type().device.kind == Device::Kind::kCpu);
+  // (analysis/pass_stores.h) or by a last nest after the reduction's: the outputs of the reduced
+  // shape read the target only in the pass, at the pass's element, which is the iteration of the
+  // domain.
+  std::optional<PassStores> pass = pass_stores(body);
   const bool in_pass = pass && domain == pass->domain;
   // Every output of the region is computed at iteration i from a producer over the domain.
   for (const Value* out : body.outputs()) {
