@@ -148,7 +148,8 @@ def test_writes_before_a_reduction_are_stored_by_its_pass(name, dtype):
     # where it runs along rows (`inner`), else from the kernel's last nest (pass_stores.h).
     if "part" not in name and "strided" not in name:
         assert stats["writebacks_with_temporary"] == 0, stats
-        assert stats["kernels"] == 1, stats
+        # One step: a kernel, or PyTorch's ops where a kernel would leave the GPU idle.
+        assert stats["kernels"] + stats["torch_steps"] == 1, stats
 
 
 @pytest.mark.parametrize("name", ["reads the written tensor elsewhere", "a row of it as a second argument",
