@@ -1613,8 +1613,14 @@ class KernelEmitter {
         ", .has_c = " + flag(has_c) + ", .bool_compute = " + flag(typing.compute == DType::kBool) +
         ", .single_precision = " + flag(fl && typing.compute != DType::kFloat64) + "};";
 
-    // The operands, converted to the compute dtype (where's condition is not).
+    // The operands, converted to the compute dtype (where's condition is not); Python numbers to
+    // the dtype eager's kernel takes them in (number_operand_dtype: float in a bf16 product).
     const std::string c = suffix(typing.compute);
+    const std::string number_suffix =
+        suffix(number_operand_dtype(fid, typing.compute, target_ == Target::kCuda));
+    const bool reciprocal = target_ == Target::kCuda && fl &&
+                            cuda_divides_by_reciprocal(fid, rounding) && op.arity >= 2 &&
+                            !(node.arg(1).is_value() && node.arg(1).value()->is_tensor());
     std::vector<std::string> operands;
     std::string integer_condition;  // where's condition, when it is held apart (below)
     for (int i = 0; i < op.arity; ++i) {
@@ -1641,12 +1647,19 @@ class KernelEmitter {
         } else {
           operands.push_back(convert ? (fl ? "f_" : "i_") + c + "(" + held + ")" : held);
         }
+      } else if (fl && i == 1 && reciprocal) {
+        // eager's CUDA division by a number: a * (1 / s), the reciprocal in the math type
+        Number n = number(o);
+        operands.push_back(typing.compute == DType::kFloat64
+                               ? "(1.0 / (" + n.as_double + "))"
+                               : "f_" + c + "(1.0f / f_f32(" + n.as_double + "))");
       } else {
         Number n = number(o);
-        operands.push_back(fl ? "f_" + c + "(" + n.as_double + ")"
+        operands.push_back(fl ? "f_" + number_suffix + "(" + n.as_double + ")"
                               : "i_" + c + "(" + n.as_int + ")");
       }
     }
+    if (reciprocal) expr = "a * b";
     static const char* names[] = {"a", "b", "c"};
     std::string decl = std::string("[[maybe_unused]] ") + (fl ? "K" : "int64_t") + " ";
     size_t first = 0;

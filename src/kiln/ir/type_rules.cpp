@@ -1043,3 +1043,18 @@ std::vector<TensorType> infer_norm(const OpInfo& op, Args args) {
 }
 
 }  // namespace kiln
+
+namespace kiln {
+
+DType number_operand_dtype(OpId functional, DType compute, bool cuda) {
+  if (compute != DType::kFloat16 && compute != DType::kBFloat16) return compute;
+  const bool in_math_type = functional == OpId::kMul || functional == OpId::kDiv ||
+                            (cuda && (functional == OpId::kAdd || functional == OpId::kSub));
+  return in_math_type ? DType::kFloat32 : compute;
+}
+
+bool cuda_divides_by_reciprocal(OpId functional, int rounding_mode) {
+  return functional == OpId::kDiv && rounding_mode == 0;
+}
+
+}  // namespace kiln

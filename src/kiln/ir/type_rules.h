@@ -23,6 +23,21 @@ struct ElementwiseTyping {
 };
 ElementwiseTyping elementwise_typing(const OpInfo& op, std::span<const Operand> args);
 
+// The dtype a Python number operand of elementwise op `functional` (an OpId of the functional
+// form) enters the math in, for math in `compute`, as eager's kernels on that device take it.
+// For float16 and bfloat16 math most ATen kernels round the number to the dtype first (the
+// TensorIterator's common dtype), but some take it in the math type, float (measured against
+// eager, torch 2.11, 2026-12-03; bench/NOTES.md session 17): on the CPU mul and div, on CUDA add,
+// sub, mul and div. `b.mul_(0.9)` on bf16 is b * 0.9f, not b * bf16(0.9) = b * 0.8984375, which
+// differed in a third of the elements. Other dtypes: `compute`.
+DType number_operand_dtype(OpId functional, DType compute, bool cuda);
+
+// Whether eager's CUDA kernel divides by a Python number `s` as a product with its reciprocal:
+// a * r with r = 1 / s computed in the math type (float for float32, float16 and bfloat16,
+// double for float64) and held in `compute` (so rounded to bf16 or f16 there). True division
+// only (no rounding mode), the number the divisor.
+bool cuda_divides_by_reciprocal(OpId functional, int rounding_mode);
+
 // eager_call's `results` argument: each result's type and strides, "; "-separated
 // ("cpu f32[3, 4] strides=(4, 1) offset=0; cpu i64[3] strides=(1,) offset=0"). A malformed text
 // is a user error.

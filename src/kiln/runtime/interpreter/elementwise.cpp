@@ -124,10 +124,11 @@ bool number_is_kernel_parameter(OpId id) {
 }
 
 // One operand's values over the iteration shape, already converted to the compute dtype: one
-// value per element, or a single value for a number.
+// value per element, or a single value for a number, converted to `number_dtype`
+// (number_operand_dtype: a bf16 product takes its number in float, as eager does).
 template <class T>
 std::vector<T> operand_values(const Env& env, const Operand& o, const Shape& shape, DType compute,
-                              bool convert) {
+                              DType number_dtype, bool convert) {
   auto to_compute = [&](T v) {
     if (!convert) return v;
     if constexpr (std::is_same_v<T, double>)
@@ -149,17 +150,37 @@ std::vector<T> operand_values(const Env& env, const Operand& o, const Shape& sha
   } else {
     RtScalar s = env.number(o);
     if constexpr (std::is_same_v<T, double>)
-      out.push_back(to_compute(scalar_to_double(s)));
+      out.push_back(convert ? round_to_dtype(scalar_to_double(s), number_dtype)
+                            : scalar_to_double(s));
     else
       out.push_back(to_compute(scalar_to_int(s)));
   }
   return out;
 }
 
+bool is_number(const Operand& o) {
+  return !(o.is_value() && o.value()->is_tensor()) && !o.is_none();
+}
+
+// Whether the op divides by a number as eager's CUDA kernel does: a product with the number's
+// reciprocal (cuda_divides_by_reciprocal).
+bool divides_by_reciprocal(const Node& node, const ElementwiseTyping& typing, int rounding) {
+  return typing.device.kind == Device::Kind::kCuda && is_floating(typing.compute) &&
+         cuda_divides_by_reciprocal(node.op->functional_form, rounding) && is_number(node.arg(1));
+}
+
+// That reciprocal: computed in the math type (float, or double for float64), held in `compute`.
+double reciprocal_in(double s, DType compute) {
+  const DType math = compute == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+  return round_to_dtype(round_to_dtype(1.0 / round_to_dtype(s, math), math), compute);
+}
+
 template <class T, class Fn>
 std::vector<T> compute(const Env& env, const Node& node, const ElementwiseTyping& typing, Fn fn,
                        const ElementwiseParams& p) {
   const OpInfo& op = *node.op;
+  const DType number_dtype = number_operand_dtype(op.functional_form, typing.compute,
+                                                  typing.device.kind == Device::Kind::kCuda);
   int64_t n = shape_numel(typing.shape);
   std::array<std::vector<T>, 3> values;
   for (int i = 0; i < op.arity; ++i) {
@@ -171,7 +192,17 @@ std::vector<T> compute(const Env& env, const Node& node, const ElementwiseTyping
     // where's condition is a bool mask, not an operand of the promotion.
     bool convert = !(op.dtype_rule == DTypeRule::kWhere && i == 0);
     values[static_cast<size_t>(i)] =
-        operand_values<T>(env, o, typing.shape, typing.compute, convert);
+        operand_values<T>(env, o, typing.shape, typing.compute, number_dtype, convert);
+  }
+  if constexpr (std::is_same_v<T, double>) {
+    if (divides_by_reciprocal(node, typing, p.rounding)) {
+      const double r = reciprocal_in(scalar_to_double(env.number(node.arg(1))), typing.compute);
+      std::vector<T> product(static_cast<size_t>(n));
+      for (int64_t k = 0; k < n; ++k)
+        product[static_cast<size_t>(k)] =
+            values[0].size() == 1 ? values[0][0] * r : values[0][static_cast<size_t>(k)] * r;
+      return product;
+    }
   }
   std::vector<T> out(static_cast<size_t>(n));
   std::array<T, 3> args{};
@@ -182,6 +213,11 @@ std::vector<T> compute(const Env& env, const Node& node, const ElementwiseTyping
     }
     out[static_cast<size_t>(k)] = fn(args.data(), p);
   }
+  // A float number in bf16 or f16 math: eager's float result, rounded to the dtype from there.
+  if constexpr (std::is_same_v<T, double>)
+    if (number_dtype != typing.compute)
+      for (T& v : out)
+        v = round_to_dtype(v, number_dtype);
   return out;
 }
 
