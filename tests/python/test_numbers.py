@@ -30,8 +30,9 @@ PROGRAMS = {
 
 def _inputs(dtype):
     g = torch.Generator(device="cpu").manual_seed(5)
-    x = torch.cat([torch.randn(3000, generator=g), torch.randn(1000, generator=g) * 1e-2,
-                   torch.tensor(NUMBERS), -torch.tensor(NUMBERS)])
+    numbers = torch.tensor(NUMBERS, device="cpu")
+    x = torch.cat([torch.randn(3000, generator=g, device="cpu"),
+                   torch.randn(1000, generator=g, device="cpu") * 1e-2, numbers, -numbers])
     return x.to(dtype=dtype, device=torch.get_default_device())
 
 
