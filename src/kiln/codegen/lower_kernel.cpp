@@ -1652,7 +1652,7 @@ class KernelEmitter {
         Number n = number(o);
         operands.push_back(typing.compute == DType::kFloat64
                                ? "(1.0 / (" + n.as_double + "))"
-                               : "f_" + c + "(1.0f / f_f32(" + n.as_double + "))");
+                               : "f_f32(1.0 / (" + n.as_double + "))");
       } else {
         Number n = number(o);
         operands.push_back(fl ? "f_" + number_suffix + "(" + n.as_double + ")"
@@ -1660,6 +1660,10 @@ class KernelEmitter {
       }
     }
     if (reciprocal) expr = "a * b";
+    // eager's CUDA add and sub compute a + alpha * b as one fused multiply-add (nvcc contracts
+    // it); kiln's kernels do not contract (kNvrtcMathOption), so it is written out.
+    if (target_ == Target::kCuda && fl && (fid == OpId::kAdd || fid == OpId::kSub))
+      expr = fid == OpId::kAdd ? "fma(p.alpha, b, a)" : "fma(-p.alpha, b, a)";
     static const char* names[] = {"a", "b", "c"};
     std::string decl = std::string("[[maybe_unused]] ") + (fl ? "K" : "int64_t") + " ";
     size_t first = 0;

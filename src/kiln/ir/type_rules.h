@@ -33,9 +33,9 @@ ElementwiseTyping elementwise_typing(const OpInfo& op, std::span<const Operand> 
 DType number_operand_dtype(OpId functional, DType compute, bool cuda);
 
 // Whether eager's CUDA kernel divides by a Python number `s` as a product with its reciprocal:
-// a * r with r = 1 / s computed in the math type (float for float32, float16 and bfloat16,
-// double for float64) and held in `compute` (so rounded to bf16 or f16 there). True division
-// only (no rounding mode), the number the divisor.
+// a * r with r = 1 / s of the double s, held in the math type (float for float32, float16 and
+// bfloat16, double for float64): x / 0.001 in float32 is x * 1000.0f, not x * (1.0f / 0.001f) =
+// x * 999.99994f. True division only (no rounding mode), the number the divisor.
 bool cuda_divides_by_reciprocal(OpId functional, int rounding_mode);
 
 // eager_call's `results` argument: each result's type and strides, "; "-separated

@@ -64,7 +64,8 @@ struct ModuleRequest {
 void get_modules(std::vector<ModuleRequest>& requests, int device) {
   ModuleCache& cache = module_cache();
   int arch = device_info(device).compute_capability;
-  std::string identity = "nvrtc " + nvrtc_version() + " sm_" + std::to_string(arch) + "\n";
+  std::string identity =
+      "nvrtc " + nvrtc_version() + " sm_" + std::to_string(arch) + " " + kNvrtcMathOption + "\n";
   std::vector<size_t> missing;
   {
     std::lock_guard<std::mutex> lock(cache.mutex);

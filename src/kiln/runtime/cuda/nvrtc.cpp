@@ -104,8 +104,8 @@ NvrtcOutput nvrtc_compile(const std::string& source, int arch, const std::string
         "nvrtcCreateProgram");
   // -arch=sm_XX (not compute_XX) makes NVRTC emit SASS for exactly that architecture.
   std::string arch_option = "-arch=sm_" + std::to_string(arch);
-  const char* options[] = {arch_option.c_str(), "-std=c++20", "-default-device"};
-  nvrtcResult compiled = n.CompileProgram(program, 3, options);
+  const char* options[] = {arch_option.c_str(), "-std=c++20", "-default-device", kNvrtcMathOption};
+  nvrtcResult compiled = n.CompileProgram(program, 4, options);
   size_t log_size = 0;
   check(n, n.GetProgramLogSize(program, &log_size), "nvrtcGetProgramLogSize");
   std::string log(log_size, '\0');

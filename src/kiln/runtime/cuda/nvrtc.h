@@ -14,6 +14,13 @@ bool nvrtc_available(std::string* why = nullptr);
 // "13.0"; raises a UserError when NVRTC is missing.
 std::string nvrtc_version();
 
+// The compiler's math option, part of every kernel's cache identity: no contraction of a product
+// and a sum into one fused multiply-add. Eager rounds each op's result to its dtype before the next
+// op reads it; a kernel that fuses x.mul_(0.9).add_(0.9) must round the product too, which an
+// FMA skips (float32 results differed from eager's in a fifth of the elements on the H200,
+// tests/python/test_numbers.py).
+inline constexpr const char* kNvrtcMathOption = "--fmad=false";
+
 struct NvrtcOutput {
   std::string cubin;
   std::string log;  // warnings, if any (empty for a clean compile)

@@ -169,10 +169,10 @@ bool divides_by_reciprocal(const Node& node, const ElementwiseTyping& typing, in
          cuda_divides_by_reciprocal(node.op->functional_form, rounding) && is_number(node.arg(1));
 }
 
-// That reciprocal: computed in the math type (float, or double for float64), held in `compute`.
+// That reciprocal: of the number as a double, held in the math type (float, or double for
+// float64).
 double reciprocal_in(double s, DType compute) {
-  const DType math = compute == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
-  return round_to_dtype(round_to_dtype(1.0 / round_to_dtype(s, math), math), compute);
+  return round_to_dtype(1.0 / s, compute == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32);
 }
 
 template <class T, class Fn>
