@@ -424,3 +424,21 @@ def test_an_index_write_with_many_positions_runs_as_an_eager_step():
 
     jitted = check_against_eager(f, lambda: [ar(4, 3), torch.arange(n) % 4, ar(n, 3)])
     assert kiln.last_stats(jitted)["fallback_ops"] == 2
+
+
+def test_a_scatter_whose_base_is_loaded_in_a_cpu_flat_loop():
+    # Found by a fresh random-program seed (898184958380144445): the scatter's accumulator started
+    # from its base's value at the index's loop level, while the CPU flat loop loaded the base at
+    # its position `l`, one level deeper: `acc = v8` came before v8 was loaded and the kernel did
+    # not compile. The accumulator now starts at the deeper of the two levels.
+    def fn(a):
+        t0 = torch.fmod(a, -3)
+        idx = torch.arange(1, 2)
+        t3 = -t0.index_select(0, idx)
+        return t0.scatter(0, idx.view(1, 1, 1).expand(1, 4, 1), t3)
+
+    def make():
+        values = [0, 3, -2, -1, 5, 5, -1, 5, -4, 0, -2, -5, 3, -3, -3, -1]
+        return [torch.tensor(values, dtype=torch.int64, device="cpu").view(4, 4, 1).to(torch.empty(0).device)]
+
+    check_against_eager(fn, make)

@@ -2105,7 +2105,9 @@ class KernelEmitter {
     check_scan_length(node, count);
     const bool add = node.id() == OpId::kIndexAdd;
     const bool fl = is_floating(out);
-    const int depth = depth_of(at);
+    // The accumulator starts from the base's value: at its level if deeper than the index's (a
+    // CPU flat loop's base loaded at its position `l`).
+    const int depth = std::max(depth_of(at), depth_of(base.expr));
     std::string acc = fresh("acc");
     emit(depth, compute_reg(out) + " " + acc + " = " + base.expr + ";", acc);
     std::string k = fresh("ik");
@@ -2272,7 +2274,9 @@ class KernelEmitter {
                   ") : " + std::to_string(index_shape[e] - 1));
       p[e] = IndexExpr::bounded(c, 0, index_shape[e] - 1);
     }
-    const int depth = depth_of(at);
+    // The accumulator may start from the base's value: at its level if deeper than the index's
+    // (a CPU flat loop's base loaded at its position `l`: `acc = v8` before v8 was loaded).
+    const int depth = std::max(depth_of(at), depth_of(base.expr));
     std::string acc = fresh("acc"), found = fresh("found"), count = fresh("count");
     std::string identity = op == "sum"    ? "0"
                            : op == "prod" ? "1"
