@@ -1579,12 +1579,18 @@ class KernelEmitter {
       if (number_is_bool(a) && typing.compute != DType::kBool)
         not_lowered(op.name + ": a bool alpha raises for non-bool results");
       if (!fl && n.is_float) not_lowered(op.name + ": a float alpha raises for integer inputs");
-      alpha = n.as_double;
+      // in the dtype eager's kernel takes a number of the op in (number_operand_dtype): float
+      // for float32, bf16 for a CPU bf16 add
+      alpha =
+          fl && typing.compute != DType::kFloat64
+              ? "f_" + suffix(number_operand_dtype(fid, typing.compute, target_ == Target::kCuda)) +
+                    "(" + n.as_double + ")"
+              : n.as_double;
       alpha_i = n.as_int;
     }
     if (int i = op.param_index("value"); i >= 0 && op.arity == 3) {
       Number n = number(node.arg(static_cast<size_t>(i)));
-      value = n.as_double;
+      value = fl && typing.compute != DType::kFloat64 ? "f_f32(" + n.as_double + ")" : n.as_double;
       value_i = n.as_int;
     }
     if (int i = op.param_index("rounding_mode"); i >= 0) {

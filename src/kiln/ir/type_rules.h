@@ -29,7 +29,8 @@ ElementwiseTyping elementwise_typing(const OpInfo& op, std::span<const Operand> 
 // TensorIterator's common dtype), but some take it in the math type, float (measured against
 // eager, torch 2.11, 2026-12-03; bench/NOTES.md session 17): on the CPU mul and div, on CUDA add,
 // sub, mul and div. `b.mul_(0.9)` on bf16 is b * 0.9f, not b * bf16(0.9) = b * 0.8984375, which
-// differed in a third of the elements. Other dtypes: `compute`.
+// differed in a third of the elements. Other dtypes: `compute`. An add's or a sub's alpha enters
+// in the same dtype (on the CPU a bf16 add rounds its alpha to bf16, on CUDA it keeps a float).
 DType number_operand_dtype(OpId functional, DType compute, bool cuda);
 
 // Whether eager's CUDA kernel divides by a Python number `s` as a product with its reciprocal:

@@ -79,7 +79,7 @@ const Kernel& kernel_for(OpId id) {
   return it->second;
 }
 
-ElementwiseParams make_params(const Env& env, const Node& node, DType compute) {
+ElementwiseParams make_params(const Env& env, const Node& node, DType compute, bool cuda) {
   const OpInfo& op = *node.op;
   ElementwiseParams p;
   p.bool_compute = compute == DType::kBool;
@@ -91,12 +91,19 @@ ElementwiseParams make_params(const Env& env, const Node& node, DType compute) {
         << "Boolean alpha only supported for Boolean results.";
     KILN_CHECK(is_floating(compute) || !scalar_is_float(alpha))
         << "For integral input tensors, argument alpha must not be a floating point number.";
-    p.alpha = scalar_to_double(alpha);
+    // in the dtype eager's kernel takes a number of the op in (number_operand_dtype): float for
+    // float32, bf16 for a CPU bf16 add
+    p.alpha = is_floating(compute)
+                  ? round_to_dtype(scalar_to_double(alpha),
+                                   number_operand_dtype(op.functional_form, compute, cuda))
+                  : scalar_to_double(alpha);
     p.alpha_i = scalar_to_int(alpha);
   }
   if (int i = op.param_index("value"); i >= 0 && op.arity == 3) {
     RtScalar value = env.number(node.arg(static_cast<size_t>(i)));
-    p.value = scalar_to_double(value);
+    // float for float32, float16 and bfloat16 math, as eager's addcmul and addcdiv take it
+    p.value = p.single_precision ? round_to_dtype(scalar_to_double(value), DType::kFloat32)
+                                 : scalar_to_double(value);
     p.value_i = scalar_to_int(value);
   }
   if (int i = op.param_index("rounding_mode"); i >= 0) {
@@ -273,7 +280,8 @@ void run_elementwise(Env& env, const Node& node) {
     }
   }
 
-  ElementwiseParams p = make_params(env, node, typing.compute);
+  ElementwiseParams p =
+      make_params(env, node, typing.compute, typing.device.kind == Device::Kind::kCuda);
   const Kernel& kernel = kernel_for(fid);
   // Every value is computed before any is stored: an in-place op may read what it overwrites.
   std::vector<double> fvalues;
