@@ -116,27 +116,27 @@ def test_max_and_min_propagate_nan_and_keep_infinities_as_eager(length):
 # values at the element it loads (analysis/pass_stores.h), with no nest of their own and no
 # temporary. Columns of 100 (the column schedule's last tile partly past the end, whose threads
 # repeat the last column's pass and must store nothing), rows of 1000 and of 40, full reductions.
-PASS_STORES = {  # name: (function, argument shapes, whether the reduction takes in the last dim)
-    "column sum": (lambda x: (x.mul_(2), x.sum(0))[1], [(3000, 100)], False),
-    "column amax, keepdim": (lambda x: (x.abs_(), x.amax(0, keepdim=True))[1], [(3000, 100)], False),
-    "middle dim mean": (lambda x: (x.sub_(1), x.mean(1))[1], [(4, 500, 30)], False),
-    "row sum, rows of 1000": (lambda x: (x.clamp_(-1, 1), x.sum(-1))[1], [(300, 1000)], True),
-    "row amin, rows of 40": (lambda x: (x.neg_(), x.amin(-1))[1], [(300, 40)], True),
-    "row argmax": (lambda x: (x.add_(1), x.argmax(-1))[1], [(300, 1000)], True),
-    "full amax": (lambda x: (x.abs_(), x.amax())[1], [(300, 1000)], True),
-    "full sum, small": (lambda x: (x.mul_(3), x.sum())[1], [(7, 5)], True),
-    "through a broadcast operand": (lambda x, s: (x.mul_(s[:, None]), x.sum(0))[1], [(3000, 100), (3000,)], False),
-    "into part of the tensor": (lambda x: (x[:, :50].clamp_(-1, 1), x.sum(-1))[1], [(300, 100)], True),
-    "strided copy, then a row sum": (lambda x, y: (x[:, ::2].copy_(y), x.sum(-1))[1], [(300, 100), (300, 50)], True),
-    "epilogue after the sum": (lambda x, b: (x.mul_(2), x.sum(0) * 3 + b)[1], [(3000, 100), (100,)], False),
-    "two tensors written": (lambda x, y: (x.mul_(2), y.add_(x), (x + y).sum(-1))[2], [(3000, 100), (3000, 100)], True),
+PASS_STORES = {  # name: (function, argument shapes)
+    "column sum": (lambda x: (x.mul_(2), x.sum(0))[1], [(3000, 100)]),
+    "column amax, keepdim": (lambda x: (x.abs_(), x.amax(0, keepdim=True))[1], [(3000, 100)]),
+    "middle dim mean": (lambda x: (x.sub_(1), x.mean(1))[1], [(4, 500, 30)]),
+    "row sum, rows of 1000": (lambda x: (x.clamp_(-1, 1), x.sum(-1))[1], [(300, 1000)]),
+    "row amin, rows of 40": (lambda x: (x.neg_(), x.amin(-1))[1], [(300, 40)]),
+    "row argmax": (lambda x: (x.add_(1), x.argmax(-1))[1], [(300, 1000)]),
+    "full amax": (lambda x: (x.abs_(), x.amax())[1], [(300, 1000)]),
+    "full sum, small": (lambda x: (x.mul_(3), x.sum())[1], [(7, 5)]),
+    "through a broadcast operand": (lambda x, s: (x.mul_(s[:, None]), x.sum(0))[1], [(3000, 100), (3000,)]),
+    "into part of the tensor": (lambda x: (x[:, :50].clamp_(-1, 1), x.sum(-1))[1], [(300, 100)]),
+    "strided copy, then a row sum": (lambda x, y: (x[:, ::2].copy_(y), x.sum(-1))[1], [(300, 100), (300, 50)]),
+    "epilogue after the sum": (lambda x, b: (x.mul_(2), x.sum(0) * 3 + b)[1], [(3000, 100), (100,)]),
+    "two tensors written": (lambda x, y: (x.mul_(2), y.add_(x), (x + y).sum(-1))[2], [(3000, 100), (3000, 100)]),
 }
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", PASS_STORES)
 def test_writes_before_a_reduction_are_stored_by_its_pass(name, dtype):
-    fn, shapes, _inner = PASS_STORES[name]
+    fn, shapes = PASS_STORES[name]
 
     def make():
         return [_randn(*s, dtype=dtype, seed=k) for k, s in enumerate(shapes)]
@@ -145,7 +145,7 @@ def test_writes_before_a_reduction_are_stored_by_its_pass(name, dtype):
     jitted = check_against_eager(fn, make, **tolerance)
     stats = kiln.last_stats(jitted)
     # Every write of a whole tensor goes into the caller's memory from the kernel: from the pass
-    # where it runs along rows (`inner`), else from the kernel's last nest (pass_stores.h).
+    # where it runs along rows, else from the kernel's last nest (pass_stores.h).
     if "part" not in name and "strided" not in name:
         assert stats["writebacks_with_temporary"] == 0, stats
         # One step: a kernel, or PyTorch's ops where a kernel would leave the GPU idle.
