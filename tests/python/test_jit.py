@@ -466,6 +466,24 @@ def test_a_write_of_an_argument_into_part_of_another_one_that_it_then_changes():
     assert _window_writes(jitted) == []
 
 
+@pytest.mark.parametrize("aliased", [False, True], ids=["separate", "one storage"])
+def test_a_tensor_written_in_part_and_then_copied_whole_into_another(aliased):
+    # One value is the writeback of two targets: b's (its last row changed) and a's (all of the
+    # new b). The write of b's window alone must not stand for a's copy: a once kept its old
+    # contents without an error (a fresh seed of the C++ random programs, 2026-12-04).
+    def f(a, b):
+        b[-1] = -2.5
+        a.copy_(b)
+
+    def make_args():
+        if not aliased:
+            return [ar(5, 2), ar(5, 2) + 100]
+        buf = ar(30)
+        return [buf[20:].view(5, 2), buf[10:20].view(5, 2)]
+
+    check_against_eager(f, make_args)
+
+
 def test_a_written_slice_whose_whole_result_is_also_read_is_not_narrowed():
     # The new x is read after the write (by the sum and through the aliasing y): the region that
     # makes it stays, and stores all of x.

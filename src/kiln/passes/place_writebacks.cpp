@@ -684,9 +684,12 @@ std::optional<WindowedWrite> windowed_write(const Trace& functional, const Execu
   if (std::none_of(plan.steps.begin(), plan.steps.end(),
                    [&](const Step& s) { return defines(s, write.src); }))
     return std::nullopt;
-  // The scattered value itself must be needed only by the writeback.
+  // The scattered value itself must be needed only by the writeback: not by an output, a step,
+  // or the writeback of another target (b[-1] = v; a.copy_(b) writes the new b into a too).
   for (const Value* out : functional.outputs())
     if (out == value) return std::nullopt;
+  for (const auto& [other, other_value] : functional.writebacks)
+    if (other_value == value && other != target) return std::nullopt;
   for (const Step& s : plan.steps)
     if (reads(s, value)) return std::nullopt;
   return write;
@@ -739,7 +742,8 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
   // 2026-11-30: x[:, :512] = softmax(...) of x [65536, 1024] went from 0.246 to 0.290 ms with
   // the half of x copied), so the region of scatters stays.
   std::vector<Step> windowed;
-  std::set<const Value*> written_in_window;  // writeback values they take care of
+  // The writebacks they take care of (target, value).
+  std::set<std::pair<const Value*, const Value*>> written_in_window;
   for (const auto& [target, value] : functional.writebacks) {
     std::optional<WindowedWrite> write = windowed_write(functional, plan, target, value);
     if (!write) continue;
@@ -755,7 +759,7 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
     bool small =
         3 * shape_numel(write->src->tensor_type().shape) < shape_numel(target->tensor_type().shape);
     if (!ordered && cuda && !small) continue;
-    written_in_window.insert(value);
+    written_in_window.insert({target, value});
     if (ordered) {
       constraints = *ordered;
       plan.steps[producer].writebacks.push_back({target, write->src, write->window});
@@ -773,7 +777,7 @@ WritebackCounts place_writebacks(const Trace& functional, ExecutionPlan& plan) {
     ++counts.with_temporary;
   }
   for (const auto& [target, value] : functional.writebacks) {
-    if (written_in_window.contains(value)) continue;
+    if (written_in_window.contains({target, value})) continue;
     auto in_kernel = [&]() -> std::optional<size_t> {
       size_t r = 0;
       while (r < plan.steps.size() && !defines(plan.steps[r], value))
