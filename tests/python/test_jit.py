@@ -255,6 +255,21 @@ def test_layouts_and_dtypes(make_args):
     check_against_eager(_mul_add, make_args)
 
 
+@pytest.mark.parametrize(
+    "fn, shapes",
+    [
+        pytest.param(lambda x, y: x.add_(y.t()), [(70, 70), (70, 70)], id="square, partial tiles"),
+        pytest.param(lambda x, y: x.mul_(y.permute(0, 2, 1)).add_(1), [(3, 50, 40), (3, 40, 50)], id="batched"),
+        pytest.param(lambda x, y: (x + y.t()).exp(), [(33, 96), (96, 33)], id="new tensor"),
+        pytest.param(lambda x, y: x.t().add_(y), [(48, 64), (64, 48)], id="written transposed"),
+    ],
+)
+def test_an_operand_read_transposed(fn, shapes):
+    # The CPU nest runs its last two dims in tiles (lower_kernel.cpp, cpu_tiled_loops), the last
+    # tile of a dim partial where the dim is not a multiple of the tile.
+    check_against_eager(fn, lambda: [ar(*s) for s in shapes])
+
+
 def test_in_place_on_a_leaf_that_requires_grad_raises_like_eager():
     def f(x):
         x.add_(1)

@@ -3,7 +3,8 @@
 // The compiler is $KILN_CXX (default `c++`). Flags: -O3 -march=native -fopenmp -shared -fPIC,
 // plus what keeps the kernels' values equal to the interpreter's: -fwrapv (integer arithmetic
 // wraps, as the interpreter's is compiled), -ffp-contract=off (no fused multiply-add: every op
-// rounds), and nothing of -ffast-math.
+// rounds), -fno-math-errno and -fno-trapping-math (no errno, no exception flags: neither changes
+// a value), and nothing else of -ffast-math.
 #pragma once
 
 #include <string>
