@@ -265,7 +265,7 @@ def test_layouts_and_dtypes(make_args):
     ],
 )
 def test_an_operand_read_transposed(fn, shapes):
-    # The CPU nest runs its last two dims in tiles (lower_kernel.cpp, cpu_tiled_loops), the last
+    # The CPU nest runs its last two dims in tiles (codegen/schedule_cpu_tiles.cpp), the last
     # tile of a dim partial where the dim is not a multiple of the tile.
     check_against_eager(fn, lambda: [ar(*s) for s in shapes])
 

@@ -56,7 +56,7 @@ PROGRAMS = {
     "row mean then epilogue": (lambda x: x.mean(-1) * 3 - 1, [(300, 1000)]),
     "inner and outer together": (lambda x: (x.sum(-1), x.sum(0)), [(300, 1000)]),
     "row argmax (serial)": (lambda x: x.argmax(-1), [(300, 1000)]),
-    # CPU column blocks of 64 (lower_kernel.cpp, cpu_column_block): three and a part of one.
+    # CPU column blocks of 64 (codegen/schedule_cpu_passes.cpp): three and a part of one.
     "column argmin of an expression, 200 columns": (lambda x, y: (x - y).argmin(0), [(500, 200), (500, 200)]),
     "column amax and sum, 200 columns": (lambda x: (x.amax(0), x.sum(0, keepdim=True)), [(500, 200)]),
     # A CPU pass in pieces between its guards' bounds (pieces_between_cuts).
@@ -97,7 +97,7 @@ def test_integer_column_and_row_sums_are_exact(dtype):
 @pytest.mark.parametrize("length", [7, 40, 1000, 70000])
 def test_max_and_min_propagate_nan_and_keep_infinities_as_eager(length):
     # The CPU kernels vectorize amax/amin as OpenMP's max and min plus a flag of the NaNs seen
-    # (lower_kernel.cpp): a row with a NaN anywhere (first, last, among infinities) reduces to
+    # (codegen/emit_reduction.cpp): a row with a NaN anywhere (first, last, among infinities) reduces to
     # NaN, one of infinities and zeros of both signs to eager's value. 70000 elements make the
     # full reduction's pass parallel.
     def make():

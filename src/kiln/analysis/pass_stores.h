@@ -8,10 +8,10 @@
 //                                                  acc += v; }  st(t1, i1, acc); }
 // The store is at the element the pass loads, so a writeback of t0 into x is a same-index store
 // (place_writebacks' rule 4; the kernel records the pass's loads for the executor). Whether the
-// pass stores is the kernel's choice (where its pass runs across rows, a CPU column's or a CUDA
-// column schedule's, it does not: codegen/lower_kernel.cpp): otherwise the D-shaped outputs get
-// the kernel's last nest, after the reduction's nest read D, and the same-index store holds there
-// too.
+// pass stores is the kernel's choice (where its pass runs across rows, a CUDA column schedule's
+// or a CPU column pass outside a column block, it does not: codegen/lower_kernel.cpp and
+// schedule_cpu_passes.cpp): otherwise the D-shaped outputs get the kernel's last nest, after the
+// reduction's nest read D, and the same-index store holds there too.
 //
 // Requires: a verified region body. Ensures: a result only when
 //   - the outputs have exactly two shapes, D and R, D != R;

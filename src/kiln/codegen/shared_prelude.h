@@ -88,7 +88,7 @@ inline int64_t as_i(double v) {
 inline double red_sum(double a, double b) {
   return a + b;
 }
-// float accumulators: CUDA's short reductions of float, half and bfloat16 (lower_kernel.cpp).
+// float accumulators: CUDA's short reductions of float, half and bfloat16 (emit_reduction.cpp).
 inline float red_sum(float a, float b) {
   return a + b;
 }

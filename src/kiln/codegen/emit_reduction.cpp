@@ -1,0 +1,362 @@
+// Reductions: their passes, accumulators and combines, and the outputs a pass stores.
+// Part of the kernel emitter (kernel_emitter.h).
+#include "kiln/codegen/kernel_emitter.h"
+
+namespace kiln::codegen::detail {
+
+// ---- reductions ----------------------------------------------------------------------------
+
+// One output element of a reduction: a loop over the reduced elements (in row-major order of
+// the reduced dims, as the interpreter groups them), floats accumulated in double and integers
+// in wrapping int64, each element first converted to the output dtype. The loop sits at the
+// level of the output index, so a row statistic is computed once per row; in a CUDA row nest a
+// reduction at row level is split over the row's threads and combined with block_<op> or
+// warp_<op>.
+Val KernelEmitter::reduction(const Node& node, const Index& at) {
+  const Value* self = node.input(0);
+  const TensorType& in = self->tensor_type();
+  DType out = node.outputs[0]->tensor_type().dtype;
+  const OpId id = node.id();
+  std::vector<int64_t> reduced = reduction_dims(node.arg(1).as_optional_ints(), in.rank());
+  bool keepdim = node.arg("keepdim").as_bool();
+  int64_t count = 1;
+  for (int64_t d : reduced)
+    count *= in.shape[static_cast<size_t>(d)];
+  if (count == 0) not_lowered(node.op->name + ": a reduction over no elements");
+  const bool arg = id == OpId::kArgmax || id == OpId::kArgmin;
+  const DType held = arg ? in.dtype : out;  // the dtype the elements are compared or summed in
+  const bool fl = is_floating(held);
+  if (id == OpId::kMean && !fl) not_lowered("mean: of an integral dtype (eager raises)");
+  if ((id == OpId::kVar || id == OpId::kStd) && !fl)
+    not_lowered(node.op->name + ": of an integral dtype");
+
+  const int depth = depth_of(at);
+  // In a CUDA nest, a reduction below the last dim makes the nest a row nest (cuda_rows_nest).
+  const bool row_level = depth < nest_rank_ || nest_rank_ == 0;
+  if (row_level) {
+    ++row_reductions_;
+    row_reduce_count_ = std::max(row_reduce_count_, count);
+  }
+  ++reductions_;
+  // At the nest's own element (not inside another reduction's pass): its threads may share it.
+  const bool element_level = !row_level && depth == nest_rank_;
+  if (element_level) {
+    ++element_.count;
+    element_.arg += arg ? 1 : 0;
+    element_.inner =
+        element_.inner || std::find(reduced.begin(), reduced.end(), in.rank() - 1) != reduced.end();
+    element_.longest = std::max(element_.longest, count);
+  }
+  const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
+  const bool columnar = mode_ == NestMode::kColumns && element_level && !arg;
+  // A pass every load of which comes before any store of the row's elements: a CUDA row nest's
+  // pass over the row ends at a barrier (block_<op>) or a warp's shuffles, which every thread of
+  // the row reaches only after its loads; a CPU row's passes run before its last loop, in the
+  // same thread.
+  const bool before_row_stores =
+      row_level && depth + 1 == nest_rank_ &&
+      (cooperative || (mode_ == NestMode::kCpuLoops && target_ == Target::kCpu));
+
+  // Sums and products accumulate in double, except CUDA's short reductions of float, half and
+  // bfloat16, which accumulate in float as PyTorch's CUDA kernels do: a double accumulator costs
+  // a float-to-double conversion per element (16 a clock per SM, the unit that also rounds to
+  // bfloat16), which bounded the bf16 normalization at 2.6x its byte floor. Max and min are
+  // exact in either.
+  // A column nest's lane sums count / lanes of the elements before the lanes combine.
+  const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_ : count;
+  const bool float_acc = target_ == Target::kCuda && fl && reg(held) == "float" &&
+                         (id == OpId::kAmax || id == OpId::kAmin || serial <= 4096);
+  const std::string acc_type = fl ? (float_acc ? "float" : "double") : "int64_t";
+  // The type each element enters the accumulator in (red_<op> has float and double forms).
+  const std::string element_type =
+      fl && float_acc && id != OpId::kVar && id != OpId::kStd ? "float" : "double";
+
+  // One pass over the reduced elements: `combine(x, rl)` is the line that takes in the element
+  // x (converted), the rl-th of the group.
+  using Combine = std::function<std::string(const std::string& x, const std::string& rl)>;
+  const bool last_dim_reduced =
+      std::find(reduced.begin(), reduced.end(), in.rank() - 1) != reduced.end();
+  // The pass's variable along the last dim, when it reduces the last dim alone (set in pass).
+  std::string last_dim_reduced_alone;
+  // `simd`: on the CPU, the OpenMP reduction clauses ("reduction(+:acc3)") under which the
+  // compiler may split the pass across vector lanes; empty for a pass whose order matters
+  // (argmax).
+  // `accs`: the pass's accumulators, declared at `depth` with their initial values.
+  auto pass = [&](const Combine& combine, const std::string& simd,
+                  const std::vector<Accumulator>& accs) {
+    std::string rl = fresh("rl");
+    const int level = static_cast<int>(levels_.size());
+    levels_.emplace_back();
+    level_of_[rl] = level;
+    if (cooperative) {  // rl runs over the row's positions as block_loop(rl, count) does
+      row_positions_[rl] = RowPosition{cache_slot(rl, row_lanes(count)), count};
+      level_of_[rl + "_trip"] = level_of_[rl + "_lane"] = level;
+    }
+    Index index(static_cast<size_t>(in.rank()));
+    std::string rest = rl;
+    std::string same_as_rl;  // the reduced dim's variable, when it is rl itself
+    size_t k = 0;
+    for (int64_t d = 0; d < in.rank(); ++d) {
+      if (std::find(reduced.begin(), reduced.end(), d) == reduced.end()) {
+        index[static_cast<size_t>(d)] = at.at(k++);
+      } else if (keepdim) {
+        ++k;
+      }
+    }
+    for (size_t r = reduced.size(); r-- > 0;) {
+      int64_t d = reduced[r], size = in.shape[static_cast<size_t>(d)];
+      if (size == 1) {
+        index[static_cast<size_t>(d)] = IndexExpr::number(0);
+        continue;
+      }
+      std::string var = fresh("rd");
+      bool last_needed = true;
+      for (size_t q = 0; q < r; ++q)
+        if (in.shape[static_cast<size_t>(reduced[q])] != 1) last_needed = false;
+      if (last_needed) {
+        declare("int64_t", var, rest);
+        if (rest == rl) same_as_rl = var;
+        if (rest == rl && d == in.rank() - 1) last_dim_reduced_alone = var;
+        if (auto p = row_positions_.find(rest); p != row_positions_.end())
+          row_positions_[var] = p->second;  // the only reduced dim: var is rl
+      } else {
+        declare("int64_t", var, rest + " % " + std::to_string(size));
+        std::string next = fresh("rq");
+        declare("int64_t", next, rest + " / " + std::to_string(size));
+        rest = next;
+      }
+      index[static_cast<size_t>(d)] = IndexExpr::bounded(var, 0, size - 1);
+    }
+    if (before_row_stores) ++row_pass_depth_;
+    Val x = eval(self, index);
+    if (target_ == Target::kCpu && before_row_stores && !last_dim_reduced_alone.empty())
+      keep_in_row_buffer(self, x, index, level, depth, count);
+    if (pass_stores_ && &node == pass_stores_->reduction) {
+      // A row pass over the last dim alone, V neighbours a thread: the stores go out as vectors.
+      const bool row_vectors = cooperative && reduced.size() == 1 && reduced[0] == in.rank() - 1;
+      store_in_pass(level, index, row_vectors ? row_lanes(count) : 1, rl + "_lane", depth);
+    }
+    if (before_row_stores) --row_pass_depth_;
+    std::string converted = arg || x.dtype == out
+                                ? x.expr  // already exact in `out`, in its register type
+                                : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
+                                      : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
+    if (fl && !arg) converted = "static_cast<" + element_type + ">(" + converted + ")";
+    emit(level, combine(converted, rl));
+    std::string body = close_level(level);
+    std::string n = std::to_string(count);
+    if (cooperative) {
+      BlockLoop loop = block_loop(rl, "int64_t", count);
+      levels_.at(static_cast<size_t>(depth)) += indented(loop.open + body + loop.close, 0);
+    } else if (columnar) {  // this thread's lane takes every column_lanes_-th element
+      emit(depth, "#pragma unroll 4");
+      emit(depth, "for (int64_t " + rl + " = column_lane; " + rl + " < " + n + "; " + rl +
+                      " += " + std::to_string(column_lanes_) + ") {");
+      levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
+      emit(depth, "}");
+    } else {
+      int64_t runs = 1;  // the nest iterations this pass runs in: the loops outside `depth`
+      for (int d = 0; d < depth && d < static_cast<int>(nest_shape_.size()); ++d)
+        runs *= nest_shape_[static_cast<size_t>(d)];
+      pass_iterations_ += runs * count;
+      if (std::optional<std::string> element =
+              column_block_fits(body, depth, last_dim_reduced, accs)) {
+        cpu_column_block(rl, count, body, accs, *element);
+        for (const Accumulator& a : accs)
+          emit(depth,
+               a.name + " = " + a.name + "_b[i" + std::to_string(nest_rank_ - 1) + " - cb];");
+        return;
+      }
+      if (target_ == Target::kCpu && pass_stores_ && &node == pass_stores_->reduction &&
+          !pass_stores_->along_last_dim)
+        throw PassOutsideColumnBlock{};
+      // A pass outside the nest's loops (a full reduction) is shared by the cores when long.
+      // One loop per piece between the pass's guards' bounds (pieces_between_cuts).
+      std::vector<int64_t> pieces = target_ == Target::kCpu ? pieces_between_cuts(same_as_rl, count)
+                                                            : std::vector<int64_t>{0, count};
+      for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
+        if (target_ == Target::kCpu && !simd.empty())
+          emit(depth, std::string(depth == 0 && count >= kParallelIterations
+                                      ? "#pragma omp parallel for simd "
+                                      : "#pragma omp simd ") +
+                          simd);
+        emit(depth, "for (int64_t " + rl + " = " + std::to_string(pieces[piece]) + "; " + rl +
+                        " < " + std::to_string(pieces[piece + 1]) + "; ++" + rl + ") {");
+        levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
+        emit(depth, "}");
+      }
+    }
+  };
+
+  // The line that combines the threads' partial results `a` of a shared reduction, if any.
+  auto combine = [&](const std::string& a, const std::string& op) {
+    if (cooperative) emit(depth, a + " = " + row_combine(op) + "(" + a + ");");
+    if (columnar)
+      emit(depth, a + " = column_" + op + "<" + std::to_string(column_tile_) + ", " +
+                      std::to_string(column_lanes_) + ">(" + a + ");");
+  };
+  std::string acc = fresh("acc");
+  auto finish = [&](const std::string& op) { combine(acc, op); };
+  std::string result;
+  switch (id) {
+    case OpId::kSum:
+    case OpId::kMean:
+    case OpId::kProd: {
+      bool prod = id == OpId::kProd;
+      const char* op = prod ? "prod" : "sum";
+      emit(depth, acc_type + " " + acc + " = " + (prod ? "1" : "0") + ";", acc);
+      pass([&](const std::string& x,
+               const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
+           std::string(prod ? "reduction(*:" : "reduction(+:") + acc + ")",
+           {{acc, acc_type, prod ? "1" : "0"}});
+      finish(op);
+      if (id == OpId::kMean)
+        result = "f_" + suffix(out) + "(" + acc + " / " + std::to_string(count) + ".0)";
+      else
+        result = (fl ? "f_" : "i_") + suffix(out) + "(" + acc + ")";
+      break;
+    }
+    case OpId::kAmax:
+    case OpId::kAmin: {
+      bool max = id == OpId::kAmax;
+      const char* op = max ? "max" : "min";
+      std::string init = fl ? (max ? "-kernel_infinity()" : "kernel_infinity()")
+                            : (max ? int_literal(INT64_MIN) : int_literal(INT64_MAX));
+      emit(depth, acc_type + " " + acc + " = " + init + ";", acc);
+      if (fl && target_ == Target::kCpu) {
+        // OpenMP's max or min (which need not keep a NaN) and a flag of the NaNs seen, so that
+        // the pass vectorizes: red_max's NaN tests kept GCC from it (a full amax of 2^16
+        // floats took 95 us instead of 16).
+        std::string nan = fresh("nan");
+        emit(depth, "int64_t " + nan + " = 0;", nan);
+        pass(
+            [&](const std::string& x, const std::string&) {
+              return acc + " = " + x + (max ? " > " : " < ") + acc + " ? " + x + " : " + acc +
+                     "; " + nan + " |= " + x + " != " + x + ";";
+            },
+            "reduction(" + std::string(op) + ":" + acc + ") reduction(|:" + nan + ")",
+            {{acc, acc_type, init}, {nan, "int64_t", "0"}});
+        result = "f_" + suffix(out) + "(" + nan + " ? __builtin_nan(\"\") : " + acc + ")";
+        break;
+      }
+      pass([&](const std::string& x,
+               const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
+           "reduction(" + std::string(op) + ":" + acc + ")", {{acc, acc_type, init}});
+      finish(op);
+      result = (fl ? "f_" : "i_") + suffix(out) + "(" + acc + ")";
+      break;
+    }
+    case OpId::kVar:
+    case OpId::kStd: {
+      Number correction = number(node.arg("correction"));
+      emit(depth, "double " + acc + " = 0;", acc);
+      pass([&](const std::string& x,
+               const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
+           "reduction(+:" + acc + ")", {{acc, "double", "0"}});
+      finish("sum");
+      std::string mean = fresh("mean");
+      declare("double", mean, acc + " / " + std::to_string(count) + ".0");
+      std::string m2 = fresh("acc");
+      emit(depth, "double " + m2 + " = 0;", m2);
+      pass(
+          [&](const std::string& x, const std::string&) {
+            std::string dev = "(" + x + " - " + mean + ")";
+            return m2 + " = red_sum(" + m2 + ", " + dev + " * " + dev + ");";
+          },
+          "reduction(+:" + m2 + ")", {{m2, "double", "0"}});
+      combine(m2, "sum");
+      // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
+      std::string divisor = fresh("n");
+      std::string excess = "(" + std::to_string(count) + ".0 - " + correction.as_double + ")";
+      declare("double", divisor, excess + " > 0 ? " + excess + " : 0.0");
+      std::string variance = m2 + " / " + divisor;
+      result = "f_" + suffix(out) + "(" +
+               (id == OpId::kStd ? "std::sqrt(" + variance + ")" : variance) + ")";
+      break;
+    }
+    case OpId::kArgmax:
+    case OpId::kArgmin: {
+      // The first index of the extreme; a NaN is more extreme than anything (the first NaN).
+      std::string best = fresh("best"), at_best = fresh("ib");
+      const char* better = id == OpId::kArgmax ? " > " : " < ";
+      emit(depth, acc_type + " " + best + " = 0;", best);
+      emit(depth, "int64_t " + at_best + " = -1;", at_best);
+      pass(
+          [&](const std::string& xv, const std::string& rl) {
+            std::string take = fl ? "(" + at_best + " < 0 || (!(" + best + " != " + best +
+                                        ") && (" + xv + " != " + xv + " || " + xv + better + best +
+                                        ")))"
+                                  : "(" + at_best + " < 0 || " + xv + better + best + ")";
+            return "if " + take + " { " + best + " = " + xv + "; " + at_best + " = " + rl + "; }";
+          },
+          "", {{best, acc_type, "0"}, {at_best, "int64_t", "-1"}});
+      result = at_best;
+      break;
+    }
+    default:
+      not_lowered(node.op->name + ": this reduction is not lowered");
+  }
+  return define(out, result);
+}
+
+// Whether v is a reduction of the region or computed from one.
+bool KernelEmitter::holds_reduction(const Value* v) {
+  if (auto it = holds_reduction_.find(v); it != holds_reduction_.end()) return it->second;
+  const Node* node = defining_node(v);
+  bool holds = false;
+  if (node) {
+    holds = node->op->kind == OpKind::kReduction;
+    for (const Operand& o : node->operands)
+      holds = holds || (o.is_value() && o.value()->is_tensor() && holds_reduction(o.value()));
+  }
+  return holds_reduction_[v] = holds;
+}
+
+// The outputs over the domain of the region's one reduction (analysis/pass_stores.h), stored
+// in its pass at the element `at` the pass loads, by the thread that loads it: each element of
+// the domain once. A columns nest's threads past its last element repeat that element's pass
+// and store nothing. In a row pass whose thread takes `lanes` neighbours at a time (lane
+// variable `lane`), each lane's value waits in registers declared at `outer` (the pass's
+// level), and the last lane stores them as one vector where the row is contiguous and aligned
+// (scalar stores of every 8th bf16 made the bf16 row sum's pass slower than a nest of its own):
+//   pass_out0[rl_lane] = v;  if (rl_lane == 7) { a0 = <address> - 7 * os0_1; vector_store }
+void KernelEmitter::store_in_pass(int level, const Index& at, int lanes, const std::string& lane,
+                                  int outer) {
+  pass_store_key_ = index_key(at);
+  for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
+    if (kernel_->outputs[j].shape != pass_stores_->domain) continue;
+    kernel_->outputs[j].in_last_nest = nest_is_last_;
+    Val v = eval(body_.outputs()[j], at);
+    const DType d = kernel_->outputs[j].dtype;
+    std::string n = std::to_string(j);
+    IndexExpr address = IndexExpr::var("oo" + n);
+    for (size_t dim = 0; dim < at.size(); ++dim)
+      address = address + mul(at[dim], "os" + n + "_" + std::to_string(dim));
+    if (lanes <= 1) {
+      std::string store =
+          "st_" + suffix(d) + "(out" + n + ", " + address.text + ", " + v.expr + ");";
+      emit(level, mode_ == NestMode::kColumns ? "if (column < n) " + store : store);
+      continue;
+    }
+    const std::string regs = fresh("pass_out"), first = fresh("a"), V = std::to_string(lanes);
+    const std::string last = "os" + n + "_" + std::to_string(at.size() - 1);
+    const std::string size = std::to_string(dtype_size(d));
+    emit(outer, "alignas(16) " + std::string(storage_type(d)) + " " + regs + "[" + V + "];");
+    emit(level, "st_" + suffix(d) + "(" + regs + ", " + lane + ", " + v.expr + ");");
+    emit(level, "if (" + lane + " == " + std::to_string(lanes - 1) + ") {");
+    emit(level, "  const int64_t " + first + " = (" + address.text + ") - " +
+                    std::to_string(lanes - 1) + " * " + last + ";");
+    emit(level, "  if (" + last + " == 1 && " + first + " % " + V +
+                    " == 0 && reinterpret_cast<uint64_t>(out" + n + ") % 16 == 0) {");
+    emit(level, "    vector_store<" + std::to_string(dtype_size(d) * lanes) +
+                    ">(static_cast<char*>(out" + n + ") + " + first + " * " + size + ", " + regs +
+                    ");");
+    emit(level, "  } else {");
+    emit(level, "    for (int l = 0; l < " + V + "; ++l) st_" + suffix(d) + "(out" + n + ", " +
+                    first + " + l * " + last + ", ld_" + suffix(d) + "(" + regs + ", l));");
+    emit(level, "  }");
+    emit(level, "}");
+  }
+}
+
+}  // namespace kiln::codegen::detail

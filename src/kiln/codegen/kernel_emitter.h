@@ -1,0 +1,425 @@
+// The kernel emitter: lowers a fusion region (a Step of kind kFusion) to the source of one CPU or
+// CUDA kernel, or says why it does not (kernel.h: lower_kernel). Internal to codegen/.
+//
+// Requires: a region whose body is functional (no in-place ops), its writebacks placed
+// (place_writebacks), every value of one device.
+// Ensures: a kernel whose nests compute every output of the region, one nest per output shape
+// (the nest with the writebacks last), each nest scheduled by the schedule that fits it; or a
+// NotLowered reason, and the executor interprets the region instead.
+//
+// The emitter walks the region's values from its outputs, writing each value's code at the
+// outermost loop level whose variables it uses (a row statistic once per row). Its parts, one file
+// each:
+//   lower_kernel.cpp             the driver: a nest per output shape, the kernel's declarations and
+//   layout emit_values.cpp              a value at an index: code placement by loop level, loads
+//   and views, numbers, elementwise and creation ops emit_reduction.cpp           reductions: their
+//   passes, accumulators and combines, and the outputs a pass stores emit_index.cpp index ops
+//   (index_select, gathers, index writes), scatters into views, cat and stack
+//   schedule_cpu_loops.cpp       CPU nests: their loops (shared by the cores), the flat vector
+//   loop, broadcast tables schedule_cpu_tiles.cpp       CPU nests in tiles, for an operand read
+//   transposed schedule_cpu_passes.cpp      CPU reduction passes: column blocks, pieces between
+//   guards, row buffers schedule_cuda_pointwise.cpp  CUDA flat nests: a grid-stride loop, scalar
+//   and 16-byte vector variants schedule_cuda_rows.cpp       CUDA row nests: a warp or a block per
+//   row, its reductions shared, the row cache schedule_cuda_columns.cpp    CUDA column nests: tiles
+//   of outputs, lanes splitting each reduction (schedule_reduction.h)
+#pragma once
+
+#include "kiln/codegen/kernel.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include "kiln/analysis/integer_range.h"
+#include "kiln/analysis/pass_stores.h"
+#include "kiln/analysis/storage_analysis.h"
+#include "kiln/codegen/broadcast_tables.h"
+#include "kiln/codegen/index_map.h"
+#include "kiln/codegen/schedule_reduction.h"
+#include "kiln/ir/type_rules.h"
+#include "kiln/support/error.h"
+
+namespace kiln::codegen::detail {
+
+// Loop nests with at least this many iterations run on all cores (OpenMP); smaller ones on the
+// calling thread, where starting a team would cost more than the work.
+constexpr int64_t kParallelIterations = int64_t{1} << 16;
+// The fewest consecutive elements for which a flat loop splits around its broadcast values
+// (flat_loop_split): below, the split's outer loop costs more than the values it hoists.
+constexpr int64_t kMinSplitInner = 16;
+// The positions of a CPU column block (cpu_column_block): each row's part of the block is read as
+// one vector loop of this many elements, their accumulators held in arrays.
+constexpr int64_t kCpuColumnBlock = 64;
+// The side of a CPU nest's tiles where an input is read transposed (cpu_tiled_loops): 16 x 16
+// floats of it are 16 cache lines, held in L1 while a tile's rows are stored (x.add_(y.t()) of
+// 2048 x 2048 floats on 2 cores: 4.1 ms in tiles of 16, 6.6 of 32, 7.7 of 64; 12.3 untiled).
+constexpr int64_t kCpuTile = 16;
+// The longest row whose pass keeps its values in a buffer for the row's elements
+// (keep_in_row_buffer): 256 KiB of float, within a core's L2 and a thread's stack.
+constexpr int64_t kMaxRowBuffer = 65536;
+// The most pieces a CPU pass is split into at its guards' bounds (pieces_between_cuts).
+constexpr size_t kMaxPassPieces = 4;
+
+// ops.def's elementwise expressions as text: the same table the interpreter compiles.
+struct ExprText {
+  const char* f;
+  const char* i;
+};
+inline const ExprText& expr_text(OpId id) {
+  static const std::unordered_map<OpId, ExprText> table = {
+#define KILN_UNARY(Id, name, rule, inplace, fexpr, iexpr) {OpId::k##Id, {#fexpr, #iexpr}},
+#define KILN_BINARY(Id, name, sig, rule, inplace, fexpr, iexpr) {OpId::k##Id, {#fexpr, #iexpr}},
+#define KILN_TERNARY(Id, name, sig, rule, inplace, fexpr, iexpr) {OpId::k##Id, {#fexpr, #iexpr}},
+#include "kiln/ir/ops.def"
+  };
+  auto it = table.find(id);
+  KILN_ASSERT(it != table.end()) << op_info(id).name << " is not elementwise";
+  return it->second;
+}
+
+// A region kiln does not lower (yet): the executor interprets it.
+struct NotLowered {
+  std::string why;
+};
+[[noreturn]] inline void not_lowered(std::string why) {
+  throw NotLowered{std::move(why)};
+}
+
+inline std::string double_literal(double v) {
+  // Through the preludes' functions: NVRTC has no __builtin_inf (a CUDA kernel of
+  // masked_fill(-inf) did not compile).
+  if (std::isnan(v)) return std::signbit(v) ? "(-kernel_nan())" : "kernel_nan()";
+  if (std::isinf(v)) return v < 0 ? "(-kernel_infinity())" : "kernel_infinity()";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%a", v);  // exact
+  return v < 0 || std::signbit(v) ? std::string("(") + buf + ")" : buf;
+}
+
+inline std::string int_literal(int64_t v) {
+  if (v == INT64_MIN) return "(-9223372036854775807LL - 1)";
+  std::string s = std::to_string(v) + "LL";
+  return v < 0 ? "(" + s + ")" : s;
+}
+
+inline std::string suffix(DType d) {
+  return std::string(dtype_name(d));
+}
+
+// A value as a kernel holds it: an expression (usually a variable) of register type double
+// (floating dtypes) or int64_t (integral dtypes and bool).
+struct Val {
+  std::string expr;
+  DType dtype = DType::kFloat32;
+  bool floating() const { return is_floating(dtype); }
+};
+
+// A Python number argument: a constant of the trace or a number input of the step.
+// A CPU pass across rows that stores (analysis/pass_stores.h) but cannot run in a column block:
+// the region is lowered again with its domain's outputs in a nest of their own.
+struct PassOutsideColumnBlock {};
+
+// A reduction pass's accumulator: its variable, register type and initial value.
+struct Accumulator {
+  std::string name, type, init;
+};
+
+struct Number {
+  std::string as_double;  // scalar_to_double
+  std::string as_int;     // scalar_to_int
+  bool is_float = false;  // a Python float (store_scalar stores it as a double)
+};
+
+// A CUDA nest's vectorized variant being emitted: the lane `l` of the thread's elements, with the
+// inputs loaded in registers lane_in<k> and the outputs stored in lane_out<j>.
+struct Lanes {
+  std::set<size_t> inputs;  // step inputs read from registers
+};
+
+// A nest's body: the code that computes every output at the iteration's index, by loop level
+// (level 0 runs before the nest's loops, level d inside loop d - 1: a value is placed at the
+// outermost level whose loop variables it uses, so a row statistic is computed once per row),
+// then the stores (innermost).
+struct NestBody {
+  std::vector<std::string> levels;
+  std::string stores;
+  // A CPU nest's column block (cpu_column_block): the passes of its column reductions, run for a
+  // block of consecutive positions of the last dim before the last loop runs over them.
+  std::string column_block;
+  std::string flat() const {  // every level in order: for a nest that runs as one flat loop
+    std::string all;
+    for (const std::string& l : levels)
+      all += l;
+    return all;
+  }
+};
+
+// How a nest runs: CPU loops (one per dim), one flat CUDA grid-stride loop over its elements,
+// CUDA rows (a block or a warp per row of the dims before the last, its threads over the last
+// dim; the reductions at row level are computed by the row's threads together), or CUDA columns
+// (a block per tile of consecutive elements, several threads per element sharing its reductions:
+// schedule_reduction.h).
+enum class NestMode { kCpuLoops, kFlat, kRows, kColumns };
+
+// CUDA threads per block.
+constexpr int kCudaBlock = 256;
+// The threads that run one row of a row nest: a warp for rows of up to 512 elements (8 rows to a
+// block), else a block of 64 to kCudaBlock threads, the most that still leaves each thread two
+// vectors of `vector` elements (row_lanes). A row's threads hold its elements in registers (the
+// row cache, KernelEmitter::row_cached_load): fewer threads a row keep more rows, and more bytes,
+// in flight on an SM, and spread each row's fixed work (its setup, its barriers) over more
+// elements. On the H200 (bench/NOTES.md):
+// - the normalization of rows of 1024 with 256 threads a row and no row cache was latency bound:
+//   8 rows in flight per SM, and bf16 took the time f32 took;
+// - a warp per row without the cache needed 174 registers a thread at rows of 1024 (32 trips,
+//   loads of x, w and b each);
+// - two rows of 128 threads in one block, each on its own named barrier, limited an SM to 4
+//   blocks (ncu: "Block Limit Barriers"), so a row that is not a warp is a block.
+inline int row_threads_for(int64_t length, int vector) {
+  if (length <= 512) return 32;
+  int threads = 64;
+  while (threads < kCudaBlock && threads * 2 * vector * 2 <= length)
+    threads *= 2;
+  return threads;
+}
+// Trips of a row loop (elements per thread) up to which the loop is unrolled completely, so its
+// row cache is held in registers.
+constexpr int64_t kRowCacheTrips = 16;
+// The most 32-bit registers a thread spends on row caches.
+constexpr int64_t kRowCacheWords = 64;
+
+class KernelEmitter {
+ public:
+  KernelEmitter(const Step& step, Target target) : step_(step), body_(step.body), target_(target) {}
+  KernelLowering run();
+
+ private:
+  // Types of the emitter's state and results.
+
+  // A loop of the row's threads (a block's or a warp's) over [0, count): thread t takes t,
+  // t + threads, ... Its trip count is a constant, so the compiler unrolls it and issues the loads
+  // of every trip before it waits for the first. (A loop stepping by blockDim.x issued one load at
+  // a time, and the row nests ran at about twice their byte floor on the H200: bench/NOTES.md.)
+  // Over the row itself with a row vector width V (row_lanes), thread t takes V neighbours at a
+  // time: (t + trip * threads) * V + lane, so that the row cache loads, and the final loop
+  // stores, V elements with one instruction.
+  struct BlockLoop {
+    std::string open, close;  // the body goes between, as complete lines
+    // With lanes: the trip loop alone (open_trip + lane loop + close_trip is the whole loop).
+    std::string open_trip, close_trip;
+  };
+
+  // The row cache (row_cached_load): the loop variables that run over a row's positions, by
+  // name, with their loop's trip variable and count; the cached arrays by input, index and count;
+  // the code that fills them; the registers they take.
+  struct RowPosition {
+    std::string trip;  // the loop's current register in a row cache (cache_slot)
+    int64_t count = 0;
+  };
+  struct RowCache {
+    std::string array;
+    bool as_stored = false;  // holds the elements in their storage type (row_cached_load)
+  };
+
+  // lower_kernel.cpp: the driver: a nest per output shape, the kernel's declarations and layout
+  Kernel lower();
+  std::string cpu_source(const std::vector<Shape>& shapes, Kernel& k);
+  std::string describe_step() const;
+  void check_device(const Value* v) const;
+  NestBody emit_body(const Shape& shape, Kernel& k, bool is_last, NestMode mode,
+                     const Lanes* lanes = nullptr, bool unit_row = false);
+  void begin_body(const Shape& shape, const Kernel& k, NestMode mode, const Lanes* lanes);
+  void record_last_nest_loads(const Shape& shape, Kernel& k);
+  std::string cuda_source(const std::vector<Shape>& shapes, Kernel& k);
+  std::string cuda_decls(const Kernel& k) const;
+  std::string layout_decls(const Kernel& k, const std::string& from,
+                           const std::string& index) const;
+  static std::string decompose(const Shape& shape, const std::string& indent);
+  static const char* storage_type(DType d);
+
+  // emit_values.cpp: a value at an index: code placement by loop level, loads and views, numbers,
+  // elementwise and creation ops
+  static std::string indented(const std::string& code, int depth);
+  static IndexExpr mul(const IndexExpr& index, const std::string& stride);
+  static std::vector<std::string_view> variables_in(std::string_view text);
+  int depth_of(std::string_view text) const;
+  int depth_of(const Index& index) const;
+  void emit(int level, const std::string& line, const std::string& defines = "");
+  std::string close_level(int level);
+  void declare(const std::string& type, const std::string& name, const std::string& expr);
+  Val define(DType dtype, const std::string& expr);
+  std::string reg(DType d) const;
+  std::string compute_reg(DType d) const;
+  static bool single_rounding_op(const Node& node, int rounding);
+  static const Node* defining_node(const Value* v);
+  Val eval(const Value* v, const Index& at);
+  Val compute(const Value* v, const Index& at);
+  Val load(size_t k, const Index& at);
+  Val as_strided(const Node& node, const Index& at);
+  static bool inside(const Geometry& window, int64_t storage_numel);
+  void require_whole_storage(const Value* v);
+  Number number(const Operand& o);
+  static bool number_is_bool(const Operand& o);
+  static std::string store_number(const Number& n, DType out);
+  static std::string copy_convert(const Val& v, DType out);
+  static std::optional<std::string> pow_by_constant(const Operand& exponent);
+  Val elementwise(const Node& node, const Index& at);
+  Val creation(const Node& node, const Index& at);
+
+  // emit_reduction.cpp: reductions: their passes, accumulators and combines, and the outputs a pass
+  // stores
+  Val reduction(const Node& node, const Index& at);
+  bool holds_reduction(const Value* v);
+  void store_in_pass(int level, const Index& at, int lanes, const std::string& lane, int outer);
+
+  // emit_index.cpp: index ops (index_select, gathers, index writes), scatters into views, cat and
+  // stack
+  Val indexed(const Node& node, const Index& at);
+  void check_scan_length(const Node& node, int64_t length);
+  IndexCheck index_check(const Node& node, const Value* index, int64_t size, int64_t dim,
+                         const std::string& where);
+  static bool keeps_every_element(const Node* view);
+  Val scattered(const Node& node, const Index& at, size_t dim);
+  Val join(const Node& node, const Index& at);
+  static std::string copy_convert_item(const Val& v, DType out);
+  Val scatter(const Node& node, const Index& at);
+  bool as_strided_slot(const Node& node, const Index& at, std::string* cond, Index* slot);
+
+  // schedule_cpu_loops.cpp: CPU nests: their loops (shared by the cores), the flat vector loop,
+  // broadcast tables
+  std::string cpu_tables(Kernel& k);
+  static std::string table_position(const Value* v, const Index& at);
+  std::string emit_nest(const Shape& shape, Kernel& k, bool is_last);
+  static std::string cpu_loops(const Shape& shape, const NestBody& body, int64_t work);
+  std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
+                                              int64_t work) const;
+  std::string cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last);
+  static size_t flat_loop_split(const Shape& shape, const NestBody& body);
+
+  // schedule_cpu_tiles.cpp: CPU nests in tiles, for an operand read transposed
+  bool tiles_fit(const Shape& shape, const NestBody& body) const;
+  static std::string cpu_tiled_loops(const Shape& shape, const NestBody& body, int64_t work);
+
+  // schedule_cpu_passes.cpp: CPU reduction passes: column blocks, pieces between guards, row
+  // buffers
+  static std::string column_block_loop(int64_t length, const std::string& passes,
+                                       const std::string& pad);
+  void keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level, int depth,
+                          int64_t count);
+  void note_cut(const IndexExpr& x, int64_t at);
+  std::vector<int64_t> pieces_between_cuts(const std::string& var, int64_t count) const;
+  std::optional<std::string> column_block_fits(const std::string& body, int depth,
+                                               bool last_dim_reduced,
+                                               const std::vector<Accumulator>& accs) const;
+  void cpu_column_block(const std::string& rl, int64_t count, const std::string& body,
+                        const std::vector<Accumulator>& accs, const std::string& element);
+
+  // schedule_cuda_pointwise.cpp: CUDA flat nests: a grid-stride loop, scalar and 16-byte vector
+  // variants
+  static std::string cuda_entries(size_t index, char variant, int block_threads,
+                                  const std::string& body);
+  std::string cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                        std::string* entries);
+
+  // schedule_cuda_rows.cpp: CUDA row nests: a warp or a block per row, its reductions shared, the
+  // row cache
+  std::string cuda_rows_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                             KernelNest& nest, std::string* entries, bool unit_row = false);
+  BlockLoop block_loop(const std::string& var, const std::string& type, int64_t count) const;
+  int row_lanes(int64_t count) const;
+  static std::string cache_slot(const std::string& var, int lanes);
+  std::string row_vector_store(size_t j, const Shape& shape, const std::string& var, int lanes,
+                               std::string* flush) const;
+  std::string row_thread() const;
+  std::string row_combine(const std::string& op) const;
+  std::optional<Val> row_cached_load(size_t k, const Index& at);
+  bool uses_only_row_indices(const std::string& text) const;
+
+  // schedule_cuda_columns.cpp: CUDA column nests: tiles of outputs, lanes splitting each reduction
+  // (schedule_reduction.h)
+  void refuse_an_idle_device(int64_t blocks, int64_t bytes) const;
+  int64_t widest_dtype_bytes(const Kernel& k) const;
+  std::string cuda_columns_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                                KernelNest& nest, const ReductionSchedule& schedule,
+                                std::string* entries);
+
+  // The emitter's state, and helpers small enough to stay here.
+  std::string fresh(const char* prefix) { return prefix + std::to_string(next_++); }
+
+  // An index write lowers as a gather: each output element scans the index for the positions
+  // that land on it, `length` of them, so the kernel does output x length work. That is what a
+  // KV cache's one-token index_copy_ wants (fused, in place); past kMaxScannedIndex positions
+  // (an embedding's gradient: 8192 tokens into 50257 rows) PyTorch's scatter of the slices, work
+  // of the slices alone, is faster, and the step runs through PyTorch.
+  static constexpr int64_t kMaxScannedIndex = 16;
+  const Step& step_;
+  const Trace& body_;
+  const Target target_;
+  const Lanes* lanes_ = nullptr;
+  std::unordered_map<const Value*, size_t> input_index_;
+
+  // The nest being emitted.
+  std::vector<std::string> levels_;  // code by level (NestBody::levels)
+  static constexpr size_t kMaxKernelSource = size_t{1} << 20;
+  size_t emitted_ = 0;                             // bytes emitted so far (emit)
+  std::unordered_map<std::string, int> level_of_;  // the level of every variable defined so far
+  int nest_rank_ = 0;
+  NestMode mode_ = NestMode::kCpuLoops;
+  int row_threads_ = kCudaBlock;  // a row nest's threads per row: a block's or a warp's
+  int row_reductions_ = 0;        // reductions at row level (below the nest's last dim) so far
+  int64_t row_reduce_count_ = 0;  // the most elements a row-level reduction combines
+  std::unordered_map<std::string, RowPosition> row_positions_;
+  int64_t row_length_ = 0;  // a row nest's row: the positions its row loops run over
+  int row_vector_ = 1;      // ... and its row vector width (row_lanes)
+  std::map<std::string, RowCache> row_caches_;
+  std::string row_fills_;
+  int64_t row_cache_words_ = 0;
+  int reductions_ = 0;  // reductions in the nest so far
+
+  // The nest being emitted, and the iterations of its reduction passes so far (each pass's
+  // elements times the nest iterations it runs in): a CPU nest of 16 row sums over 4096 elements
+  // has 16 iterations but 65536 of work (emit_nest's parallel loop).
+  Shape nest_shape_;
+  int64_t pass_iterations_ = 0;
+  ElementReductions element_;  // the nest's element-level reductions so far (reduction)
+  int column_tile_ = 0;        // a column nest's elements per block
+  int column_lanes_ = 0;       // ... and threads per element
+  std::string column_block_;   // a CPU nest's column block so far (cpu_column_block)
+
+  // The constants the guards of the nest so far compare each loop variable with (note_cut).
+  std::map<std::string, std::set<int64_t>> cuts_;
+  std::unordered_map<const Value*, bool> holds_reduction_;  // holds_reduction's answers
+
+  // Whether a CPU pass across rows may store (lower: cleared when one cannot run in its block).
+  bool cpu_column_pass_stores_ = true;
+  std::unordered_map<std::string, Val> memo_;
+  std::optional<PassStores> pass_stores_;  // the region's, if its reduction's pass stores
+  std::string pass_store_key_;  // the index the nest's pass stores at (index_key), if it does
+  Kernel* kernel_ = nullptr;    // the kernel being lowered
+  bool nest_is_last_ = false;   // whether the nest being emitted is the kernel's last
+
+  // The CPU kernel's tables filled so far, by value (cpu_tables).
+  std::unordered_map<const Value*, std::string> table_name_;
+  std::vector<IndexCheck> index_checks_;      // of the index ops lowered so far (one per use)
+  std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
+  std::vector<bool> raw_loads_;               // per input: read through as_strided
+
+  // Per input: the indices of its loads outside any scatter's src, and whether it is loaded
+  // inside one (where the load's value is used only under the scatter's condition).
+  std::vector<std::set<std::string>> unguarded_loads_;
+  std::vector<bool> guarded_loads_;
+  int guard_depth_ = 0;  // > 0 while evaluating a scatter's src
+
+  // Per input: the indices of its loads outside a row's passes (all of them but those a pass that
+  // precedes every store of its row makes while row_pass_depth_ > 0; record_last_nest_loads).
+  std::vector<std::set<std::string>> loads_outside_row_passes_;
+  int row_pass_depth_ = 0;
+  std::vector<std::vector<StorageWindow>> windows_;
+  std::vector<bool> whole_storage_;  // per input: indexed as its storage (require_whole_storage)
+  int next_ = 0;
+};
+
+}  // namespace kiln::codegen::detail

@@ -1,0 +1,243 @@
+// CPU nests: their loops (shared by the cores), the flat vector loop, broadcast tables.
+// Part of the kernel emitter (kernel_emitter.h).
+#include "kiln/codegen/kernel_emitter.h"
+
+namespace kiln::codegen::detail {
+
+// The CPU kernel's tables (broadcast_tables.h), each filled by a serial nest over its value's
+// own shape before the kernel's nests, which load its entries:
+//   alignas(64) float tbl0[64];   (the value's register type: reg)
+//   for (i1 < 64) { v3 = ... rsqrt(var[i1] + eps) * w[i1] ...; tbl0[i1] = v3; }
+//   ... nest over [32, 64, 16, 16]: v9 = ld(x, ...) * tbl0[i1] ...
+std::string KernelEmitter::cpu_tables(Kernel& k) {
+  std::string src;
+  for (const Value* v : broadcast_tables(body_)) {
+    const TensorType& type = v->tensor_type();
+    const std::string name = "tbl" + std::to_string(table_name_.size());
+    begin_body(type.shape, k, NestMode::kCpuLoops, nullptr);
+    const Index at = loop_index(type.shape);
+    Val r = eval(v, at);
+    NestBody body{levels_, name + "[" + table_position(v, at) + "] = " + r.expr + ";\n",
+                  column_block_};
+    src += "  alignas(64) " + reg(type.dtype) + " " + name + "[" + std::to_string(type.numel()) +
+           "];\n";
+    src += "  {  // table of " + v->name() + " " + shape_str(type.shape) + "\n" +
+           indented(body.levels[0], 2) + cpu_loops(type.shape, body, 0) + "  }\n";
+    table_name_[v] = name;  // filled: from here on its uses load it
+  }
+  return src;
+}
+
+// The entry of v's table at `at` (an index into v's shape): row-major.
+std::string KernelEmitter::table_position(const Value* v, const Index& at) {
+  const Shape& shape = v->tensor_type().shape;
+  const Strides strides = contiguous_strides(shape);
+  std::string position;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    position += (position.empty() ? "" : " + ") + std::string("(") + at[d].text + ") * " +
+                std::to_string(strides[d]) + "LL";
+  }
+  return position.empty() ? "0" : position;
+}
+
+std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last) {
+  NestBody body = emit_body(shape, k, is_last, NestMode::kCpuLoops);
+  bool has_reductions = reductions_ > 0;
+  if (is_last) record_last_nest_loads(shape, k);
+  const int64_t work = shape_numel(shape) + pass_iterations_;
+  std::vector<std::string> unit = unit_inner_strides(shape, k, work);
+  const bool tiled = !has_reductions && tiles_fit(shape, body);
+  std::string flat = has_reductions || tiled ? "" : cpu_flat_loop(shape, k, is_last);
+  // A flat loop of one dim is taken exactly when the inner strides are 1: the loops' unit
+  // variant would be dead code.
+  if (!flat.empty() && shape.size() == 1) unit.clear();
+
+  std::string out =
+      "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " + shape_str(shape) + "\n";
+  if (!flat.empty()) out += flat + "  } else {\n";
+  // The code outside the loops (a full reduction's passes) is specialized with them.
+  const std::string loops =
+      indented(body.levels[0], 2) +
+      (tiled ? cpu_tiled_loops(shape, body, work) : cpu_loops(shape, body, work));
+  if (unit.empty()) {
+    out += loops;
+  } else {
+    std::string cond, declare;
+    for (const std::string& n : unit) {
+      cond += (cond.empty() ? "" : " && ") + n + " == 1LL";
+      declare += (declare.empty() ? "" : ", ") + n + " = 1";
+    }
+    out += "  if (" + cond + ") {\n    constexpr int64_t " + declare + ";\n" + indented(loops, 1) +
+           "  } else {\n" + indented(loops, 1) + "  }\n";
+  }
+  if (!flat.empty()) out += "  }\n";
+  out += "  }\n";
+  return out;
+}
+
+// A CPU nest's loops around its body: the outer ones shared by the cores (OpenMP) when the
+// nest's iterations and its reductions' elements come to kParallelIterations.
+std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, int64_t work) {
+  std::string out;
+  bool between_loops = false;  // code between the loops: they cannot collapse
+  for (size_t d = 1; d < shape.size(); ++d)
+    between_loops = between_loops || !body.levels[d].empty();
+  const int collapse = between_loops ? 1 : std::max<int>(1, static_cast<int>(shape.size()) - 1);
+  int64_t shared = 1;  // the iterations the threads share
+  for (int d = 0; d < collapse && d < static_cast<int>(shape.size()); ++d)
+    shared *= shape[static_cast<size_t>(d)];
+  if (work >= kParallelIterations && shared > 1) {
+    out += "#pragma omp parallel for";
+    if (collapse > 1) out += " collapse(" + std::to_string(collapse) + ")";
+    out += "\n";
+  }
+  const bool blocked = !body.column_block.empty();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    std::string i = "i" + std::to_string(d), pad(2 + 2 * d, ' ');
+    if (blocked && d + 1 == shape.size()) {
+      out += column_block_loop(shape[d], body.column_block, pad);
+      out += pad + "  for (int64_t " + i + " = cb; " + i + " < cb + cw; ++" + i + ") {\n";
+    } else {
+      out += pad + "  for (int64_t " + i + " = 0; " + i + " < " + std::to_string(shape[d]) +
+             "; ++" + i + ") {\n";
+    }
+    out += indented(body.levels[d + 1], static_cast<int>(d) + 3);
+  }
+  out += indented(body.stores, static_cast<int>(shape.size()) + 2);
+  for (size_t d = shape.size(); d-- > 0;) {
+    const std::string close = std::string(2 + 2 * d, ' ') + "  }\n";
+    out += blocked && d + 1 == shape.size() ? close + close : close;  // and the block loop's
+  }
+  return out;
+}
+
+// The innermost strides of the tensors a CPU nest reads or writes (s0_1, os0_1; none when the
+// nest is too small to matter). The nest's loops are then emitted twice: once for strides
+// known to be 1 (declared so in the loops' scope, shadowing the kernel's), and once for any.
+// With unit inner strides the loads of a row are contiguous to the compiler, and the innermost
+// loop and the reductions' simd passes vectorize (runtime strides made every load a gather,
+// which GCC does not vectorize for float).
+std::vector<std::string> KernelEmitter::unit_inner_strides(const Shape& shape, const Kernel& k,
+                                                           int64_t work) const {
+  if (work < 16) return {};
+  std::vector<std::string> names;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (!k.inputs[i].is_tensor || loads_[i].empty()) continue;
+    const TensorType& t = body_.inputs()[i]->tensor_type();
+    if (t.rank() == 0 || t.shape.back() == 1) continue;
+    names.push_back("s" + std::to_string(i) + "_" + std::to_string(t.rank() - 1));
+  }
+  for (size_t j = 0; j < k.outputs.size(); ++j) {
+    const Shape& out = k.outputs[j].shape;
+    const bool stored_in_pass = !pass_store_key_.empty() && out == pass_stores_->domain;
+    if ((out != shape && !stored_in_pass) || out.empty() || out.back() == 1) continue;
+    names.push_back("os" + std::to_string(j) + "_" + std::to_string(out.size() - 1));
+  }
+  return names;
+}
+
+// A CPU nest without reductions also gets one flat loop that the compiler vectorizes (`omp
+// simd`; vector math from libmvec, cpu_vector_math.h), taken at run time when every tensor read
+// or written at the iteration's own element is contiguous over the nest. Those are addressed
+// as arrays from their first element; anything else (a broadcast operand, a view) is read at
+// the multi-index recovered from the flat one. Empty when no tensor qualifies.
+//   if (s0_0 == 4LL && s0_1 == 1LL && os0_0 == 4LL && os0_1 == 1LL) {
+//     for (int64_t lin = 0; lin < 12; ++lin) { ... ld_f32(lane_in0, l) ... st_f32(lane_out0, l,
+//     v) }
+//   } else { the strided loops }
+std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last) {
+  int64_t numel = shape_numel(shape);
+  if (shape.empty() || numel < 16) return "";
+  std::string identity = index_key(loop_index(shape));
+  Lanes lanes;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].empty()) continue;
+    if (loads_[i].size() != 1 || *loads_[i].begin() != identity) continue;
+    if (body_.inputs()[i]->tensor_type().shape != shape) continue;
+    lanes.inputs.insert(i);
+  }
+  std::vector<size_t> outs;
+  for (size_t j = 0; j < k.outputs.size(); ++j)
+    if (k.outputs[j].shape == shape) outs.push_back(j);
+  if (lanes.inputs.empty() && outs.empty()) return "";
+  std::vector<std::vector<StorageWindow>> windows = windows_;
+  std::vector<bool> whole = whole_storage_;
+  NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
+  windows_ = windows;
+  whole_storage_ = whole;
+
+  Strides contiguous = contiguous_strides(shape);
+  std::string cond;
+  auto require_contiguous = [&](const std::string& strides) {
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] == 1) continue;
+      cond += std::string(cond.empty() ? "" : " && ") + strides + std::to_string(d) +
+              " == " + std::to_string(contiguous[d]) + "LL";
+    }
+  };
+  std::string text;
+  for (size_t i : lanes.inputs) {
+    std::string n = std::to_string(i);
+    require_contiguous("s" + n + "_");
+    text += "    const char* const lane_in" + n + " = static_cast<const char*>(in" + n + ") + o" +
+            n + " * " + std::to_string(dtype_size(body_.inputs()[i]->tensor_type().dtype)) + ";\n";
+  }
+  for (size_t j : outs) {
+    std::string n = std::to_string(j);
+    require_contiguous("os" + n + "_");
+    text += "    char* const lane_out" + n + " = static_cast<char*>(out" + n + ") + oo" + n +
+            " * " + std::to_string(dtype_size(k.outputs[j].dtype)) + ";\n";
+  }
+  const size_t split = flat_loop_split(shape, lane);
+  if (split == 0) {
+    text += numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+    text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
+    text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
+    text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
+  } else {
+    // outer dims [0, split), each outer position's values once, then the inner dims as one
+    // vectorized loop over consecutive elements.
+    Shape outer = shape, inner = shape;
+    std::fill(outer.begin() + static_cast<std::ptrdiff_t>(split), outer.end(), 1);
+    std::fill(inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(split), 1);
+    const std::string inner_n = std::to_string(shape_numel(inner)) + "LL";
+    std::string hoisted, inside;
+    for (size_t d = 0; d < lane.levels.size(); ++d)
+      (d <= split ? hoisted : inside) += lane.levels[d];
+    if (numel >= kParallelIterations) text += "#pragma omp parallel for\n";
+    text += "    for (int64_t outer = 0; outer < " + std::to_string(shape_numel(outer)) +
+            "LL; ++outer) {\n";
+    text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
+    text += indented(hoisted, 3) + "#pragma omp simd\n";
+    text += "      for (int64_t within = 0; within < " + inner_n + "; ++within) {\n";
+    text += "        [[maybe_unused]] const int64_t l = outer * " + inner_n + " + within;\n";
+    text += "        [[maybe_unused]] const I lin = within;\n" + decompose(inner, "        ");
+    text += indented(inside, 4) + indented(lane.stores, 4) + "      }\n    }\n";
+  }
+  return "  if (" + (cond.empty() ? std::string("true") : cond) + ") {\n" +
+         "    using I [[maybe_unused]] = int64_t;\n" + text;
+}
+
+// Where a flat loop splits in two (0: it does not): at the innermost loop level with code of
+// its own before the innermost, or the nearest level outside it whose dims hold enough
+// consecutive elements for a vector loop. A broadcast operand's values (a batch norm's
+// per-channel scale, a rsqrt of it) are then computed once per outer position instead of once per
+// element:
+//   x[128, 256, 8, 8] * s.view(1, -1, 1, 1).rsqrt(): split 2, 32768 x rsqrt, then 64 lanes
+size_t KernelEmitter::flat_loop_split(const Shape& shape, const NestBody& body) {
+  size_t split = 0;
+  for (size_t d = 1; d < shape.size(); ++d)
+    if (!body.levels[d].empty()) split = d;
+  // Too few elements inside: the split moves out while its inner block is short (a table
+  // entry per channel of [64, 2048, 1, 1]: outer 64, inner 2048 channels read as a vector).
+  for (; split > 0; --split) {
+    int64_t inner = 1;
+    for (size_t d = split; d < shape.size(); ++d)
+      inner *= shape[d];
+    if (inner >= kMinSplitInner) return split;
+  }
+  return 0;
+}
+
+}  // namespace kiln::codegen::detail

@@ -1,0 +1,132 @@
+// CUDA flat nests: a grid-stride loop, scalar and 16-byte vector variants.
+// Part of the kernel emitter (kernel_emitter.h).
+#include "kiln/codegen/kernel_emitter.h"
+
+namespace kiln::codegen::detail {
+
+// The kernel entries of nest `index`'s `variant` ('s' scalar, 'v' vector), in 32- and 64-bit
+// indexing (_n<index>_<variant>32, ...64), each calling the device function `body<I>`.
+std::string KernelEmitter::cuda_entries(size_t index, char variant, int block_threads,
+                                        const std::string& body) {
+  std::string out;
+  for (int bits : {32, 64}) {
+    std::string entry = "_n" + std::to_string(index) + "_" + variant + std::to_string(bits);
+    out += "extern \"C\" __global__ void __launch_bounds__(" + std::to_string(block_threads) +
+           ") KILN_CAT(KILN_KERNEL_NAME, " + entry + ")(const Args a) {\n  " + body + "<" +
+           (bits == 32 ? "int32_t" : "int64_t") + ">(a);\n}\n";
+  }
+  return out;
+}
+
+// The nest's device functions and their entries (appended to `entries`).
+std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                                     std::string* entries) {
+  KernelNest nest;
+  nest.shape = shape;
+  nest.numel = shape_numel(shape);
+  std::string name = "nest" + std::to_string(index);
+  std::string decls = cuda_decls(k);
+  std::string numel = std::to_string(nest.numel);
+
+  NestBody scalar = emit_body(shape, k, is_last, NestMode::kFlat);
+  if (row_reductions_ > 0) return cuda_rows_nest(index, shape, k, is_last, nest, entries);
+  element_.numel = nest.numel;
+  element_.widest = widest_dtype_bytes(k);
+  const ReductionSchedule schedule = choose_reduction_schedule(element_, kCudaBlock);
+  if (schedule.kind == ReductionSchedule::Kind::kRowPerElement) {
+    Shape rows = shape;
+    rows.push_back(1);
+    return cuda_rows_nest(index, rows, k, is_last, nest, entries, /*unit_row=*/true);
+  }
+  if (schedule.kind == ReductionSchedule::Kind::kColumns)
+    return cuda_columns_nest(index, shape, k, is_last, nest, schedule, entries);
+  if (is_last) record_last_nest_loads(shape, k);
+  std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
+                    "_scalar(const Args& a) {\n" + decls;
+  src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+  src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);\n";
+  src +=
+      "  for (I lin = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
+      "static_cast<I>(threadIdx.x); lin < n; lin += step) {\n";
+  src += decompose(shape, "    ") + indented(scalar.flat(), 2) + indented(scalar.stores, 2) +
+         "  }\n}\n";
+
+  // The vectorized variant: inputs read only at the iteration's own element load as vectors.
+  std::string identity = index_key(loop_index(shape));
+  Lanes lanes;
+  int64_t widest = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].empty()) continue;
+    if (loads_[i].size() != 1 || *loads_[i].begin() != identity) continue;
+    if (body_.inputs()[i]->tensor_type().shape != shape) continue;
+    lanes.inputs.insert(i);
+    widest = std::max<int64_t>(widest, dtype_size(body_.inputs()[i]->tensor_type().dtype));
+  }
+  std::vector<size_t> outs;
+  for (size_t j = 0; j < k.outputs.size(); ++j)
+    if (k.outputs[j].shape == shape) {
+      outs.push_back(j);
+      widest = std::max<int64_t>(widest, dtype_size(k.outputs[j].dtype));
+    }
+  int width = static_cast<int>(std::min<int64_t>(8, 16 / std::max<int64_t>(widest, 1)));
+  std::string variants = "s";
+  if (width > 1 && nest.numel >= width) {
+    std::vector<std::vector<StorageWindow>> windows = windows_;
+    std::vector<bool> whole = whole_storage_;
+    NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
+    windows_ = windows;
+    whole_storage_ = whole;
+    nest.vector_width = width;
+    for (size_t i : lanes.inputs)
+      nest.vector_inputs.push_back(static_cast<int>(i));
+    for (size_t j : outs)
+      nest.vector_outputs.push_back(static_cast<int>(j));
+    std::string v = std::to_string(width);
+    src += "template <class I>\n__device__ __forceinline__ void " + name +
+           "_vector(const Args& a) {\n" + decls;
+    src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+    src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x) * " + v + ";\n";
+    src +=
+        "  for (I base = (static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
+        "static_cast<I>(threadIdx.x)) * " +
+        v + "; base < n; base += step) {\n";
+    src += "    if (base + " + v + " <= n) {\n";
+    for (size_t i : lanes.inputs) {
+      DType d = body_.inputs()[i]->tensor_type().dtype;
+      std::string n = std::to_string(i), size = std::to_string(dtype_size(d));
+      src +=
+          "      alignas(16) " + std::string(storage_type(d)) + " lane_in" + n + "[" + v + "];\n";
+      src += "      vector_load<" + std::to_string(dtype_size(d) * width) + ">(lane_in" + n +
+             ", static_cast<const char*>(in" + n + ") + static_cast<int64_t>(o" + n +
+             " + base) * " + size + ");\n";
+    }
+    for (size_t j : outs) {
+      std::string n = std::to_string(j);
+      src += "      alignas(16) " + std::string(storage_type(k.outputs[j].dtype)) + " lane_out" +
+             n + "[" + v + "];\n";
+    }
+    src += "#pragma unroll\n      for (int l = 0; l < " + v + "; ++l) {\n";
+    src += "        const I lin = base + l;\n" + decompose(shape, "        ");
+    src += "        {\n" + indented(lane.flat(), 5) + indented(lane.stores, 5) +
+           "        }\n      }\n";
+    for (size_t j : outs) {
+      DType d = k.outputs[j].dtype;
+      std::string n = std::to_string(j), size = std::to_string(dtype_size(d));
+      src += "      vector_store<" + std::to_string(dtype_size(d) * width) +
+             ">(static_cast<char*>(out" + n + ") + static_cast<int64_t>(oo" + n + " + base) * " +
+             size + ", lane_out" + n + ");\n";
+    }
+    src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" +
+           decompose(shape, "        ") + "        {\n" + indented(scalar.flat(), 5) +
+           indented(scalar.stores, 5) + "        }\n      }\n    }\n  }\n}\n";
+    variants += "v";
+  }
+  for (char variant : variants) {
+    *entries +=
+        cuda_entries(index, variant, kCudaBlock, name + (variant == 's' ? "_scalar" : "_vector"));
+  }
+  k.nests.push_back(std::move(nest));
+  return src;
+}
+
+}  // namespace kiln::codegen::detail

@@ -1,0 +1,256 @@
+// CUDA row nests: a warp or a block per row, its reductions shared, the row cache.
+// Part of the kernel emitter (kernel_emitter.h).
+#include "kiln/codegen/kernel_emitter.h"
+
+namespace kiln::codegen::detail {
+
+// A nest with a row statistic (a reduction that does not depend on the last dim): one block per
+// row of the dims before the last, the statistic computed by the block together, then each
+// thread computes and stores the row's elements at its own positions of the last dim.
+// With `unit_row`, `shape` is the outputs' shape and a dim of 1 (emit_body): a row per element.
+std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                                          KernelNest& nest, std::string* entries, bool unit_row) {
+  std::vector<std::vector<StorageWindow>> windows = windows_;
+  std::vector<bool> whole = whole_storage_;
+  const int64_t length = !shape.empty() && shape.back() > 1 ? shape.back()
+                         : unit_row                         ? element_.longest
+                                                            : row_reduce_count_;
+  // The row vector width: 16 bytes of the kernel's widest tensor dtype.
+  const int64_t widest = widest_dtype_bytes(k);
+  row_length_ = length;
+  row_vector_ = static_cast<int>(std::min<int64_t>(8, 16 / widest));
+  row_threads_ = row_threads_for(length, row_vector_);
+  nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
+  nest.rows_per_block = nest.block_threads / row_threads_;
+  Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
+  nest.rows = std::max<int64_t>(shape_numel(outer), 1);
+  refuse_an_idle_device((nest.rows + nest.rows_per_block - 1) / nest.rows_per_block,
+                        nest.rows * length * widest);
+  NestBody rows = emit_body(shape, k, is_last, NestMode::kRows, nullptr, unit_row);
+  if (is_last) record_last_nest_loads(unit_row ? Shape(shape.begin(), shape.end() - 1) : shape, k);
+  windows_ = windows;
+  whole_storage_ = whole;
+  std::string name = "nest" + std::to_string(index);
+  std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
+                    "_rows(const Args& a) {\n" + cuda_decls(k);
+  if (unit_row) src += "  // schedule: row per element\n";
+  src += "  const I rows = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
+  if (nest.rows_per_block == 1) {
+    src +=
+        "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
+        "static_cast<I>(gridDim.x)) {\n";
+  } else {  // a warp per row: the loop is uniform over each warp, whose lanes reduce together
+    std::string per = std::to_string(nest.rows_per_block);
+    src += "  for (I row = static_cast<I>(blockIdx.x) * " + per +
+           " + static_cast<I>(threadIdx.x >> 5); row < rows; row += static_cast<I>(gridDim.x) * " +
+           per + ") {\n";
+  }
+  src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
+  for (size_t d = 0; d < shape.size(); ++d)
+    src += indented(rows.levels[d], 2);
+  if (shape.empty() || shape.back() == 1) {
+    src += indented(rows.levels[shape.size()], 2);
+    src += "    if (" + row_thread() + " == 0) {\n" + indented(rows.stores, 3) + "    }\n";
+  } else {
+    std::string var = "i" + std::to_string(shape.size() - 1);
+    BlockLoop loop = block_loop(var, "I", shape.back());
+    const int lanes = row_lanes(shape.back());
+    if (lanes == 1) {
+      src += indented(loop.open + rows.levels[shape.size()] + rows.stores + loop.close, 2);
+    } else {  // the lanes store into registers, then as one vector (row_lane_stores)
+      std::string body = loop.open_trip, flush;
+      for (size_t j = 0; j < k.outputs.size(); ++j) {
+        if (k.outputs[j].shape != shape) continue;
+        body += row_vector_store(j, shape, var, lanes, &flush);
+      }
+      size_t lane_open = loop.open.find("#pragma unroll", loop.open_trip.size());
+      body += loop.open.substr(lane_open) + rows.levels[shape.size()] + rows.stores + "}\n" +
+              flush + loop.close_trip;
+      src += indented(body, 2);
+    }
+  }
+  src += "  }\n}\n";
+  *entries += cuda_entries(index, 's', nest.block_threads, name + "_rows");
+  k.nests.push_back(std::move(nest));
+  return src;
+}
+
+KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const std::string& type,
+                                                   int64_t count) const {
+  const int lanes = row_lanes(count);
+  int64_t trips = (count + row_threads_ * lanes - 1) / (row_threads_ * lanes);
+  std::string trip = var + "_trip", threads = std::to_string(row_threads_);
+  BlockLoop loop;
+  loop.open_trip =
+      std::string(trips <= kRowCacheTrips ? "#pragma unroll\n" : "#pragma unroll 4\n") +
+      "for (int " + trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip +
+      ") {\n";
+  loop.close_trip = "}\n";
+  std::string first = "static_cast<" + type + ">(" + row_thread() + ") + static_cast<" + type +
+                      ">(" + trip + ") * " + threads;
+  if (lanes == 1) {
+    loop.open = loop.open_trip + "const " + type + " " + var + " = " + first + ";\n";
+    loop.close = loop.close_trip;
+  } else {
+    std::string lane = var + "_lane", v = std::to_string(lanes);
+    std::string lane_open = "#pragma unroll\nfor (int " + lane + " = 0; " + lane + " < " + v +
+                            "; ++" + lane + ") {\nconst " + type + " " + var + " = (" + first +
+                            ") * " + v + " + " + lane + ";\n";
+    loop.open = loop.open_trip + lane_open;
+    loop.close = "}\n" + loop.close_trip;
+  }
+  if (count % (row_threads_ * lanes) != 0) {  // (lanes > 1 divide the row exactly)
+    loop.open += "if (" + var + " < " + std::to_string(count) + ") {\n";
+    loop.close = "}\n" + loop.close;
+  }
+  return loop;
+}
+
+// The elements a row loop over `count` positions takes at a time: the nest's row vector width
+// for a loop over its whole row when the row's threads divide it into whole vectors, else 1.
+int KernelEmitter::row_lanes(int64_t count) const {
+  if (mode_ != NestMode::kRows || row_vector_ <= 1 || count != row_length_) return 1;
+  return count % (row_threads_ * row_vector_) == 0 ? row_vector_ : 1;
+}
+
+// The position (in the row cache's registers) of a row loop's current element.
+std::string KernelEmitter::cache_slot(const std::string& var, int lanes) {
+  if (lanes == 1) return var + "_trip";
+  return var + "_trip * " + std::to_string(lanes) + " + " + var + "_lane";
+}
+
+// Output j's lanes of a row loop's trip: the registers they are stored into (returned, for the
+// trip's start) and the code that writes them out after the lanes (appended to `flush`): one
+// vector store where the output's row is contiguous and aligned, else a store of each lane.
+std::string KernelEmitter::row_vector_store(size_t j, const Shape& shape, const std::string& var,
+                                            int lanes, std::string* flush) const {
+  const DType d = body_.outputs()[j]->tensor_type().dtype;
+  std::string n = std::to_string(j), v = std::to_string(lanes),
+              size = std::to_string(dtype_size(d));
+  std::string base = "oo" + n, last = "os" + n + "_" + std::to_string(shape.size() - 1);
+  for (size_t dim = 0; dim + 1 < shape.size(); ++dim)
+    if (shape[dim] != 1)
+      base += " + i" + std::to_string(dim) + "*os" + n + "_" + std::to_string(dim);
+  std::string first = "(static_cast<I>(" + row_thread() + ") + static_cast<I>(" + var +
+                      "_trip) * " + std::to_string(row_threads_) + ") * " + v;
+  *flush += "if (" + last + " == 1 && (" + base + ") % " + v +
+            " == 0 && reinterpret_cast<uint64_t>(out" + n + ") % 16 == 0) {\n  vector_store<" +
+            std::to_string(dtype_size(d) * lanes) + ">(static_cast<char*>(out" + n +
+            ") + static_cast<int64_t>(" + base + " + " + first + ") * " + size + ", row_out" + n +
+            ");\n} else {\n" + "  for (int l = 0; l < " + v + "; ++l)\n    st_" + suffix(d) +
+            "(out" + n + ", " + base + " + (" + first + " + l) * " + last + ", ld_" + suffix(d) +
+            "(row_out" + n + ", l));\n}\n";
+  return "alignas(16) " + std::string(storage_type(d)) + " row_out" + n + "[" + v + "];\n";
+}
+
+// This thread's place among its row's threads.
+std::string KernelEmitter::row_thread() const {
+  return row_threads_ == 32 ? "(threadIdx.x & 31)" : "threadIdx.x";
+}
+
+// The function that combines a row's partial results: warp_<op> or block_<op>
+// (cuda_block_reduce.cuh).
+std::string KernelEmitter::row_combine(const std::string& op) const {
+  if (row_threads_ == 32) return "warp_" + op;
+  return "block_" + op + "<" + std::to_string(row_threads_) + ">";
+}
+
+// The row cache of a CUDA row nest: an input read along the row at a row loop's position, at
+// an index that otherwise depends only on the row, is loaded once per row into registers, each
+// thread its own positions (those of block_loop), before the row's first reduction. Every later
+// pass over the row reads the registers: the normalization's mean pass and its final loop load
+// x once, and w and b are loaded before the mean's barrier instead of after it.
+//   float rc3[8];
+//   for (int rc3_t = 0; rc3_t < 8; ++rc3_t) { const I rc3_j = (threadIdx.x & 127) + rc3_t * 128;
+//     rc3[rc3_t] = ld_f32(in0, o0 + i0*s0_0 + rc3_j*s0_1); }
+//   ... acc5 = red_sum(acc5, rc3[rl4_trip]) ...   v9 = rc3[i1_trip]
+// Only where every loop over those positions is unrolled completely (the registers are indexed
+// by constants), within kRowCacheWords registers a thread, and where the index is inside the
+// tensor wherever the row runs (so loading it unconditionally is safe).
+std::optional<Val> KernelEmitter::row_cached_load(size_t k, const Index& at) {
+  if (mode_ != NestMode::kRows || at.empty()) return std::nullopt;
+  auto position = row_positions_.find(at.back().text);
+  if (position == row_positions_.end()) return std::nullopt;
+  const TensorType& t = body_.inputs()[k]->tensor_type();
+  const int64_t count = position->second.count;
+  const int64_t per = int64_t{row_threads_} * row_lanes(count);  // elements a trip takes
+  const int64_t trips = (count + per - 1) / per;
+  if (trips > kRowCacheTrips || !inside_shape(at, t.shape)) return std::nullopt;
+  Index prefix(at.begin(), at.end() - 1);
+  for (const IndexExpr& e : prefix)
+    if (!uses_only_row_indices(e.text)) return std::nullopt;
+  std::string key = std::to_string(k) + "@" + index_key(prefix) + "#" + std::to_string(count);
+  auto cache = row_caches_.find(key);
+  if (cache == row_caches_.end()) {
+    // Half and bfloat16 elements are held as loaded, two to a register (converted where they
+    // are read, a shift each): the normalization of bf16 rows held x, w and b as floats, 48
+    // registers a thread for its 16 elements of each.
+    const bool as_stored = dtype_size(t.dtype) == 2 && is_floating(t.dtype);
+    const std::string type = as_stored ? storage_type(t.dtype) : reg(t.dtype);
+    const int lanes = row_lanes(count);
+    const int64_t slots = trips * lanes;
+    const int64_t words = as_stored ? (slots + 1) / 2 : slots * (type == "float" ? 1 : 2);
+    if (row_cache_words_ + words > kRowCacheWords) return std::nullopt;
+    row_cache_words_ += words;
+    std::string array = fresh("rc"), n = std::to_string(k), trip = array + "_t", j = array + "_j",
+                last = "s" + n + "_" + std::to_string(at.size() - 1);
+    IndexExpr base = IndexExpr::var("o" + n);
+    for (size_t d = 0; d + 1 < at.size(); ++d)
+      base = base + mul(at[d], "s" + n + "_" + std::to_string(d));
+    auto scalar = [&](const std::string& position) {
+      std::string address = base.text + " + " + position + "*" + last;
+      if (as_stored) return "static_cast<const " + type + "*>(in" + n + ")[" + address + "]";
+      return "ld_" + suffix(t.dtype) + "(in" + n + ", " + address + ")";
+    };
+    std::string first = "static_cast<I>(" + row_thread() + ") + static_cast<I>(" + trip + ") * " +
+                        std::to_string(row_threads_);
+    std::string loop = "#pragma unroll\nfor (int " + trip + " = 0; " + trip + " < " +
+                       std::to_string(trips) + "; ++" + trip + ") {\n";
+    std::string fill = "alignas(16) " + type + " " + array + "[" + std::to_string(slots) + "];\n";
+    if (lanes == 1) {
+      std::string element = scalar(j);
+      if (count % row_threads_ != 0)
+        element = j + " < " + std::to_string(count) + " ? " + element + " : " + type + "(0)";
+      fill += loop + "  const I " + j + " = " + first + ";\n  " + array + "[" + trip +
+              "] = " + element + ";\n}\n";
+    } else {  // V neighbours: one vector load where the row is contiguous and aligned
+      std::string v = std::to_string(lanes), size = std::to_string(dtype_size(t.dtype));
+      std::string slot = array + "[" + trip + " * " + v + " + l]";
+      std::string vector = "vector_load<" + std::to_string(dtype_size(t.dtype) * lanes) + ">(";
+      std::string from = "static_cast<const char*>(in" + n + ") + static_cast<int64_t>(" +
+                         base.text + " + (" + first + ") * " + v + ") * " + size + ");\n";
+      fill += "if (" + last + " == 1 && (" + base.text + ") % " + v +
+              " == 0 && reinterpret_cast<uint64_t>(in" + n + ") % 16 == 0) {\n" + loop;
+      if (as_stored) {
+        fill += "  " + vector + "&" + array + "[" + trip + " * " + v + "], " + from;
+      } else {
+        fill += "  alignas(16) " + std::string(storage_type(t.dtype)) + " raw[" + v + "];\n  " +
+                vector + "raw, " + from + "#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " +
+                slot + " = ld_" + suffix(t.dtype) + "(raw, l);\n";
+      }
+      fill += "}\n} else {\n" + loop + "#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " +
+              slot + " = " + scalar("((" + first + ") * " + v + " + l)") + ";\n}\n}\n";
+    }
+    row_fills_ += fill;
+    cache = row_caches_.emplace(key, RowCache{array, as_stored}).first;
+  }
+  const RowCache& c = cache->second;
+  std::string slot = c.array + "[" + position->second.trip + "]";
+  if (c.as_stored)
+    slot = "ld_" + suffix(t.dtype) + "(" + c.array + ", " + position->second.trip + ")";
+  return define(t.dtype, slot);
+}
+
+// Whether `text` names no variable but the row nest's row indices i0 ... i<rank - 2> (which
+// decompose declares before any level's code, where the row cache is filled).
+bool KernelEmitter::uses_only_row_indices(const std::string& text) const {
+  for (std::string_view name : variables_in(text)) {
+    if (name.size() < 2 || name[0] != 'i' ||
+        !std::all_of(name.begin() + 1, name.end(), [](char d) { return std::isdigit(d); }) ||
+        std::stoll(std::string(name.substr(1))) + 1 >= nest_rank_)
+      return false;
+  }
+  return true;
+}
+
+}  // namespace kiln::codegen::detail
