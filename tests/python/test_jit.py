@@ -262,12 +262,15 @@ def test_layouts_and_dtypes(make_args):
         pytest.param(lambda x, y: x.mul_(y.permute(0, 2, 1)).add_(1), [(3, 50, 40), (3, 40, 50)], id="batched"),
         pytest.param(lambda x, y: (x + y.t()).exp(), [(33, 96), (96, 33)], id="new tensor"),
         pytest.param(lambda x, y: x.t().add_(y), [(48, 64), (64, 48)], id="written transposed"),
+        pytest.param(lambda x, y: x.add_(y.t().double()), [(40, 36), (36, 40)], id="float64 operand"),
     ],
 )
-def test_an_operand_read_transposed(fn, shapes):
-    # The CPU nest runs its last two dims in tiles (codegen/schedule_cpu_tiles.cpp), the last
-    # tile of a dim partial where the dim is not a multiple of the tile.
-    check_against_eager(fn, lambda: [ar(*s) for s in shapes])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_an_operand_read_transposed(fn, shapes, dtype):
+    # The nest runs its last two dims in tiles (codegen/schedule_cpu_tiles.cpp; on CUDA through
+    # shared memory, schedule_cuda_tiles.cpp), the last tile of a dim partial where the dim is not
+    # a multiple of the tile.
+    check_against_eager(fn, lambda: [ar(*s).to(dtype) for s in shapes])
 
 
 def test_in_place_on_a_leaf_that_requires_grad_raises_like_eager():

@@ -228,12 +228,18 @@ Val KernelEmitter::compute(const Value* v, const Index& at) {
   }
 }
 
-Val KernelEmitter::load(size_t k, const Index& at) {
-  const TensorType& t = body_.inputs()[k]->tensor_type();
+// The element of input k at `at`: o<k> + at[0]*s<k>_0 + ...
+std::string KernelEmitter::load_address(size_t k, const Index& at) {
   std::string n = std::to_string(k);
   IndexExpr address = IndexExpr::var("o" + n);
   for (size_t d = 0; d < at.size(); ++d)
     address = address + mul(at[d], "s" + n + "_" + std::to_string(d));
+  return address.text;
+}
+
+Val KernelEmitter::load(size_t k, const Index& at) {
+  const TensorType& t = body_.inputs()[k]->tensor_type();
+  std::string n = std::to_string(k);
   std::string key = index_key(at);
   loads_[k].insert(key);
   if (row_pass_depth_ == 0) loads_outside_row_passes_[k].insert(key);
@@ -247,7 +253,8 @@ Val KernelEmitter::load(size_t k, const Index& at) {
     return define(t.dtype, "ld_" + suffix(t.dtype) + "(lane_in" + n + ", l)");
   }
   if (std::optional<Val> cached = row_cached_load(k, at)) return *cached;
-  return define(t.dtype, "ld_" + suffix(t.dtype) + "(in" + n + ", " + address.text + ")");
+  if (std::optional<Val> tiled = tile_load(k, at)) return *tiled;
+  return define(t.dtype, "ld_" + suffix(t.dtype) + "(in" + n + ", " + load_address(k, at) + ")");
 }
 
 // as_strided reads its input's storage: storage_offset + sum(index * stride). Of a region input

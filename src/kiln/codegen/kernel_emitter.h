@@ -8,20 +8,20 @@
 // NotLowered reason, and the executor interprets the region instead.
 //
 // The emitter walks the region's values from its outputs, writing each value's code at the
-// outermost loop level whose variables it uses (a row statistic once per row). Its parts, one file
-// each:
-//   lower_kernel.cpp             the driver: a nest per output shape, the kernel's declarations and
-//   layout emit_values.cpp              a value at an index: code placement by loop level, loads
-//   and views, numbers, elementwise and creation ops emit_reduction.cpp           reductions: their
-//   passes, accumulators and combines, and the outputs a pass stores emit_index.cpp index ops
-//   (index_select, gathers, index writes), scatters into views, cat and stack
-//   schedule_cpu_loops.cpp       CPU nests: their loops (shared by the cores), the flat vector
-//   loop, broadcast tables schedule_cpu_tiles.cpp       CPU nests in tiles, for an operand read
-//   transposed schedule_cpu_passes.cpp      CPU reduction passes: column blocks, pieces between
-//   guards, row buffers schedule_cuda_pointwise.cpp  CUDA flat nests: a grid-stride loop, scalar
-//   and 16-byte vector variants schedule_cuda_rows.cpp       CUDA row nests: a warp or a block per
-//   row, its reductions shared, the row cache schedule_cuda_columns.cpp    CUDA column nests: tiles
-//   of outputs, lanes splitting each reduction (schedule_reduction.h)
+// outermost loop level whose variables it uses (a row statistic once per row). Its parts:
+// - lower_kernel.cpp: the driver (a nest per output shape, the kernel's declarations, layout);
+// - emit_values.cpp: a value at an index (code placement by loop level, loads and views,
+//   numbers, elementwise and creation ops);
+// - emit_reduction.cpp: reductions (passes, accumulators, combines, the outputs a pass stores);
+// - emit_index.cpp: index ops (gathers, index writes), scatters into views, cat and stack;
+// - a file per schedule, each with the test of whether it fits a nest and its parameters:
+//   schedule_cpu_loops.cpp (CPU loops shared by the cores, the flat vector loop, broadcast
+//   tables), schedule_cpu_tiles.cpp (operands read transposed), schedule_cpu_passes.cpp (column
+//   blocks, pieces between guards, row buffers), schedule_cuda_pointwise.cpp (grid-stride loops,
+//   16-byte vectors), schedule_cuda_rows.cpp (a warp or a block per row, the row cache),
+//   schedule_cuda_columns.cpp (tiles of outputs, lanes splitting each reduction;
+//   schedule_reduction.h chooses), schedule_cuda_tiles.cpp (operands read transposed through
+//   shared memory).
 #pragma once
 
 #include "kiln/codegen/kernel.h"
@@ -161,8 +161,9 @@ struct NestBody {
 // CUDA rows (a block or a warp per row of the dims before the last, its threads over the last
 // dim; the reductions at row level are computed by the row's threads together), or CUDA columns
 // (a block per tile of consecutive elements, several threads per element sharing its reductions:
-// schedule_reduction.h).
-enum class NestMode { kCpuLoops, kFlat, kRows, kColumns };
+// schedule_reduction.h), or CUDA tiles (a block per tile of the last two dims, the inputs read
+// transposed through shared memory: schedule_cuda_tiles.cpp).
+enum class NestMode { kCpuLoops, kFlat, kRows, kColumns, kTiles };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
@@ -258,6 +259,7 @@ class KernelEmitter {
   Val eval(const Value* v, const Index& at);
   Val compute(const Value* v, const Index& at);
   Val load(size_t k, const Index& at);
+  std::string load_address(size_t k, const Index& at);
   Val as_strided(const Node& node, const Index& at);
   static bool inside(const Geometry& window, int64_t storage_numel);
   void require_whole_storage(const Value* v);
@@ -338,6 +340,14 @@ class KernelEmitter {
   std::optional<Val> row_cached_load(size_t k, const Index& at);
   bool uses_only_row_indices(const std::string& text) const;
 
+  // schedule_cuda_tiles.cpp: CUDA nests in tiles, the inputs read transposed through shared memory
+  static bool read_transposed(const std::string& key, size_t rank);
+  std::vector<size_t> transposed_inputs(const Shape& shape) const;
+  std::string cuda_tiles_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
+                              KernelNest& nest, const std::vector<size_t>& transposed,
+                              std::string* entries);
+  std::optional<Val> tile_load(size_t k, const Index& at);
+
   // schedule_cuda_columns.cpp: CUDA column nests: tiles of outputs, lanes splitting each reduction
   // (schedule_reduction.h)
   void refuse_an_idle_device(int64_t blocks, int64_t bytes) const;
@@ -391,7 +401,10 @@ class KernelEmitter {
 
   // The constants the guards of the nest so far compare each loop variable with (note_cut).
   std::map<std::string, std::set<int64_t>> cuts_;
-  std::unordered_map<const Value*, bool> holds_reduction_;  // holds_reduction's answers
+  std::unordered_map<const Value*, bool> holds_reduction_;
+  // A CUDA tiles nest's inputs read through shared memory, by input: the index they are read at
+  // (index_key), and their tile arrays (schedule_cuda_tiles.cpp).
+  std::map<size_t, std::string> tile_keys_;  // holds_reduction's answers
 
   // Whether a CPU pass across rows may store (lower: cleared when one cannot run in its block).
   bool cpu_column_pass_stores_ = true;

@@ -12,20 +12,9 @@ bool KernelEmitter::tiles_fit(const Shape& shape, const NestBody& body) const {
   const size_t n = shape.size();
   if (n < 2 || shape[n - 1] < 2 * kCpuTile || shape[n - 2] < 2 * kCpuTile) return false;
   if (body.levels[n - 1].find("for (") != std::string::npos) return false;
-  const std::string last = "i" + std::to_string(n - 1);
   for (const std::set<std::string>& keys : loads_)
-    for (const std::string& key : keys) {
-      std::vector<std::string> entries;
-      for (size_t at = 0; at <= key.size();) {
-        size_t end = key.find(", ", at);
-        if (end == std::string::npos) end = key.size();
-        entries.push_back(key.substr(at, end - at));
-        at = end + 2;
-      }
-      if (entries.back() != last &&
-          std::find(entries.begin(), entries.end() - 1, last) != entries.end() - 1)
-        return true;
-    }
+    for (const std::string& key : keys)
+      if (read_transposed(key, n)) return true;
   return false;
 }
 

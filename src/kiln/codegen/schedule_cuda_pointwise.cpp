@@ -30,6 +30,9 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
 
   NestBody scalar = emit_body(shape, k, is_last, NestMode::kFlat);
   if (row_reductions_ > 0) return cuda_rows_nest(index, shape, k, is_last, nest, entries);
+  if (reductions_ == 0)
+    if (std::vector<size_t> transposed = transposed_inputs(shape); !transposed.empty())
+      return cuda_tiles_nest(index, shape, k, is_last, nest, transposed, entries);
   element_.numel = nest.numel;
   element_.widest = widest_dtype_bytes(k);
   const ReductionSchedule schedule = choose_reduction_schedule(element_, kCudaBlock);
