@@ -181,6 +181,12 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       // One loop per piece between the pass's guards' bounds (pieces_between_cuts).
       std::vector<int64_t> pieces = target_ == Target::kCpu ? pieces_between_cuts(same_as_rl, count)
                                                             : std::vector<int64_t>{0, count};
+      if (pieces.size() > 2) {
+        std::string bounds;
+        for (size_t piece = 1; piece + 1 < pieces.size(); ++piece)
+          bounds += (bounds.empty() ? "" : ", ") + std::to_string(pieces[piece]);
+        emit(depth, "// the pass in pieces at its guards' bounds: " + bounds);
+      }
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
         if (target_ == Target::kCpu && !simd.empty())
           emit(depth, std::string(depth == 0 && count >= kParallelIterations

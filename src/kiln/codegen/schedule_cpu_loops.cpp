@@ -53,8 +53,15 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
   // variant would be dead code.
   if (!flat.empty() && shape.size() == 1) unit.clear();
 
-  std::string out =
-      "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " + shape_str(shape) + "\n";
+  // The schedule, for the reader (and lit tests): the loops' form; a flat vector loop taken
+  // where the tensors are contiguous.
+  std::string schedule =
+      tiled ? "tiles of " + std::to_string(kCpuTile) + " x " + std::to_string(kCpuTile)
+      : !body.column_block.empty() ? "column blocks of " + std::to_string(kCpuColumnBlock)
+                                   : "loops";
+  if (!flat.empty()) schedule += ", a flat loop where contiguous";
+  std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
+                    shape_str(shape) + " (schedule: " + schedule + ")\n";
   if (!flat.empty()) out += flat + "  } else {\n";
   // The code outside the loops (a full reduction's passes) is specialized with them.
   const std::string loops =
