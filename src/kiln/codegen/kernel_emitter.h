@@ -58,9 +58,9 @@ constexpr int64_t kCpuColumnBlock = 64;
 // floats of it are 16 cache lines, held in L1 while a tile's rows are stored (x.add_(y.t()) of
 // 2048 x 2048 floats on 2 cores: 4.1 ms in tiles of 16, 6.6 of 32, 7.7 of 64; 12.3 untiled).
 constexpr int64_t kCpuTile = 16;
-// The longest row whose pass keeps its values in a buffer for the row's elements
-// (keep_in_row_buffer): 256 KiB of float, within a core's L2 and a thread's stack.
-constexpr int64_t kMaxRowBuffer = 65536;
+// The most bytes of row buffers one CPU nest keeps (keep_in_row_buffer), on each thread's stack:
+// 256 KiB, within a core's L2, and far inside a thread's stack however many passes buffer.
+constexpr int64_t kMaxRowBufferBytes = int64_t{256} << 10;
 // The most pieces a CPU pass is split into at its guards' bounds (pieces_between_cuts).
 constexpr size_t kMaxPassPieces = 4;
 
@@ -394,10 +394,11 @@ class KernelEmitter {
   // has 16 iterations but 65536 of work (emit_nest's parallel loop).
   Shape nest_shape_;
   int64_t pass_iterations_ = 0;
-  ElementReductions element_;  // the nest's element-level reductions so far (reduction)
-  int column_tile_ = 0;        // a column nest's elements per block
-  int column_lanes_ = 0;       // ... and threads per element
-  std::string column_block_;   // a CPU nest's column block so far (cpu_column_block)
+  ElementReductions element_;     // the nest's element-level reductions so far (reduction)
+  int column_tile_ = 0;           // a column nest's elements per block
+  int column_lanes_ = 0;          // ... and threads per element
+  int64_t row_buffer_bytes_ = 0;  // the nest's row buffers so far (keep_in_row_buffer)
+  std::string column_block_;      // a CPU nest's column block so far (cpu_column_block)
 
   // The constants the guards of the nest so far compare each loop variable with (note_cut).
   std::map<std::string, std::set<int64_t>> cuts_;

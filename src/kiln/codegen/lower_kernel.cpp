@@ -187,6 +187,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   row_pass_depth_ = 0;
   pass_store_key_.clear();
   column_block_.clear();
+  row_buffer_bytes_ = 0;
   if (mode != NestMode::kTiles) tile_keys_.clear();
   cuts_.clear();
   raw_loads_.assign(k.inputs.size(), false);

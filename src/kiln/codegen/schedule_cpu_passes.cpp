@@ -21,12 +21,14 @@ std::string KernelEmitter::column_block_loop(int64_t length, const std::string& 
 // along the last dim), kept in a buffer of the row as the pass computes it, so that the row's
 // elements read it back instead of computing it again: softmax's exp(x - max), summed in the
 // pass, then divided by the sum, computed each exp (in double: compute_reg) twice. Not for a
-// value that is a load (a second load costs what the buffer would), nor a row longer than
-// kMaxRowBuffer.
+// value that is a load (a second load costs what the buffer would), nor past kMaxRowBufferBytes
+// for the nest's buffers together (each thread's stack holds them).
 void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level,
                                        int depth, int64_t count) {
   const Node* node = defining_node(v);
-  if (!node || node->op->kind == OpKind::kView || count > kMaxRowBuffer) return;
+  const int64_t bytes = count * (reg(x.dtype) == "float" ? 4 : 8);  // in its register type
+  if (!node || node->op->kind == OpKind::kView || row_buffer_bytes_ + bytes > kMaxRowBufferBytes)
+    return;
   if (v->tensor_type().shape != nest_shape_) return;
   Index element = index;
   element.back() = IndexExpr::var("i" + std::to_string(nest_rank_ - 1));
@@ -34,6 +36,7 @@ void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index
   if (index_key(element) != index_key(loop)) return;
   const std::string key = std::to_string(v->id()) + "@" + index_key(loop);
   if (guard_depth_ > 0 || memo_.contains(key)) return;
+  row_buffer_bytes_ += bytes;
   const std::string buffer = fresh("row_buffer");
   emit(depth, "alignas(64) " + reg(x.dtype) + " " + buffer + "[" + std::to_string(count) + "];");
   emit(level, buffer + "[" + index.back().text + "] = " + x.expr + ";");
