@@ -178,3 +178,48 @@ def test_a_pass_store_that_would_overwrite_what_is_still_read_is_not_made(name):
     }
     fn, make = programs[name]
     check_against_eager(fn, make)
+
+
+# Rows too few to fill the GPU with a block each (schedule_cuda_rows.cpp: a reduction of more
+# than 256 KiB a block in fewer blocks than the H200 has SMs): each row is split across blocks
+# that meet at a grid barrier at each of its statistics, launched cooperatively. Full
+# reductions (one row), a few long rows with an epilogue over the row (softmax, a normalization
+# written in place), two statistics (variance), in-place writes stored by the pass, a row length
+# that is no multiple of the vector width, strided and broadcast operands. On the CPU the same
+# programs check the CPU kernels.
+SPLIT_ROWS = {  # name: (function, argument shapes)
+    "full sum": (lambda x: x.sum(), [(512, 300)]),
+    "full amax after abs_": (lambda x: (x.abs_(), x.amax())[1], [(512, 300)]),
+    "full mean of a product, odd length": (lambda x, y: (x * y).mean(), [(100003,), (100003,)]),
+    "full sum of a strided view": (lambda x: x[::2, 1:].sum(), [(1000, 301)]),
+    "full min and max together": (lambda x: (x.amin(), x.amax() * 2), [(512, 300)]),
+    "softmax over 6 long rows": (lambda x: torch.softmax(x, -1), [(6, 120000)]),
+    "row variance, 5 long rows": (lambda x: x.var(-1), [(5, 120000)]),
+    "normalize rows in place": (
+        lambda x: (x.sub_(x.mean(-1, keepdim=True)), x.div_((x * x).mean(-1, keepdim=True).add(1e-5).sqrt()))[1],
+        [(4, 131072)],
+    ),
+    "scale by the full sum": (lambda x, w: x * w / (x * w).abs().sum(), [(300, 600), (600,)]),
+    "integer full sum": (lambda x: (x.to(torch.int64) * 3).sum(), [(512, 300)]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", SPLIT_ROWS)
+def test_rows_split_across_blocks_agree_with_eager(name, dtype):
+    fn, shapes = SPLIT_ROWS[name]
+
+    def make():
+        return [_randn(*s, dtype=dtype, seed=k) for k, s in enumerate(shapes)]
+
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
+    jitted = check_against_eager(fn, make, **tolerance)
+    stats = kiln.last_stats(jitted)
+    # A kernel runs the reduction (before the split, PyTorch's ops ran it on the GPU).
+    assert stats["torch_steps"] == 0 and stats["interpreted_steps"] == 0, stats
+
+
+def test_a_split_row_argmax_runs_through_pytorch():
+    # An argmax is not split across blocks: the region runs as PyTorch's ops on the GPU, and on
+    # the CPU as a kernel; the results are eager's either way.
+    check_against_eager(lambda x: (x.abs_(), x.argmax())[1], lambda: [_randn(512, 300, seed=4)])

@@ -71,4 +71,54 @@ KILN_COLUMN_REDUCE(max)
 KILN_COLUMN_REDUCE(min)
 #undef KILN_COLUMN_REDUCE
 
+// The grid barrier of a split row nest (KernelNest::split_rows), over the workspace's first two
+// words: a count of the blocks arrived and a generation. The last block to arrive resets the
+// count and moves the generation on; the others wait for it to move. Every block of the grid
+// must call it, and the grid is launched cooperatively (all its blocks resident, or the launch
+// fails), so no block waits for one that cannot run. The count is back at 0 after each barrier;
+// the executor zeroes both words before the launch. A block's writes before the barrier are
+// seen by every block after it (the fences around the arrival).
+inline void grid_barrier(unsigned int* words) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    volatile unsigned int* generation = words + 1;
+    const unsigned int seen = *generation;  // before arriving: it cannot move until we do
+    __threadfence();
+    if (atomicAdd(words, 1u) == gridDim.x - 1) {
+      atomicExch(words, 0u);
+      __threadfence();
+      atomicAdd(words + 1, 1u);
+    } else {
+      while (*generation == seen)
+        __nanosleep(32);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// A value combined over the blocks of one row of a split row nest: the block combines its
+// threads' partial results, its first thread writes the block's into the row's slot `part` of
+// combine `combine` (8 bytes a slot, after the barrier's 64 bytes), and after the grid barrier
+// every block combines the row's `split` slots in the same order, so every block of the row
+// gets the same value. Every thread of every block must call it.
+#define KILN_GRID_REDUCE(op, first)                                                            \
+  template <int Threads, class T, class I>                                                     \
+  inline T grid_##op(T v, char* ws, int combine, I rows, I split, I row, I part) {             \
+    v = block_##op<Threads>(v);                                                                \
+    char* const slots = ws + 64 + 8 * ((static_cast<int64_t>(combine) * rows + row) * split); \
+    auto slot = [&](I p) { return reinterpret_cast<volatile T*>(slots + 8 * p); };             \
+    if (threadIdx.x == 0) *slot(part) = v;                                                     \
+    grid_barrier(reinterpret_cast<unsigned int*>(ws));                                         \
+    T r = first;                                                                               \
+    for (I p = static_cast<I>(threadIdx.x); p < split; p += Threads)                           \
+      r = red_##op(r, static_cast<T>(*slot(p)));                                               \
+    return block_##op<Threads>(r);                                                             \
+  }
+KILN_GRID_REDUCE(sum, static_cast<T>(0))
+KILN_GRID_REDUCE(prod, static_cast<T>(1))
+KILN_GRID_REDUCE(max, static_cast<T>(*slot(0)))
+KILN_GRID_REDUCE(min, static_cast<T>(*slot(0)))
+#undef KILN_GRID_REDUCE
+
 }  // namespace kiln::kernel

@@ -48,6 +48,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     element_.longest = std::max(element_.longest, count);
   }
   const bool cooperative = mode_ == NestMode::kRows && row_level && !arg;
+  if (mode_ == NestMode::kRows && row_level && !cooperative) ++row_serial_reductions_;
   const bool columnar = mode_ == NestMode::kColumns && element_level && !arg;
   // A pass every load of which comes before any store of the row's elements: a CUDA row nest's
   // pass over the row ends at a barrier (block_<op>) or a warp's shuffles, which every thread of
@@ -62,8 +63,12 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // a float-to-double conversion per element (16 a clock per SM, the unit that also rounds to
   // bfloat16), which bounded the bf16 normalization at 2.6x its byte floor. Max and min are
   // exact in either.
-  // A column nest's lane sums count / lanes of the elements before the lanes combine.
-  const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_ : count;
+  // A column nest's lane sums count / lanes of the elements before the lanes combine, a split
+  // row's thread its share of the blocks of its row (as eager's CUDA reductions split theirs).
+  const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_
+                         : split_rows_ && cooperative
+                             ? split_row_elements_per_thread(count, split_row_count_, row_threads_)
+                             : count;
   // On the CPU: max and min of float-held values in float (exact, twice the vector lanes), and
   // short sums of half and bfloat16 values in float as eager's CPU kernels take them (a bf16 row
   // sum of rows of 4096 took 0.72 ms on 2 cores against eager's 0.37 with a double accumulator).
@@ -203,7 +208,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
 
   // The line that combines the threads' partial results `a` of a shared reduction, if any.
   auto combine = [&](const std::string& a, const std::string& op) {
-    if (cooperative) emit(depth, a + " = " + row_combine(op) + "(" + a + ");");
+    if (cooperative) emit(depth, a + " = " + row_combine(op, a) + ";");
     if (columnar)
       emit(depth, a + " = column_" + op + "<" + std::to_string(column_tile_) + ", " +
                       std::to_string(column_lanes_) + ">(" + a + ");");

@@ -110,7 +110,21 @@ struct KernelNest {
   int vector_width = 0;     // elements per thread of the vectorized variant; 0: none
   std::vector<int> vector_inputs;   // inputs it loads as vectors: contiguous and aligned
   std::vector<int> vector_outputs;  // outputs it stores as vectors (every output of the nest)
+  // A row nest whose rows are split across blocks (too few rows to fill the device): the grid is
+  // rows x split blocks, split chosen at launch (at most max_split, and the grid at most what
+  // the device holds resident), launched cooperatively; the blocks of a row meet at a grid
+  // barrier in each of the row's `grid_combines` statistics, through the kernel's workspace
+  // (split_workspace_bytes).
+  bool split_rows = false;
+  int grid_combines = 0;
+  int64_t max_split = 1;
 };
+
+// The workspace a split row nest of `blocks` blocks needs: the grid barrier's two counters (64
+// bytes, zeroed before the launch), then one 8-byte partial result per block and combine.
+inline int64_t split_workspace_bytes(const KernelNest& nest, int64_t blocks) {
+  return 64 + 8 * int64_t{nest.grid_combines} * blocks;
+}
 
 // An input a kernel uses as an index (index_select, gather, index_copy, index_add, scatter): the
 // executor checks its values are in [0, size) before the kernel runs, so a kernel never reads or
@@ -145,9 +159,10 @@ struct Kernel {
 };
 
 // A CUDA kernel's argument block, in 8-byte words: ins[ni], outs[no], in_meta[mi], out_meta[mo],
-// sd[ni], si[ni] (each array at least one word long), passed by value as the entries' parameter.
+// sd[ni], si[ni] (each array at least one word long), ws (the workspace of split row nests, or
+// null), passed by value as the entries' parameter.
 struct CudaArgsLayout {
-  int64_t ins = 0, outs = 0, in_meta = 0, out_meta = 0, sd = 0, si = 0;  // word offsets
+  int64_t ins = 0, outs = 0, in_meta = 0, out_meta = 0, sd = 0, si = 0, ws = 0;  // word offsets
   int64_t words = 0;
 };
 CudaArgsLayout cuda_args_layout(const Kernel& kernel);

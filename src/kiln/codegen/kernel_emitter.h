@@ -186,6 +186,9 @@ inline int row_threads_for(int64_t length, int vector) {
     threads *= 2;
   return threads;
 }
+// The fewest elements each thread of a split row takes (KernelNest::max_split): fewer, and the
+// blocks' combines cost more than their loads.
+constexpr int64_t kMinSplitElements = 16;
 // Trips of a row loop (elements per thread) up to which the loop is unrolled completely, so its
 // row cache is held in registers.
 constexpr int64_t kRowCacheTrips = 16;
@@ -335,8 +338,9 @@ class KernelEmitter {
   static std::string cache_slot(const std::string& var, int lanes);
   std::string row_vector_store(size_t j, const Shape& shape, const std::string& var, int lanes,
                                std::string* flush) const;
+  std::string trip_first(const std::string& var, int lanes, const std::string& type) const;
   std::string row_thread() const;
-  std::string row_combine(const std::string& op) const;
+  std::string row_combine(const std::string& op, const std::string& acc);
   std::optional<Val> row_cached_load(size_t k, const Index& at);
   bool uses_only_row_indices(const std::string& text) const;
 
@@ -384,6 +388,12 @@ class KernelEmitter {
   std::unordered_map<std::string, RowPosition> row_positions_;
   int64_t row_length_ = 0;  // a row nest's row: the positions its row loops run over
   int row_vector_ = 1;      // ... and its row vector width (row_lanes)
+  // A row nest whose rows are split across blocks (KernelNest::split_rows), its grid combines so
+  // far, and its row-level reductions no block can share (an argmax: such a nest is not split).
+  bool split_rows_ = false;
+  int64_t split_row_count_ = 0;  // ... its rows
+  int grid_combines_ = 0;
+  int row_serial_reductions_ = 0;
   std::map<std::string, RowCache> row_caches_;
   std::string row_fills_;
   int64_t row_cache_words_ = 0;

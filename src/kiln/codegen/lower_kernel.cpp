@@ -200,6 +200,9 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   mode_ = mode;
   row_reductions_ = 0;
   row_reduce_count_ = 0;
+  if (mode != NestMode::kRows) split_rows_ = false;  // (cuda_rows_nest sets it before its body)
+  grid_combines_ = 0;
+  row_serial_reductions_ = 0;
   reductions_ = 0;
   pass_iterations_ = 0;
   nest_shape_ = shape;
@@ -268,7 +271,7 @@ std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel&
          "];\n  int64_t in_meta[" + words(k.in_meta_size) + "];\n  int64_t out_meta[" +
          words(k.out_meta_size) + "];\n  double sd[" +
          words(static_cast<int64_t>(k.inputs.size())) + "];\n  int64_t si[" +
-         words(static_cast<int64_t>(k.inputs.size())) + "];\n};\n";
+         words(static_cast<int64_t>(k.inputs.size())) + "];\n  void* ws;\n};\n";
   std::string entries;
   for (size_t s = 0; s < shapes.size(); ++s) {
     bool is_last = s + 1 == shapes.size();
@@ -386,7 +389,8 @@ CudaArgsLayout cuda_args_layout(const Kernel& kernel) {
   l.out_meta = l.in_meta + words(kernel.in_meta_size);
   l.sd = l.out_meta + words(kernel.out_meta_size);
   l.si = l.sd + words(ni);
-  l.words = l.si + words(ni);
+  l.ws = l.si + words(ni);
+  l.words = l.ws + 1;
   return l;
 }
 

@@ -24,9 +24,24 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
   nest.rows_per_block = nest.block_threads / row_threads_;
   Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
   nest.rows = std::max<int64_t>(shape_numel(outer), 1);
-  refuse_an_idle_device((nest.rows + nest.rows_per_block - 1) / nest.rows_per_block,
-                        nest.rows * length * widest);
+  // Too few rows to fill the device: each row split across blocks, as many as the device holds
+  // at once (the executor chooses), each thread at least kMinSplitElements of its row.
+  split_rows_ = leaves_the_device_idle((nest.rows + nest.rows_per_block - 1) / nest.rows_per_block,
+                                       nest.rows * length * widest);
+  if (split_rows_) {
+    row_threads_ = nest.block_threads = kCudaBlock;
+    nest.rows_per_block = 1;
+    nest.split_rows = true;
+    split_row_count_ = nest.rows;
+    const int64_t per_block = int64_t{kCudaBlock} * kMinSplitElements;
+    nest.max_split = std::max<int64_t>(1, (length + per_block - 1) / per_block);
+  }
   NestBody rows = emit_body(shape, k, is_last, NestMode::kRows, nullptr, unit_row);
+  if (split_rows_ && row_serial_reductions_ > 0)
+    not_lowered("a reduction over " + std::to_string(nest.rows * length * widest) + " bytes in " +
+                std::to_string(nest.rows) +
+                " rows would leave the GPU idle (an argmax or argmin is not split across blocks)");
+  nest.grid_combines = grid_combines_;
   if (is_last) record_last_nest_loads(unit_row ? Shape(shape.begin(), shape.end() - 1) : shape, k);
   windows_ = windows;
   whole_storage_ = whole;
@@ -35,7 +50,16 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
                     "_rows(const Args& a) {\n" + cuda_decls(k);
   if (unit_row) src += "  // schedule: row per element\n";
   src += "  const I rows = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
-  if (nest.rows_per_block == 1) {
+  if (split_rows_) {  // one part of one row per block: every block reaches every grid barrier
+    src += "  // schedule: rows split across blocks (grid = rows x split, a grid barrier at each "
+           "of the row's " +
+           std::to_string(grid_combines_) + " statistics)\n";
+    src += "  char* const ws = static_cast<char*>(a.ws);\n";
+    src += "  const I split = static_cast<I>(gridDim.x) / rows;\n";
+    src += "  const I row = static_cast<I>(blockIdx.x) / split;\n";
+    src += "  const I part = static_cast<I>(blockIdx.x) % split;\n";
+    src += "  {\n";
+  } else if (nest.rows_per_block == 1) {
     src +=
         "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
         "static_cast<I>(gridDim.x)) {\n";
@@ -50,7 +74,8 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
     src += indented(rows.levels[d], 2);
   if (shape.empty() || shape.back() == 1) {
     src += indented(rows.levels[shape.size()], 2);
-    src += "    if (" + row_thread() + " == 0) {\n" + indented(rows.stores, 3) + "    }\n";
+    std::string first = split_rows_ ? "part == 0 && " + row_thread() : row_thread();
+    src += "    if (" + first + " == 0) {\n" + indented(rows.stores, 3) + "    }\n";
   } else {
     std::string var = "i" + std::to_string(shape.size() - 1);
     BlockLoop loop = block_loop(var, "I", shape.back());
@@ -78,24 +103,43 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
 KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const std::string& type,
                                                    int64_t count) const {
   const int lanes = row_lanes(count);
-  int64_t trips = (count + row_threads_ * lanes - 1) / (row_threads_ * lanes);
-  std::string trip = var + "_trip", threads = std::to_string(row_threads_);
   BlockLoop loop;
+  std::string lane_open;
+  if (lanes > 1) {
+    std::string lane = var + "_lane", v = std::to_string(lanes);
+    lane_open = "#pragma unroll\nfor (int " + lane + " = 0; " + lane + " < " + v + "; ++" + lane +
+                ") {\nconst " + type + " " + var + " = " + trip_first(var, lanes, type) + " + " +
+                lane + ";\n";
+  }
+  if (split_rows_) {
+    // This block's part of the row: thread t of part p takes p * threads + t, then every
+    // split * threads further.
+    std::string base = var + "_base", threads = std::to_string(row_threads_),
+                v = std::to_string(lanes);
+    auto cast = [&](const std::string& x) { return "static_cast<" + type + ">(" + x + ")"; };
+    std::string first = cast("part") + " * " + threads + " + " + cast(row_thread());
+    if (lanes > 1) first = "(" + first + ") * " + v;
+    loop.open_trip = "#pragma unroll 4\nfor (" + type + " " + base + " = " + first + "; " + base +
+                     " < " + std::to_string(count) + "; " + base + " += " + cast("split") + " * " +
+                     std::to_string(int64_t{row_threads_} * lanes) + ") {\n";
+    loop.close_trip = "}\n";
+    loop.open = loop.open_trip + (lanes > 1 ? lane_open : "const " + type + " " + var + " = " +
+                                                              base + ";\n");
+    loop.close = (lanes > 1 ? "}\n" : "") + loop.close_trip;
+    return loop;
+  }
+  int64_t trips = (count + row_threads_ * lanes - 1) / (row_threads_ * lanes);
+  std::string trip = var + "_trip";
   loop.open_trip =
       std::string(trips <= kRowCacheTrips ? "#pragma unroll\n" : "#pragma unroll 4\n") +
       "for (int " + trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip +
       ") {\n";
   loop.close_trip = "}\n";
-  std::string first = "static_cast<" + type + ">(" + row_thread() + ") + static_cast<" + type +
-                      ">(" + trip + ") * " + threads;
   if (lanes == 1) {
-    loop.open = loop.open_trip + "const " + type + " " + var + " = " + first + ";\n";
+    loop.open = loop.open_trip + "const " + type + " " + var + " = " + trip_first(var, 1, type) +
+                ";\n";
     loop.close = loop.close_trip;
   } else {
-    std::string lane = var + "_lane", v = std::to_string(lanes);
-    std::string lane_open = "#pragma unroll\nfor (int " + lane + " = 0; " + lane + " < " + v +
-                            "; ++" + lane + ") {\nconst " + type + " " + var + " = (" + first +
-                            ") * " + v + " + " + lane + ";\n";
     loop.open = loop.open_trip + lane_open;
     loop.close = "}\n" + loop.close_trip;
   }
@@ -106,10 +150,23 @@ KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const
   return loop;
 }
 
+// The first position of a row loop's current trip (of its `lanes` neighbours), as block_loop
+// runs it: this thread's (t + trip * threads) * V, or in a split row its part's `<var>_base`.
+std::string KernelEmitter::trip_first(const std::string& var, int lanes,
+                                      const std::string& type) const {
+  if (split_rows_) return var + "_base";
+  std::string first = "static_cast<" + type + ">(" + row_thread() + ") + static_cast<" + type +
+                      ">(" + var + "_trip) * " + std::to_string(row_threads_);
+  return lanes == 1 ? first : "(" + first + ") * " + std::to_string(lanes);
+}
+
 // The elements a row loop over `count` positions takes at a time: the nest's row vector width
 // for a loop over its whole row when the row's threads divide it into whole vectors, else 1.
 int KernelEmitter::row_lanes(int64_t count) const {
   if (mode_ != NestMode::kRows || row_vector_ <= 1 || count != row_length_) return 1;
+  // A split row's loops take one element a trip: a warp's loads of a contiguous row are one
+  // 128-byte line (V neighbours a thread would load each line in V scalar loads).
+  if (split_rows_) return 1;
   return count % (row_threads_ * row_vector_) == 0 ? row_vector_ : 1;
 }
 
@@ -131,8 +188,7 @@ std::string KernelEmitter::row_vector_store(size_t j, const Shape& shape, const 
   for (size_t dim = 0; dim + 1 < shape.size(); ++dim)
     if (shape[dim] != 1)
       base += " + i" + std::to_string(dim) + "*os" + n + "_" + std::to_string(dim);
-  std::string first = "(static_cast<I>(" + row_thread() + ") + static_cast<I>(" + var +
-                      "_trip) * " + std::to_string(row_threads_) + ") * " + v;
+  std::string first = trip_first(var, lanes, "I");
   *flush += "if (" + last + " == 1 && (" + base + ") % " + v +
             " == 0 && reinterpret_cast<uint64_t>(out" + n + ") % 16 == 0) {\n  vector_store<" +
             std::to_string(dtype_size(d) * lanes) + ">(static_cast<char*>(out" + n +
@@ -148,11 +204,15 @@ std::string KernelEmitter::row_thread() const {
   return row_threads_ == 32 ? "(threadIdx.x & 31)" : "threadIdx.x";
 }
 
-// The function that combines a row's partial results: warp_<op> or block_<op>
+// The call that combines a row's partial results `acc`: warp_<op>, block_<op> or, in a row split
+// across blocks, grid_<op> through the workspace's slots of the nest's next combine
 // (cuda_block_reduce.cuh).
-std::string KernelEmitter::row_combine(const std::string& op) const {
-  if (row_threads_ == 32) return "warp_" + op;
-  return "block_" + op + "<" + std::to_string(row_threads_) + ">";
+std::string KernelEmitter::row_combine(const std::string& op, const std::string& acc) {
+  if (split_rows_)
+    return "grid_" + op + "<" + std::to_string(row_threads_) + ">(" + acc + ", ws, " +
+           std::to_string(grid_combines_++) + ", rows, split, row, part)";
+  if (row_threads_ == 32) return "warp_" + op + "(" + acc + ")";
+  return "block_" + op + "<" + std::to_string(row_threads_) + ">(" + acc + ")";
 }
 
 // The row cache of a CUDA row nest: an input read along the row at a row loop's position, at
@@ -168,7 +228,8 @@ std::string KernelEmitter::row_combine(const std::string& op) const {
 // by constants), within kRowCacheWords registers a thread, and where the index is inside the
 // tensor wherever the row runs (so loading it unconditionally is safe).
 std::optional<Val> KernelEmitter::row_cached_load(size_t k, const Index& at) {
-  if (mode_ != NestMode::kRows || at.empty()) return std::nullopt;
+  // A split row's part is not known when the kernel is compiled: no cache.
+  if (mode_ != NestMode::kRows || split_rows_ || at.empty()) return std::nullopt;
   auto position = row_positions_.find(at.back().text);
   if (position == row_positions_.end()) return std::nullopt;
   const TensorType& t = body_.inputs()[k]->tensor_type();

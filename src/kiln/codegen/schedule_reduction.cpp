@@ -17,8 +17,6 @@ constexpr int64_t kColumnBlocks = 264;
 // The narrowest row a column tile reads: one 32-byte memory sector.
 constexpr int64_t kSectorBytes = 32;
 
-// The H200's multiprocessors: a nest of at least this many blocks keeps every one busy.
-constexpr int64_t kDeviceBlocks = 132;
 // One block of 256 threads reduces about 24 GB/s (the full amax of 2^26 float32 in one block:
 // 10.9 ms on the H200, 2026-12-02, bench.py), where eager's launch costs about 5 us: past 256 KiB
 // a lone block takes twice eager's time or more.
@@ -27,7 +25,7 @@ constexpr int64_t kMaxBytesPerLoneBlock = int64_t{256} << 10;
 }  // namespace
 
 bool leaves_the_device_idle(int64_t blocks, int64_t bytes) {
-  return blocks < kDeviceBlocks && bytes > kMaxBytesPerLoneBlock * std::max<int64_t>(blocks, 1);
+  return blocks < kDeviceMultiprocessors && bytes > kMaxBytesPerLoneBlock * std::max<int64_t>(blocks, 1);
 }
 
 std::string ReductionSchedule::describe() const {
@@ -40,6 +38,11 @@ std::string ReductionSchedule::describe() const {
       return "columns (tile " + std::to_string(tile) + ", " + std::to_string(lanes) + " lanes)";
   }
   return "";
+}
+
+int64_t split_row_elements_per_thread(int64_t count, int64_t rows, int threads) {
+  const int64_t blocks = std::max<int64_t>(1, kDeviceMultiprocessors / std::max<int64_t>(rows, 1));
+  return (count + blocks * threads - 1) / (blocks * threads);
 }
 
 bool outer_reduction_in_columns(int64_t outputs) {

@@ -41,6 +41,9 @@ struct ReductionSchedule {
   std::string describe() const;
 };
 
+// The H200's multiprocessors: a nest of at least this many blocks keeps every one busy.
+constexpr int64_t kDeviceMultiprocessors = 132;
+
 // `block` is the kernel's threads per block.
 ReductionSchedule choose_reduction_schedule(const ElementReductions& facts, int block);
 
@@ -50,9 +53,13 @@ bool outer_reduction_in_columns(int64_t outputs);
 
 // Whether a reduction nest of `blocks` blocks that reads `bytes` leaves the device so empty that
 // it would run slower than eager PyTorch's kernels (which split such reductions across the
-// device): fewer blocks than the H200 has SMs, each reading more than kMaxBytesPerLoneBlock. Such
-// a region is not lowered and runs as PyTorch ops on the device, until kiln has a reduction
-// split across blocks (a full reduction, a column sum over few columns, a few long rows).
+// device): fewer blocks than the H200 has SMs, each reading more than kMaxBytesPerLoneBlock. A
+// row nest then splits its rows across blocks (schedule_cuda_rows.cpp); a column nest is not
+// lowered and runs as PyTorch ops on the device.
 bool leaves_the_device_idle(int64_t blocks, int64_t bytes);
+
+// About the elements each of `threads` threads of a split row nest of `rows` rows takes of a
+// row's `count` (the device's multiprocessors shared by the rows, a block each at least).
+int64_t split_row_elements_per_thread(int64_t count, int64_t rows, int threads);
 
 }  // namespace kiln::codegen

@@ -607,7 +607,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
             buffers[j] = memory.empty(o.dtype, o.shape);
           }
           ran = memory.cuda() ? cuda::run_cuda_kernel(*cuda_kernels.steps[s], step_inputs, buffers,
-                                                      memory.stream())
+                                                      memory.stream(), memory.allocator())
                               : cpu::run_cpu_kernel(*kernels.steps[s], step_inputs, buffers);
           if (ran) {
             // Read later, or written back by a copy after all.

@@ -504,7 +504,8 @@ CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
 }
 
 bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs,
-                     const std::vector<TensorHandle>& outputs, Stream stream) {
+                     const std::vector<TensorHandle>& outputs, Stream stream,
+                     Allocator* allocator) {
   call_profile::Scope timed(call_profile::Phase::kKernel);
   const codegen::Kernel& kernel = k.kernel;
   KILN_ASSERT(inputs.size() == kernel.inputs.size() && outputs.size() == kernel.outputs.size())
@@ -548,9 +549,40 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
       word(layout.out_meta + out_meta++) = static_cast<uint64_t>(st);
   }
   use_device(k.device);
+  // Split row nests: their grids (rows x split, within what the device holds resident) and one
+  // zeroed workspace the nests share (each leaves its barrier's count at 0). A device too small
+  // to hold a row's blocks at once runs the step without the kernel.
+  std::vector<unsigned> split_grid(kernel.nests.size(), 0);
+  int64_t workspace = 0;
+  for (size_t n = 0; n < kernel.nests.size(); ++n) {
+    const codegen::KernelNest& nest = kernel.nests[n];
+    if (!nest.split_rows || nest.numel == 0) continue;
+    const int resident = std::min(resident_blocks(k.nests[n].scalar32, nest.block_threads, k.device),
+                                  resident_blocks(k.nests[n].scalar64, nest.block_threads, k.device));
+    const int64_t split = std::min<int64_t>(resident / nest.rows, nest.max_split);
+    if (split < 1) return false;
+    split_grid[n] = static_cast<unsigned>(nest.rows * split);
+    workspace = std::max(workspace, codegen::split_workspace_bytes(nest, split_grid[n]));
+  }
+  TensorHandle workspace_memory;
+  if (workspace > 0) {
+    workspace_memory = cuda_strided(DType::kInt64, {(workspace + 7) / 8}, {1}, 0,
+                                    (workspace + 7) / 8, Device::cuda(k.device), /*zero=*/true,
+                                    allocator, stream);
+    word(layout.ws) = workspace_memory->storage->device_data;
+  }
   for (size_t n = 0; n < kernel.nests.size(); ++n) {
     const codegen::KernelNest& nest = kernel.nests[n];
     if (nest.numel == 0) continue;
+    if (nest.split_rows) {
+      const unsigned grid = split_grid[n];
+      // (each thread's positions step by split x threads x up to 8 lanes)
+      bool narrow = fits_32 && nest.numel + int64_t{grid} * nest.block_threads * 8 <
+                                   (int64_t{1} << 31) - 1;
+      launch_cooperative(narrow ? k.nests[n].scalar32 : k.nests[n].scalar64, grid,
+                         static_cast<unsigned>(nest.block_threads), words.data(), stream);
+      continue;
+    }
     bool vector = k.nests[n].vector32 != nullptr;
     for (int i : nest.vector_inputs) {
       const RtTensor& t = *std::get<TensorHandle>(inputs[static_cast<size_t>(i)]);

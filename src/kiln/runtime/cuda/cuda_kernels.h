@@ -59,10 +59,13 @@ CompiledModule compile_cuda_kernel(const codegen::Kernel& kernel, int arch);
 // the test that compiles it).
 std::string copy_module_source();
 
-// Runs the kernel's nests in order on `stream` (inputs and output buffers as for the CPU kernel).
-// Returns false without running anything when an as_strided read would leave its storage.
+// Runs the kernel's nests in order on `stream` (inputs and output buffers as for the CPU kernel;
+// the workspace of split row nests from `allocator`, else kiln's own memory). Returns false
+// without running anything when an as_strided read would leave its storage, or when the device
+// cannot hold a split row nest's blocks at once.
 bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs,
-                     const std::vector<TensorHandle>& outputs, Stream stream = nullptr);
+                     const std::vector<TensorHandle>& outputs, Stream stream = nullptr,
+                     Allocator* allocator = nullptr);
 
 // ---- device tensors -----------------------------------------------------------------------------
 

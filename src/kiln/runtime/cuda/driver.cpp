@@ -50,6 +50,9 @@ struct Driver {
   CUresult (*ModuleGetFunction)(Function*, Module, const char*) = nullptr;
   CUresult (*LaunchKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                            unsigned, Stream, void**, void**) = nullptr;
+  CUresult (*LaunchCooperativeKernel)(Function, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                      unsigned, unsigned, Stream, void**) = nullptr;
+  CUresult (*OccupancyMaxActiveBlocksPerMultiprocessor)(int*, Function, int, size_t) = nullptr;
   CUresult (*EventCreate)(CUevent*, unsigned) = nullptr;
   CUresult (*EventRecord)(CUevent, Stream) = nullptr;
   CUresult (*EventSynchronize)(CUevent) = nullptr;
@@ -103,6 +106,9 @@ const Driver& driver() {
               bind_symbol(d.handle, "cuModuleLoadData", &d.ModuleLoadData) &&
               bind_symbol(d.handle, "cuModuleGetFunction", &d.ModuleGetFunction) &&
               bind_symbol(d.handle, "cuLaunchKernel", &d.LaunchKernel) &&
+              bind_symbol(d.handle, "cuLaunchCooperativeKernel", &d.LaunchCooperativeKernel) &&
+              bind_symbol(d.handle, "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                          &d.OccupancyMaxActiveBlocksPerMultiprocessor) &&
               bind_symbol(d.handle, "cuEventCreate", &d.EventCreate) &&
               bind_symbol(d.handle, "cuEventRecord", &d.EventRecord) &&
               bind_symbol(d.handle, "cuEventSynchronize", &d.EventSynchronize) &&
@@ -322,6 +328,33 @@ void launch(Function f, unsigned grid, unsigned block, const void* param, size_t
   void* params[] = {const_cast<void*>(param)};
   call_profile::Scope timed(call_profile::Phase::kLaunch);
   check(d.LaunchKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params, nullptr), "cuLaunchKernel");
+}
+
+void launch_cooperative(Function f, unsigned grid, unsigned block, const void* param,
+                        Stream stream) {
+  const Driver& d = loaded();
+  void* params[] = {const_cast<void*>(param)};
+  call_profile::Scope timed(call_profile::Phase::kLaunch);
+  CUresult r = d.LaunchCooperativeKernel(f, grid, 1, 1, block, 1, 1, 0, stream, params);
+  // A capture the driver cannot take a cooperative launch into leaves the program without a
+  // graph (graph_replay.h), not failed.
+  if (r != 0 && capturing)
+    throw CaptureRefused("a cooperative launch in a capture: " + error_text(d, r));
+  check(r, "cuLaunchCooperativeKernel");
+}
+
+int resident_blocks(Function f, unsigned block, int device) {
+  static std::mutex mutex;
+  static std::map<Function, int> per_function;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = per_function.find(f);
+  if (it != per_function.end()) return it->second;
+  const Driver& d = loaded();
+  use_device(device);
+  int per_sm = 0;
+  check(d.OccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, f, static_cast<int>(block), 0),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  return per_function[f] = per_sm * device_info(device).multiprocessors;
 }
 
 void launch_2d(Function f, unsigned grid_x, unsigned grid_y, unsigned block, const void* param,

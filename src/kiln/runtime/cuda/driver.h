@@ -61,6 +61,13 @@ Function get_function(Module module, const std::string& name);
 // Launches with one parameter: the `param_bytes` bytes at `param` (an argument block).
 void launch(Function f, unsigned grid, unsigned block, const void* param, size_t param_bytes,
             Stream stream);
+// A cooperative launch (cuLaunchCooperativeKernel): every block of the grid is resident at once,
+// or the launch fails, so the blocks may wait for each other (a split row nest's grid barrier).
+void launch_cooperative(Function f, unsigned grid, unsigned block, const void* param,
+                        Stream stream);
+// The most blocks of `block` threads of `f` the device holds resident at once (its occupancy
+// times its multiprocessors): the largest grid launch_cooperative takes.
+int resident_blocks(Function f, unsigned block, int device);
 // The same over a grid of grid_x x grid_y blocks.
 void launch_2d(Function f, unsigned grid_x, unsigned grid_y, unsigned block, const void* param,
                size_t param_bytes, Stream stream);
