@@ -256,3 +256,30 @@ def test_an_index_gathered_from_a_buffer_is_checked_on_the_buffer_before_each_re
     # One it selects: the exact check raises, as eager does.
     with pytest.raises(IndexError, match="out of bounds"):
         f(table, kinds, torch.tensor([[2, 2, 2], [0, 0, 0]], device=DEVICE), x)
+
+
+def test_a_reduction_split_across_blocks_replays_in_a_graph():
+    # A full reduction of 2^19 elements is one row split across blocks that meet at a grid
+    # barrier (a cooperative launch, a workspace zeroed before it): captured and replayed, with
+    # the tensor written in place by the reduction's pass (new contents each call, at one
+    # address) and a moving input.
+    def step(x, y, w):
+        x.abs_()
+        m = x.amax()
+        return F.linear(y, w) / m, torch.softmax(y * m, -1)
+
+    f = kiln.jit(step)
+    gen = torch.Generator(device=DEVICE).manual_seed(2)
+    w = torch.randn(64, 64, device=DEVICE, generator=gen)
+    x = torch.empty(512, 1024, device=DEVICE)
+    for call in range(6):
+        x.copy_(torch.randn(512, 1024, device=DEVICE, generator=gen))
+        want_x = x.clone()
+        y = torch.randn(4, 64, device=DEVICE, generator=gen)
+        got, want = f(x, y, w), step(want_x, y, w)
+        for g, e in zip(got, want):
+            close(g, e)
+        assert torch.equal(x, want_x)
+        stats = kiln.last_stats(f)
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+        assert stats["torch_steps"] == 0, stats
