@@ -102,18 +102,18 @@ inline void grid_barrier(unsigned int* words) {
 // combine `combine` (8 bytes a slot, after the barrier's 64 bytes), and after the grid barrier
 // every block combines the row's `split` slots in the same order, so every block of the row
 // gets the same value. Every thread of every block must call it.
-#define KILN_GRID_REDUCE(op, first)                                                            \
-  template <int Threads, class T, class I>                                                     \
-  inline T grid_##op(T v, char* ws, int combine, I rows, I split, I row, I part) {             \
-    v = block_##op<Threads>(v);                                                                \
+#define KILN_GRID_REDUCE(op, first)                                                           \
+  template <int Threads, class T, class I>                                                    \
+  inline T grid_##op(T v, char* ws, int combine, I rows, I split, I row, I part) {            \
+    v = block_##op<Threads>(v);                                                               \
     char* const slots = ws + 64 + 8 * ((static_cast<int64_t>(combine) * rows + row) * split); \
-    auto slot = [&](I p) { return reinterpret_cast<volatile T*>(slots + 8 * p); };             \
-    if (threadIdx.x == 0) *slot(part) = v;                                                     \
-    grid_barrier(reinterpret_cast<unsigned int*>(ws));                                         \
-    T r = first;                                                                               \
-    for (I p = static_cast<I>(threadIdx.x); p < split; p += Threads)                           \
-      r = red_##op(r, static_cast<T>(*slot(p)));                                               \
-    return block_##op<Threads>(r);                                                             \
+    auto slot = [&](I p) { return reinterpret_cast<volatile T*>(slots + 8 * p); };            \
+    if (threadIdx.x == 0) *slot(part) = v;                                                    \
+    grid_barrier(reinterpret_cast<unsigned int*>(ws));                                        \
+    T r = first;                                                                              \
+    for (I p = static_cast<I>(threadIdx.x); p < split; p += Threads)                          \
+      r = red_##op(r, static_cast<T>(*slot(p)));                                              \
+    return block_##op<Threads>(r);                                                            \
   }
 KILN_GRID_REDUCE(sum, static_cast<T>(0))
 KILN_GRID_REDUCE(prod, static_cast<T>(1))

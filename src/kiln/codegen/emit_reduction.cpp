@@ -101,11 +101,24 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     levels_.emplace_back();
     level_of_[rl] = level;
     if (cooperative) {  // rl runs over the row's positions as block_loop(rl, count) does
-      row_positions_[rl] = RowPosition{cache_slot(rl, row_lanes(count)), count};
+      row_positions_[rl] = RowPosition{cache_slot(rl, row_lanes(count)), count, rl};
       level_of_[rl + "_trip"] = level_of_[rl + "_lane"] = level;
     }
     Index index(static_cast<size_t>(in.rank()));
     std::string rest = rl;
+    // A split row whose V lanes stay within the innermost reduced dim (its size a multiple of V)
+    // indexes the other reduced dims once a trip.
+    int64_t innermost = -1;  // the reduced dim that varies fastest with rl
+    for (size_t r = reduced.size(); r-- > 0 && innermost < 0;)
+      if (in.shape[static_cast<size_t>(reduced[r])] != 1) innermost = reduced[r];
+    const bool trip_level = cooperative && split_rows_ && row_lanes(count) > 1 && innermost >= 0 &&
+                            in.shape[static_cast<size_t>(innermost)] % row_lanes(count) == 0 &&
+                            in.shape[static_cast<size_t>(innermost)] != count;
+    auto declare_for_trip = [&](const std::string& name, const std::string& expr) {
+      trip_fills_[rl] += "const int64_t " + name + " = " + expr + ";\n";
+      level_of_[name] = level;
+      trip_variables_.insert(name);
+    };
     std::string same_as_rl;  // the reduced dim's variable, when it is rl itself
     size_t k = 0;
     for (int64_t d = 0; d < in.rank(); ++d) {
@@ -126,11 +139,32 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       for (size_t q = 0; q < r; ++q)
         if (in.shape[static_cast<size_t>(reduced[q])] != 1) last_needed = false;
       if (last_needed) {
-        declare("int64_t", var, rest);
+        if (rest == rl || !trip_level) {
+          declare("int64_t", var, rest);
+        } else {
+          declare_for_trip(var, rest);
+        }
         if (rest == rl) same_as_rl = var;
         if (rest == rl && d == in.rank() - 1) last_dim_reduced_alone = var;
         if (auto p = row_positions_.find(rest); p != row_positions_.end())
           row_positions_[var] = p->second;  // the only reduced dim: var is rl
+      } else if (trip_level) {
+        // A split row's trip: its lanes share every reduced dim's index but the innermost's
+        // (whose size the lanes divide), so those are computed once a trip, from its first
+        // position, before its vector loads (split_trip_load); the innermost is the trip's
+        // first plus the lane.
+        std::string from = rest == rl ? rl + "_base" : rest;
+        if (rest == rl) {
+          std::string first = fresh("rf");
+          declare_for_trip(first, from + " % " + std::to_string(size));
+          declare("int64_t", var, first + " + " + rl + "_lane");
+          row_positions_[var] = RowPosition{"", count, rl, first};
+        } else {
+          declare_for_trip(var, from + " % " + std::to_string(size));
+        }
+        std::string next = fresh("rq");
+        declare_for_trip(next, from + " / " + std::to_string(size));
+        rest = next;
       } else {
         declare("int64_t", var, rest + " % " + std::to_string(size));
         std::string next = fresh("rq");
@@ -145,7 +179,9 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       keep_in_row_buffer(self, x, index, level, depth, count);
     if (pass_stores_ && &node == pass_stores_->reduction) {
       // A row pass over the last dim alone, V neighbours a thread: the stores go out as vectors.
-      const bool row_vectors = cooperative && reduced.size() == 1 && reduced[0] == in.rank() - 1;
+      // (In a split row's trip the lanes are neighbours along the innermost reduced dim too.)
+      const bool row_vectors =
+          cooperative && (reduced.size() == 1 || trip_level) && innermost == in.rank() - 1;
       store_in_pass(level, index, row_vectors ? row_lanes(count) : 1, rl + "_lane", depth);
     }
     if (before_row_stores) --row_pass_depth_;

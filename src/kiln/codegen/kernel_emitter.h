@@ -222,6 +222,8 @@ class KernelEmitter {
   struct RowPosition {
     std::string trip;  // the loop's current register in a row cache (cache_slot)
     int64_t count = 0;
+    std::string loop;   // the loop's variable (block_loop's `var`)
+    std::string first;  // a split row's: the trip's first position (empty: `<loop>_base`)
   };
   struct RowCache {
     std::string array;
@@ -342,6 +344,7 @@ class KernelEmitter {
   std::string row_thread() const;
   std::string row_combine(const std::string& op, const std::string& acc);
   std::optional<Val> row_cached_load(size_t k, const Index& at);
+  std::optional<Val> split_trip_load(size_t k, const Index& at, const RowPosition& position);
   bool uses_only_row_indices(const std::string& text) const;
 
   // schedule_cuda_tiles.cpp: CUDA nests in tiles, the inputs read transposed through shared memory
@@ -396,6 +399,8 @@ class KernelEmitter {
   int row_serial_reductions_ = 0;
   std::map<std::string, RowCache> row_caches_;
   std::string row_fills_;
+  std::map<std::string, std::string> trip_fills_;  // a split row loop's loads, by its variable
+  std::set<std::string> trip_variables_;           // ... and the variables they declare once a trip
   int64_t row_cache_words_ = 0;
   int reductions_ = 0;  // reductions in the nest so far
 

@@ -51,9 +51,10 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
   if (unit_row) src += "  // schedule: row per element\n";
   src += "  const I rows = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
   if (split_rows_) {  // one part of one row per block: every block reaches every grid barrier
-    src += "  // schedule: rows split across blocks (grid = rows x split, a grid barrier at each "
-           "of the row's " +
-           std::to_string(grid_combines_) + " statistics)\n";
+    src +=
+        "  // schedule: rows split across blocks (grid = rows x split, a grid barrier at each "
+        "of the row's " +
+        std::to_string(grid_combines_) + " statistics)\n";
     src += "  char* const ws = static_cast<char*>(a.ws);\n";
     src += "  const I split = static_cast<I>(gridDim.x) / rows;\n";
     src += "  const I row = static_cast<I>(blockIdx.x) / split;\n";
@@ -108,12 +109,13 @@ KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const
   if (lanes > 1) {
     std::string lane = var + "_lane", v = std::to_string(lanes);
     lane_open = "#pragma unroll\nfor (int " + lane + " = 0; " + lane + " < " + v + "; ++" + lane +
-                ") {\nconst " + type + " " + var + " = " + trip_first(var, lanes, type) + " + " +
-                lane + ";\n";
+                ") {\n[[maybe_unused]] const " + type + " " + var + " = " +
+                trip_first(var, lanes, type) + " + " + lane + ";\n";
   }
   if (split_rows_) {
-    // This block's part of the row: thread t of part p takes p * threads + t, then every
-    // split * threads further.
+    // This block's part of the row: thread t of part p takes (p * threads + t) * V, then every
+    // split * threads * V further (lanes > 1 divide the row exactly: no bound within a trip).
+    // The trip's vector loads (split_trip_load) go first.
     std::string base = var + "_base", threads = std::to_string(row_threads_),
                 v = std::to_string(lanes);
     auto cast = [&](const std::string& x) { return "static_cast<" + type + ">(" + x + ")"; };
@@ -123,8 +125,11 @@ KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const
                      " < " + std::to_string(count) + "; " + base + " += " + cast("split") + " * " +
                      std::to_string(int64_t{row_threads_} * lanes) + ") {\n";
     loop.close_trip = "}\n";
-    loop.open = loop.open_trip + (lanes > 1 ? lane_open : "const " + type + " " + var + " = " +
-                                                              base + ";\n");
+    if (auto fills = trip_fills_.find(var); fills != trip_fills_.end())
+      loop.open_trip += fills->second;
+    loop.open = loop.open_trip +
+                (lanes > 1 ? lane_open
+                           : "[[maybe_unused]] const " + type + " " + var + " = " + base + ";\n");
     loop.close = (lanes > 1 ? "}\n" : "") + loop.close_trip;
     return loop;
   }
@@ -136,8 +141,8 @@ KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const
       ") {\n";
   loop.close_trip = "}\n";
   if (lanes == 1) {
-    loop.open = loop.open_trip + "const " + type + " " + var + " = " + trip_first(var, 1, type) +
-                ";\n";
+    loop.open =
+        loop.open_trip + "const " + type + " " + var + " = " + trip_first(var, 1, type) + ";\n";
     loop.close = loop.close_trip;
   } else {
     loop.open = loop.open_trip + lane_open;
@@ -164,9 +169,8 @@ std::string KernelEmitter::trip_first(const std::string& var, int lanes,
 // for a loop over its whole row when the row's threads divide it into whole vectors, else 1.
 int KernelEmitter::row_lanes(int64_t count) const {
   if (mode_ != NestMode::kRows || row_vector_ <= 1 || count != row_length_) return 1;
-  // A split row's loops take one element a trip: a warp's loads of a contiguous row are one
-  // 128-byte line (V neighbours a thread would load each line in V scalar loads).
-  if (split_rows_) return 1;
+  // A split row's loops take V neighbours a trip, loaded as one vector (split_trip_load).
+  if (split_rows_) return count % row_vector_ == 0 ? row_vector_ : 1;
   return count % (row_threads_ * row_vector_) == 0 ? row_vector_ : 1;
 }
 
@@ -228,10 +232,10 @@ std::string KernelEmitter::row_combine(const std::string& op, const std::string&
 // by constants), within kRowCacheWords registers a thread, and where the index is inside the
 // tensor wherever the row runs (so loading it unconditionally is safe).
 std::optional<Val> KernelEmitter::row_cached_load(size_t k, const Index& at) {
-  // A split row's part is not known when the kernel is compiled: no cache.
-  if (mode_ != NestMode::kRows || split_rows_ || at.empty()) return std::nullopt;
+  if (mode_ != NestMode::kRows || at.empty()) return std::nullopt;
   auto position = row_positions_.find(at.back().text);
   if (position == row_positions_.end()) return std::nullopt;
+  if (split_rows_) return split_trip_load(k, at, position->second);
   const TensorType& t = body_.inputs()[k]->tensor_type();
   const int64_t count = position->second.count;
   const int64_t per = int64_t{row_threads_} * row_lanes(count);  // elements a trip takes
@@ -300,6 +304,66 @@ std::optional<Val> KernelEmitter::row_cached_load(size_t k, const Index& at) {
   if (c.as_stored)
     slot = "ld_" + suffix(t.dtype) + "(" + c.array + ", " + position->second.trip + ")";
   return define(t.dtype, slot);
+}
+
+// A split row's loop takes V neighbours a trip (block_loop): an input read at the loop's
+// position, at an index that otherwise depends only on the row, is loaded for the trip's V
+// positions at its start, as one 16-byte vector where the row is contiguous and aligned, and
+// each lane reads its register (a split row's part is not known when the kernel is compiled, so
+// there is no cache of the whole row as row_cached_load keeps):
+//   for (I i1_base = ...) { alignas(16) uint16_t tc3[8];
+//     if (s0_1 == 1 && (o0 + i0*s0_0) % 8 == 0 && in0 aligned) vector_load<16>(tc3, ...);
+//     else for (l) tc3[l] = in0[o0 + i0*s0_0 + (i1_base + l)*s0_1];
+//     for (int i1_lane = 0; i1_lane < 8; ++i1_lane) { ... ld_bf16(tc3, i1_lane) ... } }
+std::optional<Val> KernelEmitter::split_trip_load(size_t k, const Index& at,
+                                                  const RowPosition& position) {
+  const TensorType& t = body_.inputs()[k]->tensor_type();
+  const int lanes = row_lanes(position.count);
+  if (lanes == 1 || position.loop.empty() || !inside_shape(at, t.shape)) return std::nullopt;
+  Index prefix(at.begin(), at.end() - 1);
+  for (const IndexExpr& e : prefix) {
+    std::string rest;  // the text less the variables a trip declares before its loads
+    for (std::string_view name : variables_in(e.text))
+      if (!trip_variables_.contains(std::string(name))) rest += std::string(name) + " ";
+    if (!uses_only_row_indices(rest)) return std::nullopt;
+  }
+  std::string key = std::to_string(k) + "@" + index_key(prefix) + "@" + position.loop;
+  auto cache = row_caches_.find(key);
+  if (cache == row_caches_.end()) {
+    const bool as_stored = dtype_size(t.dtype) == 2 && is_floating(t.dtype);
+    const std::string type = as_stored ? storage_type(t.dtype) : reg(t.dtype);
+    std::string array = fresh("tc"), n = std::to_string(k),
+                last = "s" + n + "_" + std::to_string(at.size() - 1), v = std::to_string(lanes),
+                size = std::to_string(dtype_size(t.dtype)),
+                first = position.first.empty() ? position.loop + "_base" : position.first;
+    IndexExpr base = IndexExpr::var("o" + n);
+    for (size_t d = 0; d + 1 < at.size(); ++d)
+      base = base + mul(at[d], "s" + n + "_" + std::to_string(d));
+    std::string from = "static_cast<const char*>(in" + n + ") + static_cast<int64_t>(" + base.text +
+                       " + " + first + ") * " + size;
+    std::string address = base.text + " + (" + first + " + l)*" + last;
+    std::string fill = "alignas(16) " + type + " " + array + "[" + v + "];\n";
+    fill += "if (" + last + " == 1 && (" + base.text + ") % " + v +
+            " == 0 && reinterpret_cast<uint64_t>(in" + n + ") % 16 == 0) {\n";
+    std::string vector = "vector_load<" + std::to_string(dtype_size(t.dtype) * lanes) + ">(";
+    if (as_stored) {
+      fill += "  " + vector + array + ", " + from + ");\n";
+    } else {
+      fill += "  alignas(16) " + std::string(storage_type(t.dtype)) + " raw[" + v + "];\n  " +
+              vector + "raw, " + from + ");\n#pragma unroll\n  for (int l = 0; l < " + v +
+              "; ++l) " + array + "[l] = ld_" + suffix(t.dtype) + "(raw, l);\n";
+    }
+    fill += "} else {\n#pragma unroll\n  for (int l = 0; l < " + v + "; ++l) " + array + "[l] = " +
+            (as_stored ? "static_cast<const " + type + "*>(in" + n + ")[" + address + "]"
+                       : "ld_" + suffix(t.dtype) + "(in" + n + ", " + address + ")") +
+            ";\n}\n";
+    trip_fills_[position.loop] += fill;
+    cache = row_caches_.emplace(key, RowCache{array, as_stored}).first;
+  }
+  const RowCache& c = cache->second;
+  const std::string lane = position.loop + "_lane";
+  return define(t.dtype, c.as_stored ? "ld_" + suffix(t.dtype) + "(" + c.array + ", " + lane + ")"
+                                     : c.array + "[" + lane + "]");
 }
 
 // Whether `text` names no variable but the row nest's row indices i0 ... i<rank - 2> (which

@@ -25,7 +25,8 @@ constexpr int64_t kMaxBytesPerLoneBlock = int64_t{256} << 10;
 }  // namespace
 
 bool leaves_the_device_idle(int64_t blocks, int64_t bytes) {
-  return blocks < kDeviceMultiprocessors && bytes > kMaxBytesPerLoneBlock * std::max<int64_t>(blocks, 1);
+  return blocks < kDeviceMultiprocessors &&
+         bytes > kMaxBytesPerLoneBlock * std::max<int64_t>(blocks, 1);
 }
 
 std::string ReductionSchedule::describe() const {

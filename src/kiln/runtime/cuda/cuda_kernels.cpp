@@ -557,8 +557,9 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
   for (size_t n = 0; n < kernel.nests.size(); ++n) {
     const codegen::KernelNest& nest = kernel.nests[n];
     if (!nest.split_rows || nest.numel == 0) continue;
-    const int resident = std::min(resident_blocks(k.nests[n].scalar32, nest.block_threads, k.device),
-                                  resident_blocks(k.nests[n].scalar64, nest.block_threads, k.device));
+    const int resident =
+        std::min(resident_blocks(k.nests[n].scalar32, nest.block_threads, k.device),
+                 resident_blocks(k.nests[n].scalar64, nest.block_threads, k.device));
     const int64_t split = std::min<int64_t>(resident / nest.rows, nest.max_split);
     if (split < 1) return false;
     split_grid[n] = static_cast<unsigned>(nest.rows * split);
@@ -566,9 +567,9 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
   }
   TensorHandle workspace_memory;
   if (workspace > 0) {
-    workspace_memory = cuda_strided(DType::kInt64, {(workspace + 7) / 8}, {1}, 0,
-                                    (workspace + 7) / 8, Device::cuda(k.device), /*zero=*/true,
-                                    allocator, stream);
+    workspace_memory =
+        cuda_strided(DType::kInt64, {(workspace + 7) / 8}, {1}, 0, (workspace + 7) / 8,
+                     Device::cuda(k.device), /*zero=*/true, allocator, stream);
     word(layout.ws) = workspace_memory->storage->device_data;
   }
   for (size_t n = 0; n < kernel.nests.size(); ++n) {
@@ -577,8 +578,8 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
     if (nest.split_rows) {
       const unsigned grid = split_grid[n];
       // (each thread's positions step by split x threads x up to 8 lanes)
-      bool narrow = fits_32 && nest.numel + int64_t{grid} * nest.block_threads * 8 <
-                                   (int64_t{1} << 31) - 1;
+      bool narrow =
+          fits_32 && nest.numel + int64_t{grid} * nest.block_threads * 8 < (int64_t{1} << 31) - 1;
       launch_cooperative(narrow ? k.nests[n].scalar32 : k.nests[n].scalar64, grid,
                          static_cast<unsigned>(nest.block_threads), words.data(), stream);
       continue;
