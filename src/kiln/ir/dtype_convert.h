@@ -63,12 +63,19 @@ inline float bfloat16_to_float(uint16_t bits) {
 // C++ leaves the conversion of NaN and out-of-range floats to integers undefined. x86's cvttsd2si
 // (what PyTorch's CPU kernels compile to) gives the "integer indefinite" value, the type's
 // minimum; in range, the conversion truncates toward zero.
+//
+// The value converted is trunc(v) + 0.0, an integral double that is never -0.0, rather than v:
+// the integer is the same, but GCC 12 with -fno-trapping-math (the CPU kernels' flags) folds
+// (double)(int64_t)v into trunc(v), which keeps the sign of zero: x.to(int64).to(float64) of
+// -0.6 gave -0.0 instead of 0.0 (atan2 and division then told them apart). With trunc(v) + 0.0
+// the fold yields trunc(trunc(v) + 0.0), which is +0.0 there too; the addition cannot be dropped,
+// since trunc(v) may be -0.0.
 template <class I>
 inline I float_to_int(double v) {
   constexpr double lo = static_cast<double>(std::numeric_limits<I>::min());
   constexpr double hi = -lo;  // 2^31 or 2^63, exactly representable
   if (!(v >= lo && v < hi)) return std::numeric_limits<I>::min();
-  return static_cast<I>(v);
+  return static_cast<I>(std::trunc(v) + 0.0);
 }
 
 }  // namespace kiln

@@ -72,7 +72,10 @@ KernelCacheStats KernelCache::stats() const {
 
 std::string KernelCache::identity() {
   if (identity_.empty()) {
-    identity_ = toolchain_identity(options_.compiler);
+    // The prelude is compiled into every module but is not part of a kernel's source: without
+    // it in the key, a kiln whose prelude changed would load kernels built with the old one.
+    identity_ = toolchain_identity(options_.compiler) + "prelude " +
+                content_hash(codegen::cpu_kernel_prelude()) + "\n";
     identity_hash_ = content_hash(identity_);
   }
   return identity_;
