@@ -69,6 +69,7 @@ _VALUE_LINE = re.compile(r"^(output \d+|\S+) = (\S+ \S+\[[^\]]*\]) strides=\(([^
 def _parse_values(text: str) -> object:
     env = {"nan": math.nan, "inf": math.inf, "true": True, "false": False, "__builtins__": {}}
     text = re.sub(r"-nan\b", "nan", text)
+    text = re.sub(r"(?<![\w.])-0(?![\w.])", "-0.0", text)  # eval reads -0 as the integer 0
     return eval(text, env)  # the tool prints Python-like nested lists of numbers
 
 
@@ -183,6 +184,19 @@ def _assert_values(value: RunValue, eager: torch.Tensor, what: str) -> None:
     # kiln-opt prints 6 significant digits.
     rtol = max(1e-5, torch.finfo(eager.dtype).eps if eager.dtype.is_floating_point else 0)
     torch.testing.assert_close(got, want, rtol=rtol, atol=1e-6, equal_nan=True, msg=lambda m: f"{what}: {m}")
+    assert_zero_signs(got, want, what)
+
+
+def assert_zero_signs(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """assert_close takes -0.0 for 0.0, but later ops tell them apart (atan2, 1 / x): where both
+    are zero, the signs must agree. (For the traced programs here, whose seeds are fixed: a max or
+    min over equal zeros of both signs may return either, so with fresh random programs this
+    check could fail on a choice eager leaves open.)"""
+    if not (got.dtype.is_floating_point and want.dtype.is_floating_point) or got.shape != want.shape:
+        return
+    got, want = got.detach().cpu(), want.detach().cpu()
+    zero_sign = (got == 0) & (want == 0) & (torch.signbit(got) != torch.signbit(want))
+    assert not zero_sign.any(), f"{what}: the sign of zero differs from eager at {zero_sign.nonzero().tolist()[:5]}"
 
 
 def run_against_eager(fn: Callable, make_args: Callable[[], list], pipeline: bool) -> None:

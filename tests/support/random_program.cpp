@@ -1764,10 +1764,6 @@ bool elements_agree(const Storage& a, int64_t ia, const Storage& b, int64_t ib, 
     ok = std::isnan(x) && std::isnan(y);
   } else if (std::isinf(x) || std::isinf(y)) {
     ok = x == y;
-  } else if (x == 0 && y == 0) {
-    // The sign of zero is computed, not rounded (a product's or a conversion's), and later ops
-    // tell the two apart: atan2(-0.0, -0.0) is -pi, 1 / -0.0 is -inf.
-    ok = std::signbit(x) == std::signbit(y);
   } else {
     double tol = scale * (dtype == DType::kFloat64   ? 1e-7
                           : dtype == DType::kFloat32 ? 1e-5
