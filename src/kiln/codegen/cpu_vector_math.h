@@ -10,13 +10,13 @@
 
 #if defined(__x86_64__) && defined(__GLIBC__)
 #define KILN_VECTOR_MATH __attribute__((simd("notinbranch")))
-// f(double) and its single-precision form ff(float), both with vector variants.
-#define KILN_VECTOR_UNARY(f)                  \
-  KILN_VECTOR_MATH double f(double) noexcept; \
-  KILN_VECTOR_MATH float f##f(float) noexcept;
-#define KILN_VECTOR_BINARY(f)                         \
-  KILN_VECTOR_MATH double f(double, double) noexcept; \
-  KILN_VECTOR_MATH float f##f(float, float) noexcept;
+// name(double) and its single-precision form namef(float), both with vector variants.
+#define KILN_VECTOR_UNARY(name)                  \
+  KILN_VECTOR_MATH double name(double) noexcept; \
+  KILN_VECTOR_MATH float name##f(float) noexcept;
+#define KILN_VECTOR_BINARY(name)                         \
+  KILN_VECTOR_MATH double name(double, double) noexcept; \
+  KILN_VECTOR_MATH float name##f(float, float) noexcept;
 extern "C" {
 KILN_VECTOR_UNARY(sin)
 KILN_VECTOR_UNARY(cos)

@@ -220,7 +220,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   if (mode == NestMode::kRows && !shape.empty() && shape.back() > 1) {
     std::string last = "i" + std::to_string(shape.size() - 1);  // the row loop's (block_loop)
     row_positions_[last] =
-        RowPosition{cache_slot(last, row_lanes(shape.back())), shape.back(), last};
+        RowPosition{cache_slot(last, row_lanes(shape.back())), shape.back(), last, ""};
     level_of_[last + "_trip"] = level_of_[last + "_lane"] = static_cast<int>(shape.size());
   }
 }

@@ -20,7 +20,7 @@ std::string KernelEmitter::column_block_loop(int64_t length, const std::string& 
 // A CPU row pass's value `x` of `v` at `index` (the row's indices, then the pass's variable
 // along the last dim), kept in a buffer of the row as the pass computes it, so that the row's
 // elements read it back instead of computing it again: softmax's exp(x - max), summed in the
-// pass, then divided by the sum, computed each exp (in double: compute_reg) twice. Not for a
+// pass, then divided by the sum, computed each exp twice. Not for a
 // value that is a load (a second load costs what the buffer would), nor past kMaxRowBufferBytes
 // for the nest's buffers together (each thread's stack holds them).
 void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level,
