@@ -73,8 +73,9 @@ Kernel KernelEmitter::lower() {
   // (bench.py's column sum at 2^22 on 2 cores: 37 ms, against 11.8 with a nest of their own);
   // a pass that cannot run in the block lowers the region again without pass stores. On the
   // H200 the column schedule's 32-byte row segments, loaded and stored, took 0.460 ms for the
-  // column sum at 2^26 against 0.366 with a nest of their own (2026-12-03). There the outputs'
-  // nest runs last, after the reduction's read D (a same-index store all the same).
+  // column sum at 2^26 against 0.366 with a nest of their own (2026-12-03; with the lanes that
+  // fill the device, 0.519 against 0.237, 2026-12-04). There the outputs' nest runs last, after
+  // the reduction's read D (a same-index store all the same).
   pass_stores_ = pass_stores(body_);
   if (pass_stores_ && !pass_stores_->along_last_dim &&
       (target_ == Target::kCpu ? !cpu_column_pass_stores_

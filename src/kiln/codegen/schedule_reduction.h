@@ -15,7 +15,9 @@
 // - kColumns: an outer reduction over few elements: a block of `tile` consecutive elements x
 //   `lanes` threads each, the lanes splitting the reduced elements and combined through shared
 //   memory; the tile's threads read neighbouring addresses (coalesced), and the tile is narrowed
-//   (down to 32 bytes a row, one memory sector) until the blocks fill the device.
+//   (down to 32 bytes a row, one memory sector) until the blocks fill the device; then the lanes
+//   are doubled (up to 1024 threads a block, 64 elements a lane) while the device holds the
+//   threads, so that enough loads are in flight.
 #pragma once
 
 #include <cstdint>
