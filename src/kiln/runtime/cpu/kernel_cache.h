@@ -5,10 +5,10 @@
 //   m-<module key>.so   a shared object with one or more kernels, followed by a checksum trailer
 //   k-<kernel key>.idx  for one kernel: its module, its symbol, its source, and a checksum
 // Keys hash the source with the toolchain identity (compiler path and --version, flags, CPU) and
-// the kernel prelude, so a new compiler, machine or kiln never loads an old object. Files are written to a temporary name and
-// renamed into place: concurrent processes sharing the folder see whole files or none. A file
-// whose checksum or recorded source does not match is never loaded; its kernel is compiled again
-// and the file replaced.
+// the kernel prelude, so a new compiler, machine or kiln never loads an old object. Files are
+// written to a temporary name and renamed into place: concurrent processes sharing the folder
+// see whole files or none. A file whose checksum or recorded source does not match is never
+// loaded; its kernel is compiled again and the file replaced.
 //
 // Kernels missing from both caches are compiled together: one compiler run for up to
 // `kernels_per_module` kernels (compiling the prelude once instead of once per kernel), with up
