@@ -63,12 +63,15 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // a float-to-double conversion per element (16 a clock per SM, the unit that also rounds to
   // bfloat16), which bounded the bf16 normalization at 2.6x its byte floor. Max and min are
   // exact in either.
-  // A column nest's lane sums count / lanes of the elements before the lanes combine, a split
-  // row's thread its share of the blocks of its row (as eager's CUDA reductions split theirs).
+  // A column nest's lane sums count / lanes of the elements before the lanes combine, a row's
+  // thread count / threads (a split row's its share of the blocks of its row), as eager's CUDA
+  // reductions split theirs. (A layer norm over rows of 8192 bf16 in double accumulators was
+  // bound by the conversions to double: 1.5x eager's time, 2.8x the byte floor.)
   const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_
                          : split_rows_ && cooperative
                              ? split_row_elements_per_thread(count, split_row_count_, row_threads_)
-                             : count;
+                         : cooperative ? (count + row_threads_ - 1) / std::max(row_threads_, 1)
+                                       : count;
   // On the CPU: max and min of float-held values in float (exact, twice the vector lanes), and
   // short sums of half and bfloat16 values in float as eager's CPU kernels take them (a bf16 row
   // sum of rows of 4096 took 0.72 ms on 2 cores against eager's 0.37 with a double accumulator).
@@ -80,8 +83,10 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
                                             count <= 4096 && id != OpId::kVar && id != OpId::kStd));
   const std::string acc_type = fl ? (float_acc ? "float" : "double") : "int64_t";
   // The type each element enters the accumulator in (red_<op> has float and double forms).
+  // (A variance's passes in float on CUDA alone, as eager's CUDA kernels compute it.)
+  const bool spread = id == OpId::kVar || id == OpId::kStd;
   const std::string element_type =
-      fl && float_acc && id != OpId::kVar && id != OpId::kStd ? "float" : "double";
+      fl && float_acc && (!spread || target_ == Target::kCuda) ? "float" : "double";
 
   // One pass over the reduced elements: `combine(x, rl)` is the line that takes in the element
   // x (converted), the rl-th of the group.
@@ -177,6 +182,9 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     Val x = eval(self, index);
     if (target_ == Target::kCpu && before_row_stores && !last_dim_reduced_alone.empty())
       keep_in_row_buffer(self, x, index, level, depth, count);
+    if (target_ == Target::kCuda && cooperative && !split_rows_ && before_row_stores &&
+        !last_dim_reduced_alone.empty())
+      keep_in_row_registers(self, x, index, level, depth, count);
     if (pass_stores_ && &node == pass_stores_->reduction) {
       // A row pass over the last dim alone, V neighbours a thread: the stores go out as vectors.
       // (In a split row's trip the lanes are neighbours along the innermost reduced dim too.)
@@ -305,21 +313,22 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     case OpId::kVar:
     case OpId::kStd: {
       Number correction = number(node.arg("correction"));
-      emit(depth, "double " + acc + " = 0;", acc);
+      const std::string& vt = element_type;  // float on CUDA for short ones, else double
+      emit(depth, vt + " " + acc + " = 0;", acc);
       pass([&](const std::string& x,
                const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
-           "reduction(+:" + acc + ")", {{acc, "double", "0"}});
+           "reduction(+:" + acc + ")", {{acc, vt, "0"}});
       finish("sum");
       std::string mean = fresh("mean");
-      declare("double", mean, acc + " / " + std::to_string(count) + ".0");
+      declare(vt, mean, acc + " / " + vt + "(" + std::to_string(count) + ".0)");
       std::string m2 = fresh("acc");
-      emit(depth, "double " + m2 + " = 0;", m2);
+      emit(depth, vt + " " + m2 + " = 0;", m2);
       pass(
           [&](const std::string& x, const std::string&) {
             std::string dev = "(" + x + " - " + mean + ")";
             return m2 + " = red_sum(" + m2 + ", " + dev + " * " + dev + ");";
           },
-          "reduction(+:" + m2 + ")", {{m2, "double", "0"}});
+          "reduction(+:" + m2 + ")", {{m2, vt, "0"}});
       combine(m2, "sum");
       // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
       std::string divisor = fresh("n");

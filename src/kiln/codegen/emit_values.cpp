@@ -473,16 +473,15 @@ Val KernelEmitter::elementwise(const Node& node, const Index& at) {
   std::vector<std::string> operands;
   std::string integer_condition;  // where's condition, when it is held apart (below)
   // The broadcast operands that hold a reduction (a row's statistic) first: its pass runs
-  // before the other operands are computed at the element, so a CPU row pass can keep what
-  // they share (keep_in_row_buffer: softmax's exp(x - max) divided by its sum). Values are
-  // memoized: the loop below finds them.
-  if (target_ == Target::kCpu)
-    for (int i = 0; i < op.arity; ++i)
-      if (const Operand& o = node.arg(static_cast<size_t>(i));
-          o.is_value() && o.value()->is_tensor() &&
-          o.value()->tensor_type().numel() < node.outputs[0]->tensor_type().numel() &&
-          holds_reduction(o.value()))
-        eval(o.value(), broadcast_index(at, o.value()->tensor_type().shape));
+  // before the other operands are computed at the element, so a row pass can keep what they
+  // share (keep_in_row_buffer, keep_in_row_registers: softmax's exp(x - max) divided by its
+  // sum). Values are memoized: the loop below finds them.
+  for (int i = 0; i < op.arity; ++i)
+    if (const Operand& o = node.arg(static_cast<size_t>(i));
+        o.is_value() && o.value()->is_tensor() &&
+        o.value()->tensor_type().numel() < node.outputs[0]->tensor_type().numel() &&
+        holds_reduction(o.value()))
+      eval(o.value(), broadcast_index(at, o.value()->tensor_type().shape));
   for (int i = 0; i < op.arity; ++i) {
     const Operand& o = node.arg(static_cast<size_t>(i));
     bool convert = !(op.dtype_rule == DTypeRule::kWhere && i == 0);

@@ -344,6 +344,8 @@ class KernelEmitter {
   std::string row_thread() const;
   std::string row_combine(const std::string& op, const std::string& acc);
   std::optional<Val> row_cached_load(size_t k, const Index& at);
+  void keep_in_row_registers(const Value* v, const Val& x, const Index& index, int level, int depth,
+                             int64_t count);
   std::optional<Val> split_trip_load(size_t k, const Index& at, const RowPosition& position);
   bool uses_only_row_indices(const std::string& text) const;
 
