@@ -59,6 +59,11 @@ PROGRAMS = {
     # CPU column blocks of 64 (codegen/schedule_cpu_passes.cpp): three and a part of one.
     "column argmin of an expression, 200 columns": (lambda x, y: (x - y).argmin(0), [(500, 200), (500, 200)]),
     "column amax and sum, 200 columns": (lambda x: (x.amax(0), x.sum(0, keepdim=True)), [(500, 200)]),
+    # CUDA rows of a few vectors packed several to a warp (packed_row_threads): 37 rows leave the
+    # last warp's other rows past the end; a row's in-place update stored by its last loop.
+    "softmax, rows of 64 packed": (lambda x: torch.softmax(x, -1), [(37, 64)]),
+    "row var and mean, rows of 32 packed": (lambda x: (x.var(-1), x.mean(-1, keepdim=True) - x), [(37, 32)]),
+    "in place, then a row max, rows of 128 packed": (lambda x: (x.mul_(2), x - x.amax(-1, keepdim=True))[1], [(37, 128)]),
     # A CPU pass in pieces between its guards' bounds (pieces_between_cuts).
     "row sum of a cat": (lambda a, b: torch.cat([a.exp(), b], -1).sum(-1), [(300, 300), (300, 700)]),
 }

@@ -30,14 +30,15 @@ KILN_BLOCK_REDUCE(max)
 KILN_BLOCK_REDUCE(min)
 #undef KILN_BLOCK_REDUCE
 
-// A value combined over the warp (a row nest with a warp per row): every lane passes its partial
-// result and gets the warp's. Every lane of the warp must call it.
-#define KILN_WARP_REDUCE(op)                                                    \
-  template <class T>                                                            \
-  inline T warp_##op(T v) {                                                     \
-    for (int offset = 16; offset > 0; offset >>= 1)                             \
-      v = red_##op(v, static_cast<T>(__shfl_xor_sync(0xffffffffu, v, offset))); \
-    return v;                                                                   \
+// A value combined over each group of `Width` lanes of the warp (a row nest with a warp per row,
+// or rows packed several to a warp): every lane passes its partial result and gets its group's.
+// Every lane of the warp must call it.
+#define KILN_WARP_REDUCE(op)                                                     \
+  template <int Width = 32, class T>                                             \
+  inline T warp_##op(T v) {                                                      \
+    _Pragma("unroll") for (int offset = Width / 2; offset > 0; offset >>= 1) v = \
+        red_##op(v, static_cast<T>(__shfl_xor_sync(0xffffffffu, v, offset)));    \
+    return v;                                                                    \
   }
 KILN_WARP_REDUCE(sum)
 KILN_WARP_REDUCE(prod)

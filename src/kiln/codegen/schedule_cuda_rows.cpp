@@ -20,7 +20,13 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
   row_length_ = length;
   row_vector_ = static_cast<int>(std::min<int64_t>(8, 16 / widest));
   row_threads_ = row_threads_for(length, row_vector_);
-  nest.block_threads = row_threads_ == 32 ? kCudaBlock : row_threads_;
+  // Short rows of whole vectors packed several to a warp: not a row per element (its pass is in
+  // the element's code, which the packed rows' guard below would split), nor where a pass
+  // stores (a clamped duplicate row, below, must store nothing).
+  const int packed = packed_row_threads(length, row_vector_);
+  if (packed > 0 && !unit_row && !shape.empty() && shape.back() == length && !pass_stores_)
+    row_threads_ = packed;
+  nest.block_threads = row_threads_ <= 32 ? kCudaBlock : row_threads_;
   nest.rows_per_block = nest.block_threads / row_threads_;
   Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
   nest.rows = std::max<int64_t>(shape_numel(outer), 1);
@@ -64,12 +70,25 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
     src +=
         "  for (I row = static_cast<I>(blockIdx.x); row < rows; row += "
         "static_cast<I>(gridDim.x)) {\n";
-  } else {  // a warp per row: the loop is uniform over each warp, whose lanes reduce together
+  } else if (row_threads_ == 32) {  // a warp per row: the loop is uniform over each warp
     std::string per = std::to_string(nest.rows_per_block);
     src += "  for (I row = static_cast<I>(blockIdx.x) * " + per +
            " + static_cast<I>(threadIdx.x >> 5); row < rows; row += static_cast<I>(gridDim.x) * " +
            per + ") {\n";
+  } else {  // rows packed in a warp: the loop stays uniform over the warp, whose shuffles every
+    // lane joins; a row past the last computes the last row again and stores nothing (row_ok)
+    std::string per = std::to_string(nest.rows_per_block),
+                per_warp = std::to_string(32 / row_threads_),
+                threads = std::to_string(row_threads_);
+    src += "  for (I warp_row = (static_cast<I>(blockIdx.x) * " + std::to_string(kCudaBlock / 32) +
+           " + static_cast<I>(threadIdx.x >> 5)) * " + per_warp +
+           "; warp_row < rows; warp_row += static_cast<I>(gridDim.x) * " + per + ") {\n";
+    src += "    const I packed_row = warp_row + static_cast<I>((threadIdx.x & 31) / " + threads +
+           ");\n";
+    src += "    const bool row_ok = packed_row < rows;\n";
+    src += "    const I row = row_ok ? packed_row : rows - 1;\n";
   }
+  const bool packed_rows = row_threads_ < 32 && !split_rows_;
   src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
   for (size_t d = 0; d < shape.size(); ++d)
     src += indented(rows.levels[d], 2);
@@ -81,6 +100,7 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
     std::string var = "i" + std::to_string(shape.size() - 1);
     BlockLoop loop = block_loop(var, "I", shape.back());
     const int lanes = row_lanes(shape.back());
+    if (packed_rows) src += "    if (row_ok) {\n";
     if (lanes == 1) {
       src += indented(loop.open + rows.levels[shape.size()] + rows.stores + loop.close, 2);
     } else {  // the lanes store into registers, then as one vector (row_lane_stores)
@@ -94,6 +114,7 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
               flush + loop.close_trip;
       src += indented(body, 2);
     }
+    if (packed_rows) src += "    }\n";
   }
   src += "  }\n}\n";
   *entries += cuda_entries(index, 's', nest.block_threads, name + "_rows");
@@ -205,6 +226,7 @@ std::string KernelEmitter::row_vector_store(size_t j, const Shape& shape, const 
 
 // This thread's place among its row's threads.
 std::string KernelEmitter::row_thread() const {
+  if (row_threads_ < 32) return "(threadIdx.x & " + std::to_string(row_threads_ - 1) + ")";
   return row_threads_ == 32 ? "(threadIdx.x & 31)" : "threadIdx.x";
 }
 
@@ -216,6 +238,8 @@ std::string KernelEmitter::row_combine(const std::string& op, const std::string&
     return "grid_" + op + "<" + std::to_string(row_threads_) + ">(" + acc + ", ws, " +
            std::to_string(grid_combines_++) + ", rows, split, row, part)";
   if (row_threads_ == 32) return "warp_" + op + "(" + acc + ")";
+  if (row_threads_ < 32)
+    return "warp_" + op + "<" + std::to_string(row_threads_) + ">(" + acc + ")";
   return "block_" + op + "<" + std::to_string(row_threads_) + ">(" + acc + ")";
 }
 
