@@ -168,7 +168,8 @@ enum class NestMode { kCpuLoops, kFlat, kRows, kColumns, kTiles };
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
 // The threads that run one row of a row nest: a warp for rows of up to 512 elements (8 rows to a
-// block), else a block of 64 to kCudaBlock threads, the most that still leaves each thread two
+// block; fewer, several rows a warp, for rows of a few vectors: packed_row_threads), else a
+// block of 64 to kCudaBlock threads, the most that still leaves each thread two
 // vectors of `vector` elements (row_lanes). A row's threads hold its elements in registers (the
 // row cache, KernelEmitter::row_cached_load): fewer threads a row keep more rows, and more bytes,
 // in flight on an SM, and spread each row's fixed work (its setup, its barriers) over more
