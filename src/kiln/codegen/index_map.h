@@ -38,15 +38,17 @@ namespace kiln::codegen {
 // loads x at the iteration's own element, which a vector load can do.
 struct IndexExpr {
   std::string text;
-  std::optional<int64_t> constant;
-  std::optional<std::pair<int64_t, int64_t>> range;
-  std::shared_ptr<const IndexExpr> exact_dividend;
+  std::optional<int64_t> constant = std::nullopt;
+  std::optional<std::pair<int64_t, int64_t>> range = std::nullopt;
+  std::shared_ptr<const IndexExpr> exact_dividend = nullptr;
   int64_t exact_divisor = 0;
 
-  static IndexExpr number(int64_t v) { return {std::to_string(v), v, std::pair{v, v}}; }
-  static IndexExpr var(std::string name) { return {std::move(name), std::nullopt}; }
+  static IndexExpr number(int64_t v) { return {std::to_string(v), v, std::pair{v, v}, {}, 0}; }
+  static IndexExpr var(std::string name) {
+    return {std::move(name), std::nullopt, std::nullopt, {}, 0};
+  }
   static IndexExpr bounded(std::string name, int64_t lo, int64_t hi) {
-    return {std::move(name), std::nullopt, std::pair{lo, hi}};
+    return {std::move(name), std::nullopt, std::pair{lo, hi}, {}, 0};
   }
   bool is_zero() const { return constant && *constant == 0; }
   bool operator==(const IndexExpr& o) const { return text == o.text; }

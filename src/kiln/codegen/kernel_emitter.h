@@ -232,8 +232,8 @@ class KernelEmitter {
   struct RowPosition {
     std::string trip;  // the loop's current register in a row cache (cache_slot)
     int64_t count = 0;
-    std::string loop;   // the loop's variable (block_loop's `var`)
-    std::string first;  // a split row's: the trip's first position (empty: `<loop>_base`)
+    std::string loop = "";   // the loop's variable (block_loop's `var`)
+    std::string first = "";  // a split row's: the trip's first position (empty: `<loop>_base`)
   };
   struct RowCache {
     std::string array;
