@@ -148,17 +148,22 @@ PASS_STORES = {  # name: (function, argument shapes)
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("name", PASS_STORES)
-def test_writes_before_a_reduction_are_stored_by_its_pass(name, dtype):
-    fn, shapes = PASS_STORES[name]
+def _stats_of_table_program(table, name, dtype, float32_tolerance):
+    """Runs table[name] through kiln.jit against eager on _randn inputs of `dtype` (bf16 to 2e-2)
+    and returns the jitted call's stats."""
+    fn, shapes = table[name]
 
     def make():
         return [_randn(*s, dtype=dtype, seed=k) for k, s in enumerate(shapes)]
 
-    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
-    jitted = check_against_eager(fn, make, **tolerance)
-    stats = kiln.last_stats(jitted)
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else float32_tolerance
+    return kiln.last_stats(check_against_eager(fn, make, **tolerance))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", PASS_STORES)
+def test_writes_before_a_reduction_are_stored_by_its_pass(name, dtype):
+    stats = _stats_of_table_program(PASS_STORES, name, dtype, {})
     # Every write of a whole tensor goes into the caller's memory from the kernel: from the pass
     # where it runs along rows, else from the kernel's last nest (pass_stores.h).
     if not any(word in name for word in ("part", "strided", "middle", "element")):
@@ -212,14 +217,7 @@ SPLIT_ROWS = {  # name: (function, argument shapes)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", SPLIT_ROWS)
 def test_rows_split_across_blocks_agree_with_eager(name, dtype):
-    fn, shapes = SPLIT_ROWS[name]
-
-    def make():
-        return [_randn(*s, dtype=dtype, seed=k) for k, s in enumerate(shapes)]
-
-    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {"rtol": 1e-5, "atol": 1e-5}
-    jitted = check_against_eager(fn, make, **tolerance)
-    stats = kiln.last_stats(jitted)
+    stats = _stats_of_table_program(SPLIT_ROWS, name, dtype, {"rtol": 1e-5, "atol": 1e-5})
     # A kernel runs the reduction (before the split, PyTorch's ops ran it on the GPU).
     assert stats["torch_steps"] == 0 and stats["interpreted_steps"] == 0, stats
 
