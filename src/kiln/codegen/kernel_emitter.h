@@ -356,6 +356,7 @@ class KernelEmitter {
   std::optional<Val> row_cached_load(size_t k, const Index& at);
   void keep_in_row_registers(const Value* v, const Val& x, const Index& index, int level, int depth,
                              int64_t count);
+  std::optional<std::string> row_element_key(const Value* v, const Index& index) const;
   std::optional<Val> split_trip_load(size_t k, const Index& at, const RowPosition& position);
   bool uses_only_row_indices(const std::string& text) const;
 

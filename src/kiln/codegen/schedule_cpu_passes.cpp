@@ -30,17 +30,27 @@ void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index
   if (!node || node->op->kind == OpKind::kView || row_buffer_bytes_ + bytes > kMaxRowBufferBytes)
     return;
   if (v->tensor_type().shape != nest_shape_) return;
-  Index element = index;
-  element.back() = IndexExpr::var("i" + std::to_string(nest_rank_ - 1));
-  const Index loop = loop_index(nest_shape_);
-  if (index_key(element) != index_key(loop)) return;
-  const std::string key = std::to_string(v->id()) + "@" + index_key(loop);
-  if (guard_depth_ > 0 || memo_.contains(key)) return;
+  const std::optional<std::string> key = row_element_key(v, index);
+  if (!key) return;
   row_buffer_bytes_ += bytes;
   const std::string buffer = fresh("row_buffer");
   emit(depth, "alignas(64) " + reg(x.dtype) + " " + buffer + "[" + std::to_string(count) + "];");
   emit(level, buffer + "[" + index.back().text + "] = " + x.expr + ";");
-  memo_[key] = Val{buffer + "[" + loop.back().text + "]", x.dtype};
+  memo_[*key] = Val{buffer + "[i" + std::to_string(nest_rank_ - 1) + "]", x.dtype};
+}
+
+// The memo key of `v` at the row's element whose last index a row pass's `index` runs over (the
+// same indices but the last): none where `index` is not that, or where v is known there already
+// or is computed under a guard (keep_in_row_buffer, keep_in_row_registers).
+std::optional<std::string> KernelEmitter::row_element_key(const Value* v,
+                                                          const Index& index) const {
+  Index element = index;
+  element.back() = IndexExpr::var("i" + std::to_string(nest_rank_ - 1));
+  const Index loop = loop_index(nest_shape_);
+  if (index_key(element) != index_key(loop)) return std::nullopt;
+  std::string key = std::to_string(v->id()) + "@" + index_key(loop);
+  if (guard_depth_ > 0 || memo_.contains(key)) return std::nullopt;
+  return key;
 }
 
 // A guard that compares the loop variable `x` with `at` (a slice_scatter's, select_scatter's or

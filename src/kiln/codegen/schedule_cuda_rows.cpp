@@ -355,17 +355,13 @@ void KernelEmitter::keep_in_row_registers(const Value* v, const Val& x, const In
   const int64_t slots = trips * lanes;
   const int64_t words = slots * (reg(x.dtype) == "float" ? 1 : 2);
   if (trips > kRowCacheTrips || row_cache_words_ + words > kRowCacheWords) return;
-  Index element = index;
-  element.back() = IndexExpr::var(last);
-  const Index loop = loop_index(nest_shape_);
-  if (index_key(element) != index_key(loop)) return;
-  const std::string key = std::to_string(v->id()) + "@" + index_key(loop);
-  if (guard_depth_ > 0 || memo_.contains(key)) return;
+  const std::optional<std::string> key = row_element_key(v, index);
+  if (!key) return;
   row_cache_words_ += words;
   const std::string registers = fresh("rb");
   emit(depth, reg(x.dtype) + " " + registers + "[" + std::to_string(slots) + "];");
   emit(level, registers + "[" + in_pass->second.trip + "] = " + x.expr + ";");
-  memo_[key] = Val{registers + "[" + in_row->second.trip + "]", x.dtype};
+  memo_[*key] = Val{registers + "[" + in_row->second.trip + "]", x.dtype};
 }
 
 // A split row's loop takes V neighbours a trip (block_loop): an input read at the loop's
