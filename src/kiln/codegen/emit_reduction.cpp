@@ -70,7 +70,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_
                          : split_rows_ && cooperative
                              ? split_row_elements_per_thread(count, split_row_count_, row_threads_)
-                         : cooperative ? (count + row_threads_ - 1) / std::max(row_threads_, 1)
+                         : cooperative ? (count + row_threads_ - 1) / row_threads_
                                        : count;
   // On the CPU: max and min of float-held values in float (exact, twice the vector lanes), and
   // short sums of half and bfloat16 values in float as eager's CPU kernels take them (a bf16 row

@@ -43,12 +43,10 @@ struct IndexExpr {
   std::shared_ptr<const IndexExpr> exact_dividend = nullptr;
   int64_t exact_divisor = 0;
 
-  static IndexExpr number(int64_t v) { return {std::to_string(v), v, std::pair{v, v}, {}, 0}; }
-  static IndexExpr var(std::string name) {
-    return {std::move(name), std::nullopt, std::nullopt, {}, 0};
-  }
+  static IndexExpr number(int64_t v) { return {std::to_string(v), v, std::pair{v, v}}; }
+  static IndexExpr var(std::string name) { return {std::move(name)}; }
   static IndexExpr bounded(std::string name, int64_t lo, int64_t hi) {
-    return {std::move(name), std::nullopt, std::pair{lo, hi}, {}, 0};
+    return {std::move(name), std::nullopt, std::pair{lo, hi}};
   }
   bool is_zero() const { return constant && *constant == 0; }
   bool operator==(const IndexExpr& o) const { return text == o.text; }

@@ -347,6 +347,7 @@ class KernelEmitter {
                              KernelNest& nest, std::string* entries, bool unit_row = false);
   BlockLoop block_loop(const std::string& var, const std::string& type, int64_t count) const;
   int row_lanes(int64_t count) const;
+  int64_t row_trips(int64_t count) const;
   static std::string cache_slot(const std::string& var, int lanes);
   std::string row_vector_store(size_t j, const Shape& shape, const std::string& var, int lanes,
                                std::string* flush) const;

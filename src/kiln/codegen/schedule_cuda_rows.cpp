@@ -88,7 +88,7 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
     src += "    const bool row_ok = packed_row < rows;\n";
     src += "    const I row = row_ok ? packed_row : rows - 1;\n";
   }
-  const bool packed_rows = row_threads_ < 32 && !split_rows_;
+  const bool packed_rows = row_threads_ < 32;
   src += "    [[maybe_unused]] const I lin = row;\n" + decompose(outer, "    ");
   for (size_t d = 0; d < shape.size(); ++d)
     src += indented(rows.levels[d], 2);
@@ -195,6 +195,13 @@ int KernelEmitter::row_lanes(int64_t count) const {
   return count % (row_threads_ * row_vector_) == 0 ? row_vector_ : 1;
 }
 
+// The trips of a row loop over `count` positions (block_loop): each takes the row's threads x
+// lanes positions.
+int64_t KernelEmitter::row_trips(int64_t count) const {
+  const int64_t per = int64_t{row_threads_} * row_lanes(count);
+  return (count + per - 1) / per;
+}
+
 // The position (in the row cache's registers) of a row loop's current element.
 std::string KernelEmitter::cache_slot(const std::string& var, int lanes) {
   if (lanes == 1) return var + "_trip";
@@ -262,8 +269,7 @@ std::optional<Val> KernelEmitter::row_cached_load(size_t k, const Index& at) {
   if (split_rows_) return split_trip_load(k, at, position->second);
   const TensorType& t = body_.inputs()[k]->tensor_type();
   const int64_t count = position->second.count;
-  const int64_t per = int64_t{row_threads_} * row_lanes(count);  // elements a trip takes
-  const int64_t trips = (count + per - 1) / per;
+  const int64_t trips = row_trips(count);
   if (trips > kRowCacheTrips || !inside_shape(at, t.shape)) return std::nullopt;
   Index prefix(at.begin(), at.end() - 1);
   for (const IndexExpr& e : prefix)
@@ -349,10 +355,8 @@ void KernelEmitter::keep_in_row_registers(const Value* v, const Val& x, const In
   if (in_pass == row_positions_.end() || in_row == row_positions_.end() ||
       in_pass->second.trip.empty() || in_row->second.trip.empty())
     return;
-  const int lanes = row_lanes(count);
-  const int64_t per = int64_t{row_threads_} * lanes;
-  const int64_t trips = (count + per - 1) / per;
-  const int64_t slots = trips * lanes;
+  const int64_t trips = row_trips(count);
+  const int64_t slots = trips * row_lanes(count);
   const int64_t words = slots * (reg(x.dtype) == "float" ? 1 : 2);
   if (trips > kRowCacheTrips || row_cache_words_ + words > kRowCacheWords) return;
   const std::optional<std::string> key = row_element_key(v, index);
