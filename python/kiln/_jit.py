@@ -104,6 +104,9 @@ class JitFunction:
         # Calls in grad mode with tensors that require grad: differentiated programs, whose
         # cache entries hold their GradientPlan (kiln._autograd).
         self._grad_cache = _C.JitCache() if _C is not None else None
+        # Whether _grad_cache holds a program: until it does, a call skips looking there (the
+        # lookup's torch.no_grad() costs about 2 us of a call's 10).
+        self._differentiates = False
         # Parameters, buffers, globals and captured tensors the function reads (kiln._state).
         self._implicit = ImplicitInputs(fn, module)
 
@@ -111,8 +114,8 @@ class JitFunction:
         cache = self._cache
         if not self._implicit.empty():
             return self._call_with_state(args, kwargs)
-        if torch.is_grad_enabled() and not kwargs and not any(_is_container(a) for a in args):
-            # A differentiated program first (its cache is empty until one is compiled).
+        if self._differentiates and torch.is_grad_enabled() and not kwargs and not any(_is_container(a) for a in args):
+            # A differentiated program first (once one is compiled).
             out = self._run_differentiated(args, kwargs, list(args), len(args))
             if out is not _MISS:
                 return out
@@ -224,6 +227,8 @@ class JitFunction:
         """A call in grad mode: the differentiated program as one autograd node (kiln._autograd),
         eager PyTorch where kiln refused to differentiate it, or _MISS when the key has no plan
         yet."""
+        if not self._differentiates:
+            return _MISS
         with torch.no_grad():  # the forward program runs (and was cached) with grad mode off
             program = self._grad_cache.find(structure, leaves)
         if program is None:
@@ -248,6 +253,7 @@ class JitFunction:
             program = self._grad_cache.insert(
                 structure, leaves, traced.text, trace_seconds, _TUPLE, plan, traced.fallback_ops, requires_grad
             )
+        self._differentiates = True
         plan.set_gradient(program.gradient)
         if plan.refused:
             warn_eager(self.fn, plan.refused)

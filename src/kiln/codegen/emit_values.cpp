@@ -119,14 +119,16 @@ std::string KernelEmitter::reg(DType d) const {
 
 // The type an op computes a value of dtype d in, where its result is rounded to d once: on the
 // CPU float32 in double (libm's double functions are nearer eager's than the float ones, and
-// `a + alpha * b` rounds once, as the interpreter does), except the ops that are one correctly
-// rounded float operation (single_rounding_op), which give the same float either way at twice
-// the vector width: a bf16 batch norm upcast to float32 ran at half eager's speed.
+// `a + alpha * b` rounds once, as the interpreter does), except the ops that give the same float
+// either way (same_in_float_op), at twice the vector width: a bf16 batch norm upcast to float32
+// ran at half eager's speed.
 std::string KernelEmitter::compute_reg(DType d) const {
   return target_ == Target::kCpu && d == DType::kFloat32 ? "double" : reg(d);
 }
 
-bool KernelEmitter::single_rounding_op(const Node& node, int rounding) {
+// The ops whose float32 result is the same computed in float as in double: one correctly rounded
+// float operation, or exp, which is exp_f32 of the float operand in both (scalar_math.h).
+bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
   auto unit_alpha = [&] {
     const Operand& a = node.arg("alpha");
     if (!a.is_constant()) return false;
@@ -157,6 +159,7 @@ bool KernelEmitter::single_rounding_op(const Node& node, int rounding) {
     case OpId::kGe:
     case OpId::kCopy:
     case OpId::kTo:
+    case OpId::kExp:
       return true;
     default:
       return false;
@@ -451,9 +454,9 @@ Val KernelEmitter::elementwise(const Node& node, const Index& at) {
     has_c = !node.arg(2).is_none();
   }
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  const std::string K = !fl                                  ? reg(DType::kFloat64)
-                        : single_rounding_op(node, rounding) ? reg(typing.compute)
-                                                             : compute_reg(typing.compute);
+  const std::string K = !fl                                ? reg(DType::kFloat64)
+                        : same_in_float_op(node, rounding) ? reg(typing.compute)
+                                                           : compute_reg(typing.compute);
   std::string params =
       "const ElementwiseParamsOf<K> p{.alpha = K(" + alpha + "), .alpha_i = " + alpha_i +
       ", .value = K(" + value + "), .value_i = " + value_i +

@@ -15,7 +15,8 @@
 // CPU kernels follow the reference interpreter exactly: floating math in double with each op's
 // result rounded to its dtype (f16/bf16 with round-to-nearest-even, through dtype_convert.h;
 // an op that is one correctly rounded operation, as a product, computes in float for a float32,
-// f16 or bf16 result, which rounds to the same value), integer math in int64 with the
+// f16 or bf16 result, which rounds to the same value, and so does exp, which is scalar_math.h's
+// float exp_f32 in both), integer math in int64 with the
 // interpreter's conversions. A nest is a loop nest, parallel with
 // OpenMP when it is large.
 //

@@ -269,7 +269,7 @@ class KernelEmitter {
   Val define(DType dtype, const std::string& expr);
   std::string reg(DType d) const;
   std::string compute_reg(DType d) const;
-  static bool single_rounding_op(const Node& node, int rounding);
+  static bool same_in_float_op(const Node& node, int rounding);
   static const Node* defining_node(const Value* v);
   Val eval(const Value* v, const Index& at);
   Val compute(const Value* v, const Index& at);
