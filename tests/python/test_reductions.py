@@ -222,6 +222,32 @@ def test_rows_split_across_blocks_agree_with_eager(name, dtype):
     assert stats["torch_steps"] == 0 and stats["interpreted_steps"] == 0, stats
 
 
+# Column reductions with too few tiles of columns to fill the GPU, each over many rows (a layer
+# norm's weight gradients): each tile is split across blocks, whose columns meet at a grid
+# barrier (grid_column_<op>). A few columns or an odd number, two reductions in one kernel,
+# keepdim, an epilogue, the middle dim, written values, integers. On the CPU the same programs
+# check the CPU kernels.
+SPLIT_COLUMNS = {  # name: (function, argument shapes)
+    "column sum": (lambda x: x.sum(0), [(20000, 100)]),
+    "column sum after mul_": (lambda x: (x.mul_(2), x.sum(0))[1], [(20000, 100)]),
+    "weight gradients": (lambda g, h: ((g * h).sum(0), g.sum(0)), [(20000, 96), (20000, 96)]),
+    "column amax, keepdim": (lambda x: (x.abs_(), x.amax(0, keepdim=True))[1], [(20000, 100)]),
+    "column min and max": (lambda x: (x.amin(0), x.amax(0)), [(20000, 100)]),
+    "column mean with an epilogue": (lambda x, b: x.mean(0) * 3 + b, [(20000, 100), (100,)]),
+    "odd columns and rows": (lambda x: x.sum(0), [(20011, 37)]),
+    "middle dim": (lambda x: x.sum(1), [(3, 20000, 40)]),
+    "integer column sum": (lambda x: (x.to(torch.int64) * 3).sum(0), [(20000, 100)]),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", SPLIT_COLUMNS)
+def test_columns_split_across_blocks_agree_with_eager(name, dtype):
+    stats = _stats_of_table_program(SPLIT_COLUMNS, name, dtype, {"rtol": 1e-4, "atol": 1e-3})
+    # A kernel runs the reduction (before the split, PyTorch's ops ran it on the GPU).
+    assert stats["torch_steps"] == 0 and stats["interpreted_steps"] == 0, stats
+
+
 def test_a_split_row_argmax_runs_through_pytorch():
     # An argmax is not split across blocks: the region runs as PyTorch's ops on the GPU, and on
     # the CPU as a kernel; the results are eager's either way.

@@ -122,4 +122,33 @@ KILN_GRID_REDUCE(max, static_cast<T>(*slot(0)))
 KILN_GRID_REDUCE(min, static_cast<T>(*slot(0)))
 #undef KILN_GRID_REDUCE
 
+// A column nest's values combined over the blocks of one tile (a column nest split across
+// blocks): the block combines its lanes (column_<op>), the first lane of each column writes the
+// block's value into slot (part, column) of the tile's slots of combine `combine` (8 bytes a
+// slot, after the barrier's 64 bytes), and after the grid barrier the lanes combine each
+// column's `split` slots, each lane every Lanes-th part, then the lanes theirs: every block of
+// the tile gets the same values. Every thread of every block must call it.
+#define KILN_GRID_COLUMN_REDUCE(op, first)                                                  \
+  template <int Tile, int Lanes, class T, class I>                                          \
+  inline T grid_column_##op(T v, char* ws, int combine, I tiles, I split, I tile, I part) { \
+    v = column_##op<Tile, Lanes>(v);                                                        \
+    char* const slots =                                                                     \
+        ws + 64 + 8 * ((static_cast<int64_t>(combine) * tiles + tile) * split * Tile);      \
+    const int column = static_cast<int>(threadIdx.x) % Tile;                                \
+    auto slot = [&](I p) {                                                                  \
+      return reinterpret_cast<volatile T*>(slots + 8 * (p * Tile + column));                \
+    };                                                                                      \
+    if (static_cast<int>(threadIdx.x) < Tile) *slot(part) = v;                              \
+    grid_barrier(reinterpret_cast<unsigned int*>(ws));                                      \
+    T r = first;                                                                            \
+    for (I p = static_cast<I>(threadIdx.x) / Tile; p < split; p += Lanes)                   \
+      r = red_##op(r, static_cast<T>(*slot(p)));                                            \
+    return column_##op<Tile, Lanes>(r);                                                     \
+  }
+KILN_GRID_COLUMN_REDUCE(sum, static_cast<T>(0))
+KILN_GRID_COLUMN_REDUCE(prod, static_cast<T>(1))
+KILN_GRID_COLUMN_REDUCE(max, static_cast<T>(*slot(0)))
+KILN_GRID_COLUMN_REDUCE(min, static_cast<T>(*slot(0)))
+#undef KILN_GRID_COLUMN_REDUCE
+
 }  // namespace kiln::kernel

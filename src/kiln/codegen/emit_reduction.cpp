@@ -67,7 +67,9 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // thread count / threads (a split row's its share of the blocks of its row), as eager's CUDA
   // reductions split theirs. (A layer norm over rows of 8192 bf16 in double accumulators was
   // bound by the conversions to double: 1.5x eager's time, 2.8x the byte floor.)
-  const int64_t serial = columnar ? (count + column_lanes_ - 1) / column_lanes_
+  const int64_t serial = columnar && split_columns_
+                             ? split_row_elements_per_thread(count, split_row_count_, column_lanes_)
+                         : columnar ? (count + column_lanes_ - 1) / column_lanes_
                          : split_rows_ && cooperative
                              ? split_row_elements_per_thread(count, split_row_count_, row_threads_)
                          : cooperative ? (count + row_threads_ - 1) / row_threads_
@@ -205,9 +207,16 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       BlockLoop loop = block_loop(rl, "int64_t", count);
       levels_.at(static_cast<size_t>(depth)) += indented(loop.open + body + loop.close, 0);
     } else if (columnar) {  // this thread's lane takes every column_lanes_-th element
+      // (of its part's, when the tile is split: the parts take turns, lanes elements each)
+      const std::string lanes = std::to_string(column_lanes_);
       emit(depth, "#pragma unroll 4");
-      emit(depth, "for (int64_t " + rl + " = column_lane; " + rl + " < " + n + "; " + rl +
-                      " += " + std::to_string(column_lanes_) + ") {");
+      if (split_columns_)
+        emit(depth, "for (int64_t " + rl + " = column_lane + static_cast<int64_t>(part) * " +
+                        lanes + "; " + rl + " < " + n + "; " + rl +
+                        " += static_cast<int64_t>(split) * " + lanes + ") {");
+      else
+        emit(depth, "for (int64_t " + rl + " = column_lane; " + rl + " < " + n + "; " + rl +
+                        " += " + lanes + ") {");
       levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
       emit(depth, "}");
     } else {
@@ -253,9 +262,12 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // The line that combines the threads' partial results `a` of a shared reduction, if any.
   auto combine = [&](const std::string& a, const std::string& op) {
     if (cooperative) emit(depth, a + " = " + row_combine(op, a) + ";");
-    if (columnar)
-      emit(depth, a + " = column_" + op + "<" + std::to_string(column_tile_) + ", " +
-                      std::to_string(column_lanes_) + ">(" + a + ");");
+    const std::string shape = std::to_string(column_tile_) + ", " + std::to_string(column_lanes_);
+    if (columnar && split_columns_)
+      emit(depth, a + " = grid_column_" + op + "<" + shape + ">(" + a + ", ws, " +
+                      std::to_string(grid_combines_++) + ", tiles, split, tile, part);");
+    else if (columnar)
+      emit(depth, a + " = column_" + op + "<" + shape + ">(" + a + ");");
   };
   std::string acc = fresh("acc");
   auto finish = [&](const std::string& op) { combine(acc, op); };

@@ -115,16 +115,19 @@ struct KernelNest {
   // rows x split blocks, split chosen at launch (at most max_split, and the grid at most what
   // the device holds resident), launched cooperatively; the blocks of a row meet at a grid
   // barrier in each of the row's `grid_combines` statistics, through the kernel's workspace
-  // (split_workspace_bytes).
+  // (split_workspace_bytes). A column nest split across blocks is one too, its rows its tiles
+  // and a block's partial results one per column of its tile (slots_per_block).
   bool split_rows = false;
   int grid_combines = 0;
   int64_t max_split = 1;
+  int64_t slots_per_block = 1;
 };
 
-// The workspace a split row nest of `blocks` blocks needs: the grid barrier's two counters (64
-// bytes, zeroed before the launch), then one 8-byte partial result per block and combine.
+// The workspace a split nest of `blocks` blocks needs: the grid barrier's two counters (64
+// bytes, zeroed before the launch), then 8 bytes per partial result: slots_per_block of them per
+// block and combine.
 inline int64_t split_workspace_bytes(const KernelNest& nest, int64_t blocks) {
-  return 64 + 8 * int64_t{nest.grid_combines} * blocks;
+  return 64 + 8 * int64_t{nest.grid_combines} * blocks * nest.slots_per_block;
 }
 
 // An input a kernel uses as an index (index_select, gather, index_copy, index_add, scatter): the

@@ -371,7 +371,6 @@ class KernelEmitter {
 
   // schedule_cuda_columns.cpp: CUDA column nests: tiles of outputs, lanes splitting each reduction
   // (schedule_reduction.h)
-  void refuse_an_idle_device(int64_t blocks, int64_t bytes) const;
   int64_t widest_dtype_bytes(const Kernel& k) const;
   std::string cuda_columns_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                                 KernelNest& nest, const ReductionSchedule& schedule,
@@ -426,6 +425,7 @@ class KernelEmitter {
   ElementReductions element_;     // the nest's element-level reductions so far (reduction)
   int column_tile_ = 0;           // a column nest's elements per block
   int column_lanes_ = 0;          // ... and threads per element
+  bool split_columns_ = false;    // ... and whether its tiles are split across blocks
   int64_t row_buffer_bytes_ = 0;  // the nest's row buffers so far (keep_in_row_buffer)
   std::string column_block_;      // a CPU nest's column block so far (cpu_column_block)
 

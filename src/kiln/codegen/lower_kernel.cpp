@@ -202,6 +202,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   row_reductions_ = 0;
   row_reduce_count_ = 0;
   if (mode != NestMode::kRows) split_rows_ = false;  // (cuda_rows_nest sets it before its body)
+  if (mode != NestMode::kColumns) split_columns_ = false;  // (cuda_columns_nest sets it)
   grid_combines_ = 0;
   row_serial_reductions_ = 0;
   reductions_ = 0;
