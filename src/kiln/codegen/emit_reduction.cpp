@@ -271,6 +271,31 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   };
   std::string acc = fresh("acc");
   auto finish = [&](const std::string& op) { combine(acc, op); };
+  // A sum this nest already has, over the same elements at the same output element, in the same
+  // accumulator: its accumulator is read again and its pass not run again. A layer norm summed
+  // each row twice, for its mean and for its variance's own mean (the CPU's layer norm over rows
+  // of 8192 read each row four times). Not where this reduction's pass stores values, nor
+  // from a pass under a guard (its accumulator is out of scope after it).
+  std::string non_reduced;
+  for (size_t d = 0, k = 0; d < static_cast<size_t>(in.rank()); ++d) {
+    const bool is_reduced =
+        std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) != reduced.end();
+    if (!is_reduced) non_reduced += at.at(k).text + ",";
+    if (!is_reduced || keepdim) ++k;
+  }
+  const bool stores_in_pass = pass_stores_ && &node == pass_stores_->reduction;
+  auto summed_key = [&](const std::string& accumulator) {
+    return std::to_string(self->id()) + "|" + suffix(out) + "|" + accumulator + "|" + element_type +
+           "|" + non_reduced;
+  };
+  auto summed_before = [&](const std::string& accumulator) -> std::optional<std::string> {
+    auto it = sums_.find(summed_key(accumulator));
+    if (stores_in_pass || it == sums_.end()) return std::nullopt;
+    return it->second;
+  };
+  auto note_sum = [&](const std::string& accumulator, const std::string& name) {
+    if (guard_depth_ == 0) sums_.emplace(summed_key(accumulator), name);
+  };
   std::string result;
   switch (id) {
     case OpId::kSum:
@@ -278,12 +303,17 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     case OpId::kProd: {
       bool prod = id == OpId::kProd;
       const char* op = prod ? "prod" : "sum";
-      emit(depth, acc_type + " " + acc + " = " + (prod ? "1" : "0") + ";", acc);
-      pass([&](const std::string& x,
-               const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
-           std::string(prod ? "reduction(*:" : "reduction(+:") + acc + ")",
-           {{acc, acc_type, prod ? "1" : "0"}});
-      finish(op);
+      if (std::optional<std::string> before = prod ? std::nullopt : summed_before(acc_type)) {
+        acc = *before;
+      } else {
+        emit(depth, acc_type + " " + acc + " = " + (prod ? "1" : "0") + ";", acc);
+        pass([&](const std::string& x,
+                 const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
+             std::string(prod ? "reduction(*:" : "reduction(+:") + acc + ")",
+             {{acc, acc_type, prod ? "1" : "0"}});
+        finish(op);
+        if (!prod) note_sum(acc_type, acc);
+      }
       if (id == OpId::kMean)
         result = "f_" + suffix(out) + "(" + acc + " / " + std::to_string(count) + ".0)";
       else
@@ -326,11 +356,16 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     case OpId::kStd: {
       Number correction = number(node.arg("correction"));
       const std::string& vt = element_type;  // float on CUDA for short ones, else double
-      emit(depth, vt + " " + acc + " = 0;", acc);
-      pass([&](const std::string& x,
-               const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
-           "reduction(+:" + acc + ")", {{acc, vt, "0"}});
-      finish("sum");
+      if (std::optional<std::string> before = summed_before(vt)) {
+        acc = *before;
+      } else {
+        emit(depth, vt + " " + acc + " = 0;", acc);
+        pass([&](const std::string& x,
+                 const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
+             "reduction(+:" + acc + ")", {{acc, vt, "0"}});
+        finish("sum");
+        note_sum(vt, acc);
+      }
       std::string mean = fresh("mean");
       declare(vt, mean, acc + " / " + vt + "(" + std::to_string(count) + ".0)");
       std::string m2 = fresh("acc");

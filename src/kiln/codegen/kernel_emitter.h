@@ -439,6 +439,8 @@ class KernelEmitter {
   // Whether a CPU pass across rows may store (lower: cleared when one cannot run in its block).
   bool cpu_column_pass_stores_ = true;
   std::unordered_map<std::string, Val> memo_;
+  // The accumulators of the nest's sums so far, by what they sum (reduction: summed_key).
+  std::unordered_map<std::string, std::string> sums_;
   std::optional<PassStores> pass_stores_;  // the region's, if its reduction's pass stores
   std::string pass_store_key_;  // the index the nest's pass stores at (index_key), if it does
   Kernel* kernel_ = nullptr;    // the kernel being lowered

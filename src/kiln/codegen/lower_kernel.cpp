@@ -181,6 +181,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
 void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mode,
                                const Lanes* lanes) {
   memo_.clear();
+  sums_.clear();
   loads_.assign(k.inputs.size(), {});
   unguarded_loads_.assign(k.inputs.size(), {});
   guarded_loads_.assign(k.inputs.size(), false);
