@@ -1,4 +1,5 @@
-"""The torch.nn.functional rules: softmax, the norms (layer, RMS, batch) and dropout. Each is
+"""The torch.nn.functional rules: softmax, the norms (layer, RMS, batch), the classification
+losses (cross_entropy, nll_loss) and dropout. Each is
 one kiln op or a composition of kiln's elementwise ops, written as eager computes it (see
 _lowering.py for what a rule is); what has no exact form (batch_norm in training mode) is an
 eager step (_fallback.py).
@@ -73,6 +74,75 @@ def _batch_norm(call: Call) -> Any:
     return _cast(call, y, result.dtype)
 
 
+def _class_losses(call: Call, *, log_probs: bool) -> Any:
+    """cross_entropy and nll_loss with class-index targets, as eager's nll_loss computes them:
+    loss_n = -w[t_n] * logp[n, t_n], 0 where t_n is ignore_index; summed, or divided by the
+    sum of w[t_n] over the targets not ignored (NaN when all are). The log-probabilities are
+    read by a gather at the target, masked to 0 where ignored: the gather's index check (in the
+    region before, fuse.h) raises IndexError for any other target outside [0, C), as eager
+    does, and the log-softmax, the gather and the masking fuse into one row kernel (GPT-2's
+    loss over 50257 classes was an eager step whose gradient ran its forward again). The
+    arithmetic is in float32 for half and bfloat16 inputs (eager's accumulate type), rounded
+    once to the input's dtype. Label smoothing adds eager's smoothing term, -sum_c w_c logp_c / C
+    per target. Probability targets, other target dtypes and the legacy size_average/reduce
+    arguments run as an eager step."""
+    from ._fallback import eager_fallback
+
+    if log_probs:
+        args = _bind(call, lambda input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean", label_smoothing=0.0: None)
+    else:
+        args = _bind(call, lambda input, target, weight=None, size_average=None, ignore_index=-100, reduce=None, reduction="mean": None)
+        args["label_smoothing"] = 0.0
+    x, target, weight = args["input"], args["target"], args["weight"]
+    result = call.run_meta()  # eager's checks (shapes, a weight of C elements, the reduction)
+    if (
+        not isinstance(x, Proxy)
+        or not isinstance(target, Proxy)
+        or target.dtype != torch.int64
+        or not x.dtype.is_floating_point
+        or (weight is not None and not isinstance(weight, Proxy))
+        or args["size_average"] is not None
+        or args["reduce"] is not None
+        or args["reduction"] not in ("none", "mean", "sum")
+        or x.dim() == 0
+    ):
+        return eager_fallback(call)
+    class_dim = 1 if x.dim() >= 2 else 0
+    n_classes = x.shape[class_dim]
+    compute = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    logp = _via(call, torch.log_softmax, x, class_dim) if log_probs else x
+    logp = _cast(call, logp, compute)
+    kept = _via(call, torch.ne, target, args["ignore_index"])
+    safe = _via(call, torch.where, kept, target, 0)
+    picked = _via(call, torch.squeeze, _via(call, torch.gather, logp, class_dim, _via(call, torch.unsqueeze, safe, class_dim)), class_dim)
+    # Masked with where, not multiplied by 0: an ignored target's stand-in class may be -inf.
+    if weight is None:
+        per_target = _cast(call, kept, compute)
+        loss = _via(call, torch.where, kept, _via(call, torch.neg, picked), 0.0)
+    else:
+        w = _cast(call, weight, compute)
+        w_target = _via(call, torch.reshape, _via(call, torch.index_select, w, 0, _via(call, torch.flatten, safe)), tuple(safe.shape))
+        per_target = _via(call, torch.where, kept, w_target, 0.0)
+        loss = _via(call, torch.where, kept, _via(call, torch.neg, _via(call, torch.mul, picked, w_target)), 0.0)
+    reduction, smoothing = args["reduction"], float(args["label_smoothing"])
+    if reduction == "sum":
+        loss = _via(call, torch.sum, loss)
+    elif reduction == "mean":
+        total = _via(call, torch.sum, per_target)
+        loss = _via(call, torch.div, _via(call, torch.sum, loss), total)
+    if smoothing > 0:
+        weighted = logp if weight is None else _via(call, torch.mul, logp, _via(call, torch.reshape, w, (n_classes,) + (1,) * (x.dim() - 1 - class_dim)))
+        smooth = _via(call, torch.where, kept, _via(call, torch.neg, _via(call, torch.sum, weighted, class_dim)), 0.0)
+        if reduction == "sum":
+            smooth = _via(call, torch.sum, smooth)
+        elif reduction == "mean":
+            smooth = _via(call, torch.div, _via(call, torch.sum, smooth), total)
+        loss = _via(call, torch.add, _via(call, torch.mul, loss, 1 - smoothing), _via(call, torch.mul, smooth, smoothing / n_classes))
+    return _cast(call, loss, result.dtype)
+
+
+_register(lambda call: _class_losses(call, log_probs=True), F.cross_entropy)
+_register(lambda call: _class_losses(call, log_probs=False), F.nll_loss)
 _register(_batch_norm, F.batch_norm)
 _register(_layer_norm, F.layer_norm, torch.layer_norm)
 _register(_rms_norm, getattr(F, "rms_norm", None), getattr(torch, "rms_norm", None))

@@ -6,6 +6,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "kiln/analysis/integer_range.h"
 #include "kiln/ir/builder.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
@@ -100,6 +101,7 @@ class Fuser {
     for (size_t i = 0; i < n; ++i) {
       if (!is_view(*nodes[i])) domain_[i] = node_domain(*nodes[i]);
     }
+    find_checked_indices();
     // Greedy: each compute node joins the region of a producer when the loop nests agree and
     // no path leaves that region and comes back. Until nothing changes: a producer that could
     // not be inlined while two regions read it can be once they have merged.
@@ -116,7 +118,7 @@ class Fuser {
               merge_domains(domain_[static_cast<size_t>(b)], domain_[static_cast<size_t>(a)]);
           if (!merged && inline_across_domains_ && inlinable(b, a))
             merged = domain_[static_cast<size_t>(a)];
-          if (!merged || creates_cycle(b, a)) continue;
+          if (!merged || keeps_apart(a, b) || creates_cycle(b, a)) continue;
           parent_[static_cast<size_t>(a)] = b;
           domain_[static_cast<size_t>(b)] = *merged;
           changed = true;
@@ -127,6 +129,54 @@ class Fuser {
   }
 
  private:
+  // An index op's index is checked before the kernel runs (codegen's IndexCheck), on a kernel
+  // input: one the trace computes (a where that masks a loss's ignored targets) must come from
+  // a region that runs before, not from the op's own. Looked at through views and a wrap_index,
+  // as the check looks at it; an index known to be in range (arange's positions) needs no check
+  // and stays where it is.
+  //   st = where(ne(t, -100), t, 0); picked = gather(logp, 1, st): two regions, not one that
+  //   cannot be lowered (it ran as PyTorch ops).
+  void find_checked_indices() {
+    const auto& nodes = t_.nodes();
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Node& n = *nodes[i];
+      if (n.op->kind != OpKind::kIndex || n.id() == OpId::kWrapIndex) continue;
+      const Value* index = n.input(2);
+      const TensorType& self = n.input(0)->tensor_type();
+      const int64_t size =
+          self.rank() == 0
+              ? 1
+              : self.shape[static_cast<size_t>(wrap_dim(n.arg(1).as_int(), self.rank()))];
+      std::optional<IntegerRange> known = integer_range(index);
+      if (known && known->lo >= 0 && known->hi < size) continue;
+      const Value* checked = index;
+      bool wrapped = false;  // (one wrap_index by the size indexed, as codegen's index_check)
+      for (;;) {
+        auto it = producer_.find(checked);
+        if (it == producer_.end()) break;  // a trace input: checked as it is
+        const Node& p = *nodes[static_cast<size_t>(it->second)];
+        const bool wraps = p.id() == OpId::kWrapIndex && !wrapped && p.arg(1).as_int() == size;
+        if ((is_view(p) && p.outputs.size() == 1) || wraps) {
+          wrapped = wrapped || wraps;
+          checked = p.input(0);
+          continue;
+        }
+        apart_.emplace_back(static_cast<int>(i), it->second);
+        break;
+      }
+    }
+  }
+
+  // Whether merging the regions rooted at `a` and `b` would compute a checked index in the
+  // region of the op that reads it.
+  bool keeps_apart(int a, int b) {
+    for (auto [op, index] : apart_) {
+      int r = find(op), s = find(index);
+      if ((r == a && s == b) || (r == b && s == a)) return true;
+    }
+    return false;
+  }
+
   int find(int i) {
     while (parent_[static_cast<size_t>(i)] != i)
       i = parent_[static_cast<size_t>(i)] =
@@ -394,6 +444,7 @@ class Fuser {
   bool inline_across_domains_;
   std::unordered_map<const Value*, int> producer_;
   std::vector<int> parent_;
+  std::vector<std::pair<int, int>> apart_;  // (index op, its checked index's producer)
   std::vector<Domain> domain_;
 };
 
