@@ -73,6 +73,8 @@ def test_cross_entropy_values_and_gradients(form, weighted):
     jitted = check_gradients(fn, _inputs(x_shape, torch.float32, targets, weight), rtol=1e-4, atol=1e-5)
     stats = kiln.last_stats(jitted)
     assert stats["eager_steps"] == 0 and stats["torch_steps"] == 0, stats
+    backward = stats["backward"]
+    assert backward["eager_steps"] == 0 and backward["torch_steps"] == 0, backward
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])

@@ -30,8 +30,6 @@ Val KernelEmitter::indexed(const Node& node, const Index& at) {
   const int64_t size = rank == 0 ? 1 : st.shape[dim];
   const int64_t count = index->tensor_type().numel();
   const DType out = node.outputs[0]->tensor_type().dtype;
-  if (mode_ == NestMode::kRows && node.id() != OpId::kGather)
-    not_lowered(node.op->name + ": inside a row nest");
   // The op and the user's line, with its text (`x[i] = v` lowers to index_copy).
   std::string where = node.op->name;
   if (node.loc.line > 0) where += " at " + node.loc.str();

@@ -37,7 +37,12 @@ std::vector<Value*> decompose_softmax(Builder& b, const Node& n) {
   // every step put 2% errors into the bf16 softmax of rows of 8).
   const DType dtype = type_of(x);
   if (needs_upcast(dtype)) x = b.call1(OpId::kTo, {x, Constant(DType::kFloat32)}, {}, loc);
-  Value* m = b.call1(OpId::kAmax, {x, Constant(IntList{dim}), true}, {}, loc);
+  // The row's max only shifts the exponentials against overflow: the result does not depend on
+  // it, and it is detached so that differentiating the decomposition gives eager's gradient
+  // (g - softmax * sum(g)) without a gradient through the max (which is zero, but computed as a
+  // difference of rounded sums, two more passes over the row, and not exactly zero).
+  Value* m = b.call1(OpId::kDetach,
+                     {b.call1(OpId::kAmax, {x, Constant(IntList{dim}), true}, {}, loc)}, {}, loc);
   Value* s = b.call1(OpId::kSub, {x, m}, {}, loc);
   Value* e = b.call1(OpId::kExp, {s}, {}, loc);
   Value* z = b.call1(OpId::kSum, {e, Constant(IntList{dim}), true}, {}, loc);
