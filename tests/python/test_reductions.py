@@ -252,3 +252,25 @@ def test_a_split_row_argmax_runs_through_pytorch():
     # An argmax is not split across blocks: the region runs as PyTorch's ops on the GPU, and on
     # the CPU as a kernel; the results are eager's either way.
     check_against_eager(lambda x: (x.abs_(), x.argmax())[1], lambda: [_randn(512, 300, seed=4)])
+
+
+@pytest.mark.parametrize(
+    "shape, dims",
+    [((1 << 20,), None), ((64, 1 << 14), -1), ((300, 3000), -1), ((8, 96, 700), (0, 2)), ((1 << 22,), None)],
+    ids=["full", "rows", "odd_rows", "two_dims", "long_full"],
+)
+def test_float32_sums_are_as_accurate_as_eagers(shape, dims):
+    """A float32 sum's error against the exact (float64) sum is within a few times eager's own,
+    or one float rounding of the sum of the magnitudes (the scale of a sum's error where its terms
+    cancel), however kiln's kernels accumulate (the CPU sums chunks of 1024 elements in float
+    before adding them in double; CUDA threads sum in float)."""
+    gen = torch.Generator(device=torch.empty(0).device).manual_seed(5)
+    x = torch.randn(shape, generator=gen, device=torch.empty(0).device) * 100 + 3
+
+    def fn(x):
+        return x.sum() if dims is None else x.sum(dims)
+
+    exact, magnitude = fn(x.double()), fn(x.double().abs())
+    got, eager = kiln.jit(fn)(x).double(), fn(x).double()
+    bound = torch.maximum(4 * (eager - exact).abs(), magnitude * torch.finfo(torch.float32).eps)
+    assert bool(((got - exact).abs() <= bound).all()), ((got - exact).abs() / magnitude).max()

@@ -101,8 +101,10 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // compiler may split the pass across vector lanes; empty for a pass whose order matters
   // (argmax).
   // `accs`: the pass's accumulators, declared at `depth` with their initial values.
+  // `float_chunks`: a plain sum whose elements are float, half or bfloat16 into a double
+  // accumulator; on the CPU its pass may run in chunks summed in float (cpu_float_chunks).
   auto pass = [&](const Combine& combine, const std::string& simd,
-                  const std::vector<Accumulator>& accs) {
+                  const std::vector<Accumulator>& accs, bool float_chunks = false) {
     std::string rl = fresh("rl");
     const int level = static_cast<int>(levels_.size());
     levels_.emplace_back();
@@ -199,8 +201,10 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
                                 ? x.expr  // already exact in `out`, in its register type
                                 : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
                                       : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
+    const std::string in_float = "static_cast<float>(" + converted + ")";
     if (fl && !arg) converted = "static_cast<" + element_type + ">(" + converted + ")";
-    emit(level, combine(converted, rl));
+    const std::string combined = combine(converted, rl);
+    emit(level, combined);
     std::string body = close_level(level);
     std::string n = std::to_string(count);
     if (cooperative) {
@@ -245,7 +249,15 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
           bounds += (bounds.empty() ? "" : ", ") + std::to_string(pieces[piece]);
         emit(depth, "// the pass in pieces at its guards' bounds: " + bounds);
       }
+      const bool chunked = target_ == Target::kCpu && float_chunks && fl && !arg &&
+                           element_type == "double" && dtype_size(x.dtype) <= 4 &&
+                           is_floating(x.dtype) && accs.size() == 1 && count >= 32;
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
+        if (chunked) {
+          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], body, combined, in_float,
+                           accs.front().name, depth);
+          continue;
+        }
         if (target_ == Target::kCpu && !simd.empty())
           emit(depth, std::string(depth == 0 && count >= kParallelIterations
                                       ? "#pragma omp parallel for simd "
@@ -310,7 +322,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         pass([&](const std::string& x,
                  const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
              std::string(prod ? "reduction(*:" : "reduction(+:") + acc + ")",
-             {{acc, acc_type, prod ? "1" : "0"}});
+             {{acc, acc_type, prod ? "1" : "0"}}, !prod);
         finish(op);
         if (!prod) note_sum(acc_type, acc);
       }
@@ -362,7 +374,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         emit(depth, vt + " " + acc + " = 0;", acc);
         pass([&](const std::string& x,
                  const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
-             "reduction(+:" + acc + ")", {{acc, vt, "0"}});
+             "reduction(+:" + acc + ")", {{acc, vt, "0"}}, true);
         finish("sum");
         note_sum(vt, acc);
       }

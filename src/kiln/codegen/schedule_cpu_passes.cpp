@@ -135,4 +135,50 @@ void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count, const
   column_block_ += code;
 }
 
+// A CPU sum's pass over [from, to) whose elements are float (or half, bfloat16) into a double
+// accumulator, in chunks of kCpuFloatChunk: each chunk is summed in float (the vector loop adds
+// floats, no conversions), and the chunk's sum is added to the double accumulator. The body's
+// last line, `combined`, is its double sum of the element; here its float sum of `in_float`.
+//   for (rc = 0; rc < 4096; rc += 1024) { float acc0_f = 0; const int64_t rc_end = ...;
+//     #pragma omp simd reduction(+:acc0_f)  for (rl1 = rc; rl1 < rc_end; ++rl1) {... acc0_f += x}
+//     acc0 += acc0_f; }
+// A pass at the nest's top over many elements (a full sum) shares its chunks among the cores.
+void KernelEmitter::cpu_float_chunks(const std::string& rl, int64_t from, int64_t to,
+                                     const std::string& body, const std::string& combined,
+                                     const std::string& in_float, const std::string& acc,
+                                     int depth) {
+  const std::string part = acc + "_f", chunk = rl + "_c", end = rl + "_e";
+  std::string in_chunk = body;
+  const size_t at = in_chunk.rfind(combined);
+  KILN_ASSERT(at != std::string::npos) << "a sum's pass without its combine";
+  in_chunk.replace(at, combined.size(), part + " = red_sum(" + part + ", " + in_float + ");");
+  const std::string f = std::to_string(from), t = std::to_string(to),
+                    width = std::to_string(kCpuFloatChunk);
+  if (to - from <= kCpuFloatChunk) {  // one chunk: no loop over chunks
+    emit(depth, "{");
+    emit(depth, "  float " + part + " = 0;");
+    emit(depth, "  #pragma omp simd reduction(+:" + part + ")");
+    emit(depth, "  for (int64_t " + rl + " = " + f + "; " + rl + " < " + t + "; ++" + rl + ") {");
+    levels_.at(static_cast<size_t>(depth)) += indented(in_chunk, 2);
+    emit(depth, "  }");
+    emit(depth, "  " + acc + " += " + part + ";");
+    emit(depth, "}");
+    return;
+  }
+  if (depth == 0 && to - from >= kParallelIterations)
+    emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")");
+  emit(depth, "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " + chunk +
+                  " += " + width + ") {");
+  emit(depth, "  float " + part + " = 0;");
+  emit(depth, "  const int64_t " + end + " = " + t + " - " + chunk + " < " + width + " ? " + t +
+                  " : " + chunk + " + " + width + ";");
+  emit(depth, "  #pragma omp simd reduction(+:" + part + ")");
+  emit(depth,
+       "  for (int64_t " + rl + " = " + chunk + "; " + rl + " < " + end + "; ++" + rl + ") {");
+  levels_.at(static_cast<size_t>(depth)) += indented(in_chunk, 2);
+  emit(depth, "  }");
+  emit(depth, "  " + acc + " += " + part + ";");
+  emit(depth, "}");
+}
+
 }  // namespace kiln::codegen::detail

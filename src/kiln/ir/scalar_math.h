@@ -179,7 +179,8 @@ template <class T>
 inline T clamp(T a, T lo, T hi, bool has_lo, bool has_hi) {
   if (has_lo && std::isnan(lo)) return lo;
   if (has_hi && std::isnan(hi)) return hi;
-  if (std::isnan(a)) return a;
+  // A NaN input fails both comparisons and is returned as it is: no test of its own, which
+  // took three more compares and mask operations a vector of elements in a vectorized loop.
   if (has_lo && a < lo) a = lo;
   if (has_hi && a > hi) a = hi;
   return a;
