@@ -145,6 +145,14 @@ PASS_STORES = {  # name: (function, argument shapes)
     "through a column operand": (lambda x, s: (x.mul_(s[None, :]), x.sum(0))[1], [(3000, 100), (100,)]),
     "into the middle of each row": (lambda x: (x[:, 30:70].mul_(2), x.sum(-1))[1], [(300, 100)]),
     "into one element of each row": (lambda x: (x[:, 5].zero_(), x.amax(-1))[1], [(300, 100)]),
+    # Strided writes along the reduced rows (the CPU splits the pass by residue: a group of
+    # `step` positions a step of the loop, cpu_residue_split): steps of 2, 3 and 4, from
+    # positions 0 and 1, into part of the row, before a sum, an amax, an argmax, a mean.
+    "every third, from 1, then a row sum": (lambda x, y: (x[:, 1::3].copy_(y), x.sum(-1))[1], [(64, 96), (64, 32)]),
+    "every fourth, from 1 to 61, then amax": (lambda x: (x[:, 1:61:4].mul_(-3), x.amax(-1))[1], [(64, 96)]),
+    "every second, then argmax": (lambda x: (x[:, ::2].add_(2), x.argmax(-1))[1], [(64, 64)]),
+    "every second from 1, then a mean of rows of 2^14": (lambda x: (x[:, 1::2].zero_(), x.mean(-1))[1], [(8, 1 << 14)]),
+    "strided copy, then a full sum": (lambda x, y: (x[:, ::2].copy_(y), x.sum())[1], [(64, 4096), (64, 2048)]),
 }
 
 
@@ -274,3 +282,38 @@ def test_float32_sums_are_as_accurate_as_eagers(shape, dims):
     got, eager = kiln.jit(fn)(x).double(), fn(x).double()
     bound = torch.maximum(4 * (eager - exact).abs(), magnitude * torch.finfo(torch.float32).eps)
     assert bool(((got - exact).abs() <= bound).all()), ((got - exact).abs() / magnitude).max()
+
+
+RESIDUE_SPLITS = [  # (step, start, end or None, row length, reduction, in-place op)
+    (2, 0, None, 64, "sum", "copy"),
+    (2, 1, None, 100, "amax", "mul"),
+    (3, 0, None, 96, "mean", "copy"),
+    (3, 2, 80, 99, "argmax", "mul"),
+    (4, 1, 61, 96, "amin", "copy"),
+    (5, 4, None, 160, "var", "mul"),
+    (8, 3, None, 256, "sum", "copy"),
+    (8, 0, 200, 4096, "sum", "mul"),
+    (2, 0, None, 70, "prod", "mul"),
+]
+
+
+@pytest.mark.parametrize("step, start, end, length, reduction, op", RESIDUE_SPLITS, ids=str)
+def test_strided_writes_before_a_row_reduction(step, start, end, length, reduction, op):
+    """Strided writes along the rows a reduction then reads (the CPU splits the pass by residue:
+    a group of `step` positions a step of its loop): values and the written tensor as eager's,
+    whether or not the row length divides by the step or the slice ends early."""
+    count = len(range(start, length if end is None else end, step))
+
+    def fn(x, y):
+        view = x[:, start:end:step]
+        view.copy_(y) if op == "copy" else view.mul_(y)
+        if reduction == "var":
+            return x.var(-1)
+        if reduction == "prod":
+            return (x * 0.1 + 1).prod(-1)
+        return getattr(x, reduction)(-1)
+
+    def make():
+        return [_randn(12, length, seed=1), _randn(12, count, seed=2)]
+
+    check_against_eager(fn, make, rtol=1e-5, atol=1e-5)

@@ -86,5 +86,35 @@ TEST(IndexMap, AnExactQuotientIsNotUndoneWhereTheDividendWouldLeaveTheInput) {
   EXPECT_EQ(slice_reads(0, 3, exact_div(i1, 2)).text, "(i1 / 2)*3");
 }
 
+TEST(IndexMap, APositionWithAKnownResidueFoldsItsStepTestAndQuotient) {
+  // rd = 3*q + 1, a position of a pass split by residue (cpu_residue_split).
+  IndexExpr rd = IndexExpr::bounded("rd", 1, 94);
+  rd.modulus = 3;
+  rd.residue = 1;
+  rd.quotient = "q";
+  EXPECT_EQ(known_multiple(rd, 3), false);
+  EXPECT_EQ(known_multiple(rd, 2), std::nullopt);  // 2 does not divide the modulus
+  // x[:, 1::3]: rd - 1 is on the step, its slot the quotient q itself.
+  IndexExpr rel = rd - 1;
+  EXPECT_EQ(known_multiple(rel, 3), true);
+  IndexExpr slot = exact_div(rel, 3);
+  EXPECT_EQ(slot.text, "q");
+  ASSERT_TRUE(slot.range.has_value());
+  EXPECT_EQ(slot.range->first, 0);
+  EXPECT_EQ(slot.range->second, 31);
+  // x[:, 2::3]: rd - 2 = 3*(q - 1) + 2, off the step.
+  IndexExpr off = rd - 2;
+  EXPECT_EQ(off.residue, 2);
+  EXPECT_EQ(off.quotient, "(q - 1)");
+  EXPECT_EQ(known_multiple(off, 3), false);
+  // rd + 5 = 3*(q + 2) + 0: on the step.
+  IndexExpr ahead = rd + IndexExpr::number(5);
+  EXPECT_EQ(known_multiple(ahead, 3), true);
+  EXPECT_EQ(exact_div(ahead, 3).text, "(q + 2)");
+  // Without a residue nothing is known, and the quotient is a division.
+  EXPECT_EQ(known_multiple(IndexExpr::bounded("i1", 0, 7), 2), std::nullopt);
+  EXPECT_EQ(exact_div(IndexExpr::bounded("i1", 0, 7), 2).text, "i1 / 2");
+}
+
 }  // namespace
 }  // namespace kiln::codegen

@@ -387,7 +387,11 @@ Val KernelEmitter::scatter(const Node& node, const Index& at) {
         parts.push_back("(" + x.text + ") < " + std::to_string(end));
         note_cut(x, end);
       }
-      if (step != 1) parts.push_back("(" + rel.text + ") % " + std::to_string(step) + " == 0");
+      // (A position of a pass split by residue knows whether it is on the step: the src
+      // element, or self's, without a test.)
+      std::optional<bool> on_step = step == 1 ? std::optional(true) : known_multiple(rel, step);
+      if (on_step == false) return eval(self, at);
+      if (!on_step) parts.push_back("(" + rel.text + ") % " + std::to_string(step) + " == 0");
       for (const std::string& part : parts)
         cond += (cond.empty() ? "" : " && ") + part;
       slot = at;

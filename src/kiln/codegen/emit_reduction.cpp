@@ -137,7 +137,13 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         ++k;
       }
     }
-    for (size_t r = reduced.size(); r-- > 0;) {
+    // A CPU pass over the last dim alone, with a strided scatter along it: rl runs over groups
+    // of `split` positions, the element once for each residue (cpu_residue_split).
+    const int64_t split = target_ == Target::kCpu && !cooperative && !columnar &&
+                                  reduced.size() == 1 && reduced[0] == in.rank() - 1
+                              ? cpu_residue_split(count)
+                              : 0;
+    for (size_t r = split ? 0 : reduced.size(); r-- > 0;) {
       int64_t d = reduced[r], size = in.shape[static_cast<size_t>(d)];
       if (size == 1) {
         index[static_cast<size_t>(d)] = IndexExpr::number(0);
@@ -182,29 +188,48 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       }
       index[static_cast<size_t>(d)] = IndexExpr::bounded(var, 0, size - 1);
     }
-    if (before_row_stores) ++row_pass_depth_;
-    Val x = eval(self, index);
-    if (target_ == Target::kCpu && before_row_stores && !last_dim_reduced_alone.empty())
-      keep_in_row_buffer(self, x, index, level, depth, count);
-    if (target_ == Target::kCuda && cooperative && !split_rows_ && before_row_stores &&
-        !last_dim_reduced_alone.empty())
-      keep_in_row_registers(self, x, index, level, depth, count);
-    if (pass_stores_ && &node == pass_stores_->reduction) {
-      // A row pass over the last dim alone, V neighbours a thread: the stores go out as vectors.
-      // (In a split row's trip the lanes are neighbours along the innermost reduced dim too.)
-      const bool row_vectors =
-          cooperative && (reduced.size() == 1 || trip_level) && innermost == in.rank() - 1;
-      store_in_pass(level, index, row_vectors ? row_lanes(count) : 1, rl + "_lane", depth);
+    // The element at `index` (`position`: its place along the reduced dims, rl unless split):
+    // its loads, the pass's stores, and its combine line, returned with its value in float.
+    std::vector<std::pair<std::string, std::string>> combines;  // (line, value in float)
+    DType element_dtype = DType::kFloat32;
+    auto element = [&](const Index& index, const std::string& position) {
+      if (before_row_stores) ++row_pass_depth_;
+      Val x = eval(self, index);
+      element_dtype = x.dtype;
+      if (target_ == Target::kCpu && before_row_stores && !last_dim_reduced_alone.empty() && !split)
+        keep_in_row_buffer(self, x, index, level, depth, count);
+      if (target_ == Target::kCuda && cooperative && !split_rows_ && before_row_stores &&
+          !last_dim_reduced_alone.empty())
+        keep_in_row_registers(self, x, index, level, depth, count);
+      if (pass_stores_ && &node == pass_stores_->reduction) {
+        // A row pass over the last dim alone, V neighbours a thread: the stores go out as vectors.
+        // (In a split row's trip the lanes are neighbours along the innermost reduced dim too.)
+        const bool row_vectors =
+            cooperative && (reduced.size() == 1 || trip_level) && innermost == in.rank() - 1;
+        store_in_pass(level, index, row_vectors ? row_lanes(count) : 1, rl + "_lane", depth);
+      }
+      if (before_row_stores) --row_pass_depth_;
+      std::string converted = arg || x.dtype == out
+                                  ? x.expr  // already exact in `out`, in its register type
+                                  : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
+                                        : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
+      const std::string in_float = "static_cast<float>(" + converted + ")";
+      if (fl && !arg) converted = "static_cast<" + element_type + ">(" + converted + ")";
+      combines.emplace_back(combine(converted, position), in_float);
+      emit(level, combines.back().first);
+    };
+    if (!split) element(index, rl);
+    const auto d = static_cast<size_t>(in.rank() - 1);
+    for (int64_t r = 0; r < split; ++r) {  // rd = split * rl + r, its residue known
+      std::string var = fresh("rd");
+      declare("int64_t", var, rl + " * " + std::to_string(split) + " + " + std::to_string(r));
+      IndexExpr at_residue = IndexExpr::bounded(var, r, count - split + r);
+      at_residue.modulus = split;
+      at_residue.residue = r;
+      at_residue.quotient = rl;
+      index[d] = at_residue;
+      element(index, var);
     }
-    if (before_row_stores) --row_pass_depth_;
-    std::string converted = arg || x.dtype == out
-                                ? x.expr  // already exact in `out`, in its register type
-                                : (fl ? "f_" + suffix(out) + "(as_f(" + x.expr + "))"
-                                      : "i_" + suffix(out) + "(as_i(" + x.expr + "))");
-    const std::string in_float = "static_cast<float>(" + converted + ")";
-    if (fl && !arg) converted = "static_cast<" + element_type + ">(" + converted + ")";
-    const std::string combined = combine(converted, rl);
-    emit(level, combined);
     std::string body = close_level(level);
     std::string n = std::to_string(count);
     if (cooperative) {
@@ -241,8 +266,10 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         throw PassOutsideColumnBlock{};
       // A pass outside the nest's loops (a full reduction) is shared by the cores when long.
       // One loop per piece between the pass's guards' bounds (pieces_between_cuts).
-      std::vector<int64_t> pieces = target_ == Target::kCpu ? pieces_between_cuts(same_as_rl, count)
-                                                            : std::vector<int64_t>{0, count};
+      std::vector<int64_t> pieces = split ? std::vector<int64_t>{0, count / split}
+                                    : target_ == Target::kCpu
+                                        ? pieces_between_cuts(same_as_rl, count)
+                                        : std::vector<int64_t>{0, count};
       if (pieces.size() > 2) {
         std::string bounds;
         for (size_t piece = 1; piece + 1 < pieces.size(); ++piece)
@@ -250,12 +277,12 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         emit(depth, "// the pass in pieces at its guards' bounds: " + bounds);
       }
       const bool chunked = target_ == Target::kCpu && float_chunks && fl && !arg &&
-                           element_type == "double" && dtype_size(x.dtype) <= 4 &&
-                           is_floating(x.dtype) && accs.size() == 1 && count >= 32;
+                           element_type == "double" && dtype_size(element_dtype) <= 4 &&
+                           is_floating(element_dtype) && accs.size() == 1 && count >= 32;
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
         if (chunked) {
-          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], body, combined, in_float,
-                           accs.front().name, depth);
+          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], std::max<int64_t>(split, 1), body,
+                           combines, accs.front().name, depth);
           continue;
         }
         if (target_ == Target::kCpu && !simd.empty())
@@ -446,7 +473,7 @@ bool KernelEmitter::holds_reduction(const Value* v) {
 //   pass_out0[rl_lane] = v;  if (rl_lane == 7) { a0 = <address> - 7 * os0_1; vector_store }
 void KernelEmitter::store_in_pass(int level, const Index& at, int lanes, const std::string& lane,
                                   int outer) {
-  pass_store_key_ = index_key(at);
+  pass_store_keys_.insert(index_key(at));
   for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
     if (kernel_->outputs[j].shape != pass_stores_->domain) continue;
     kernel_->outputs[j].in_last_nest = nest_is_last_;

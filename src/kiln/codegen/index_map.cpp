@@ -40,17 +40,38 @@ Range scale_range(const Range& a, int64_t k) {  // k > 0
 
 }  // namespace
 
+namespace {
+
+// a + k keeps a's residue: m*q + r + k = m*(q + o) + r' with 0 <= r' < m.
+void shift_residue(const IndexExpr& a, int64_t k, IndexExpr& sum) {
+  if (a.modulus <= 0) return;
+  const int64_t m = a.modulus, r = ((a.residue + k) % m + m) % m, o = (a.residue + k - r) / m;
+  sum.modulus = m;
+  sum.residue = r;
+  sum.quotient =
+      o == 0 ? a.quotient
+             : "(" + a.quotient + (o > 0 ? " + " : " - ") + std::to_string(o > 0 ? o : -o) + ")";
+}
+
+}  // namespace
+
 IndexExpr operator+(const IndexExpr& a, const IndexExpr& b) {
   if (a.constant && b.constant) return IndexExpr::number(*a.constant + *b.constant);
   if (a.is_zero()) return b;
   if (b.is_zero()) return a;
-  return {a.text + " + " + b.text, std::nullopt, add_ranges(a.range, b.range)};
+  IndexExpr sum{a.text + " + " + b.text, std::nullopt, add_ranges(a.range, b.range)};
+  if (b.constant) shift_residue(a, *b.constant, sum);
+  if (a.constant) shift_residue(b, *a.constant, sum);
+  return sum;
 }
 
 IndexExpr operator-(const IndexExpr& a, int64_t k) {
   if (a.constant) return IndexExpr::number(*a.constant - k);
   if (k == 0) return a;
-  return {a.text + " - " + std::to_string(k), std::nullopt, add_ranges(a.range, std::pair{-k, -k})};
+  IndexExpr difference{a.text + " - " + std::to_string(k), std::nullopt,
+                       add_ranges(a.range, std::pair{-k, -k})};
+  shift_residue(a, -k, difference);
+  return difference;
 }
 
 IndexExpr operator*(const IndexExpr& a, int64_t k) {
@@ -81,7 +102,22 @@ IndexExpr operator%(const IndexExpr& a, int64_t k) {
   return {operand(a) + " % " + std::to_string(k), std::nullopt, r};
 }
 
+std::optional<bool> known_multiple(const IndexExpr& a, int64_t k) {
+  if (a.constant) return *a.constant % k == 0;
+  if (a.modulus > 0 && a.modulus % k == 0) return a.residue % k == 0;
+  return std::nullopt;
+}
+
 IndexExpr exact_div(const IndexExpr& a, int64_t k) {
+  // A multiple of its modulus k: the quotient, with the bounds of the division.
+  if (k > 1 && a.modulus == k && a.residue == 0 && !a.constant) {
+    IndexExpr q{
+        a.quotient, std::nullopt,
+        a.range ? std::optional(std::pair{a.range->first / k, a.range->second / k}) : std::nullopt};
+    q.exact_dividend = std::make_shared<const IndexExpr>(a);
+    q.exact_divisor = k;
+    return q;
+  }
   IndexExpr q = a / k;
   if (k > 1 && !q.constant) {
     q.exact_dividend = std::make_shared<const IndexExpr>(a);

@@ -36,12 +36,20 @@ namespace kiln::codegen {
 // through the matching strided slice,
 //   x[:, ::2].mul_(0.5):  slot j = i1 / 2 (exact where i1 % 2 == 0), src at (j * 2) = i1
 // loads x at the iteration's own element, which a vector load can do.
+//
+// `modulus` > 0: the value is modulus * quotient + residue (0 <= residue < modulus), where
+// `quotient` is C++ text: a position of a CPU pass split by residue (cpu_residue_split), and
+// what is computed from it by adding constants. Whether it is a multiple of a divisor of the
+// modulus is known (known_multiple), and its exact quotient by the modulus is `quotient`:
+//   rd = 2*q + 1: (rd) % 2 == 0 is false; rd = 2*q: exact_div(rd, 2) is q.
 struct IndexExpr {
   std::string text;
   std::optional<int64_t> constant = std::nullopt;
   std::optional<std::pair<int64_t, int64_t>> range = std::nullopt;
   std::shared_ptr<const IndexExpr> exact_dividend = nullptr;
   int64_t exact_divisor = 0;
+  int64_t modulus = 0, residue = 0;
+  std::string quotient;
 
   static IndexExpr number(int64_t v) { return {std::to_string(v), v, std::pair{v, v}}; }
   static IndexExpr var(std::string name) { return {std::move(name)}; }
@@ -61,6 +69,8 @@ IndexExpr operator%(const IndexExpr& a, int64_t k);
 // a / k, where the caller guarantees that a is a multiple of k wherever the quotient's value is
 // used (elsewhere only its bounds matter): see IndexExpr.
 IndexExpr exact_div(const IndexExpr& a, int64_t k);
+// Whether a is a multiple of k, where its residue says (a position of a pass split by residue).
+std::optional<bool> known_multiple(const IndexExpr& a, int64_t k);
 // Whether every coordinate is known to lie inside `shape`.
 bool inside_shape(const Index& index, const Shape& shape);
 

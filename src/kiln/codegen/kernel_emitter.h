@@ -339,9 +339,11 @@ class KernelEmitter {
                                                const std::vector<Accumulator>& accs) const;
   void cpu_column_block(const std::string& rl, int64_t count, const std::string& body,
                         const std::vector<Accumulator>& accs, const std::string& element);
-  void cpu_float_chunks(const std::string& rl, int64_t from, int64_t to, const std::string& body,
-                        const std::string& combined, const std::string& in_float,
+  void cpu_float_chunks(const std::string& rl, int64_t from, int64_t to, int64_t group,
+                        const std::string& body,
+                        const std::vector<std::pair<std::string, std::string>>& combines,
                         const std::string& acc, int depth);
+  int64_t cpu_residue_split(int64_t count) const;
 
   // schedule_cuda_pointwise.cpp: CUDA flat nests: a grid-stride loop, scalar and 16-byte vector
   // variants
@@ -451,9 +453,11 @@ class KernelEmitter {
   // The accumulators of the nest's sums so far, by what they sum (reduction: summed_key).
   std::unordered_map<std::string, std::string> sums_;
   std::optional<PassStores> pass_stores_;  // the region's, if its reduction's pass stores
-  std::string pass_store_key_;  // the index the nest's pass stores at (index_key), if it does
-  Kernel* kernel_ = nullptr;    // the kernel being lowered
-  bool nest_is_last_ = false;   // whether the nest being emitted is the kernel's last
+  // The indices the nest's pass stores at (index_key), if it does: one, or one for each residue
+  // of a pass split by residue (cpu_residue_split).
+  std::set<std::string> pass_store_keys_;
+  Kernel* kernel_ = nullptr;   // the kernel being lowered
+  bool nest_is_last_ = false;  // whether the nest being emitted is the kernel's last
 
   // The CPU kernel's tables filled so far, by value (cpu_tables).
   std::unordered_map<const Value*, std::string> table_name_;

@@ -187,7 +187,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   guarded_loads_.assign(k.inputs.size(), false);
   loads_outside_row_passes_.assign(k.inputs.size(), {});
   row_pass_depth_ = 0;
-  pass_store_key_.clear();
+  pass_store_keys_.clear();
   column_block_.clear();
   row_buffer_bytes_ = 0;
   if (mode != NestMode::kTiles) tile_keys_.clear();
@@ -240,14 +240,17 @@ void KernelEmitter::record_last_nest_loads(const Shape& shape, Kernel& k) {
     if (loads_[i].empty() && !raw_loads_[i]) continue;
     const Shape& in_shape = body_.inputs()[i]->tensor_type().shape;
     // An input over the domain of a pass that stores (store_in_pass): its own element is the
-    // one the pass loads and stores.
-    const bool in_pass = !pass_store_key_.empty() && in_shape == pass_stores_->domain;
-    const std::string& own = in_pass ? pass_store_key_ : identity;
+    // one the pass loads and stores (in a pass split by residue, each copy's own).
+    const bool in_pass = !pass_store_keys_.empty() && in_shape == pass_stores_->domain;
+    const std::set<std::string> own = in_pass ? pass_store_keys_ : std::set<std::string>{identity};
+    auto all_own = [&](const std::set<std::string>& keys) {
+      return std::all_of(keys.begin(), keys.end(),
+                         [&](const std::string& key) { return own.contains(key); });
+    };
     bool same_shape = in_pass || in_shape == shape;
-    bool same = !raw_loads_[i] && loads_[i].size() == 1 && *loads_[i].begin() == own && same_shape;
+    bool same = !raw_loads_[i] && !loads_[i].empty() && all_own(loads_[i]) && same_shape;
     const std::set<std::string>& unguarded = unguarded_loads_[i];
-    bool guarded = !raw_loads_[i] && guarded_loads_[i] && same_shape &&
-                   (unguarded.empty() || (unguarded.size() == 1 && *unguarded.begin() == own));
+    bool guarded = !raw_loads_[i] && guarded_loads_[i] && same_shape && all_own(unguarded);
     // Row-local: at the iteration's own index, or in one of its row's passes at an index of
     // that row (the index starts with the row's indices; its last coordinate is free).
     bool row_local = !in_pass && !raw_loads_[i] && !guarded_loads_[i] && !shape.empty() &&

@@ -137,7 +137,7 @@ std::vector<std::string> KernelEmitter::unit_inner_strides(const Shape& shape, c
   }
   for (size_t j = 0; j < k.outputs.size(); ++j) {
     const Shape& out = k.outputs[j].shape;
-    const bool stored_in_pass = !pass_store_key_.empty() && out == pass_stores_->domain;
+    const bool stored_in_pass = !pass_store_keys_.empty() && out == pass_stores_->domain;
     if ((out != shape && !stored_in_pass) || out.empty() || out.back() == 1) continue;
     names.push_back("os" + std::to_string(j) + "_" + std::to_string(out.size() - 1));
   }

@@ -136,25 +136,28 @@ void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count, const
 }
 
 // A CPU sum's pass over [from, to) whose elements are float (or half, bfloat16) into a double
-// accumulator, in chunks of kCpuFloatChunk: each chunk is summed in float (the vector loop adds
-// floats, no conversions), and the chunk's sum is added to the double accumulator. The body's
-// last line, `combined`, is its double sum of the element; here its float sum of `in_float`.
+// accumulator, in chunks of kCpuFloatChunk elements (rl takes `group` of them a step: a pass
+// split by residue): each chunk is summed in float (the vector loop adds floats, no
+// conversions), and the chunk's sum is added to the double accumulator. The body's combine
+// lines (`combines`: each with its element's value in float) are its double sums; here float.
 //   for (rc = 0; rc < 4096; rc += 1024) { float acc0_f = 0; const int64_t rc_end = ...;
 //     #pragma omp simd reduction(+:acc0_f)  for (rl1 = rc; rl1 < rc_end; ++rl1) {... acc0_f += x}
 //     acc0 += acc0_f; }
 // A pass at the nest's top over many elements (a full sum) shares its chunks among the cores.
-void KernelEmitter::cpu_float_chunks(const std::string& rl, int64_t from, int64_t to,
-                                     const std::string& body, const std::string& combined,
-                                     const std::string& in_float, const std::string& acc,
-                                     int depth) {
+void KernelEmitter::cpu_float_chunks(
+    const std::string& rl, int64_t from, int64_t to, int64_t group, const std::string& body,
+    const std::vector<std::pair<std::string, std::string>>& combines, const std::string& acc,
+    int depth) {
   const std::string part = acc + "_f", chunk = rl + "_c", end = rl + "_e";
   std::string in_chunk = body;
-  const size_t at = in_chunk.rfind(combined);
-  KILN_ASSERT(at != std::string::npos) << "a sum's pass without its combine";
-  in_chunk.replace(at, combined.size(), part + " = red_sum(" + part + ", " + in_float + ");");
-  const std::string f = std::to_string(from), t = std::to_string(to),
-                    width = std::to_string(kCpuFloatChunk);
-  if (to - from <= kCpuFloatChunk) {  // one chunk: no loop over chunks
+  for (const auto& [combined, in_float] : combines) {
+    const size_t at = in_chunk.find(combined);
+    KILN_ASSERT(at != std::string::npos) << "a sum's pass without its combine";
+    in_chunk.replace(at, combined.size(), part + " = red_sum(" + part + ", " + in_float + ");");
+  }
+  const int64_t steps = std::max<int64_t>(kCpuFloatChunk / group, 1);
+  const std::string f = std::to_string(from), t = std::to_string(to), width = std::to_string(steps);
+  if (to - from <= steps) {  // one chunk: no loop over chunks
     emit(depth, "{");
     emit(depth, "  float " + part + " = 0;");
     emit(depth, "  #pragma omp simd reduction(+:" + part + ")");
@@ -165,7 +168,7 @@ void KernelEmitter::cpu_float_chunks(const std::string& rl, int64_t from, int64_
     emit(depth, "}");
     return;
   }
-  if (depth == 0 && to - from >= kParallelIterations)
+  if (depth == 0 && (to - from) * group >= kParallelIterations)
     emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")");
   emit(depth, "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " + chunk +
                   " += " + width + ") {");
@@ -179,6 +182,26 @@ void KernelEmitter::cpu_float_chunks(const std::string& rl, int64_t from, int64_
   emit(depth, "  }");
   emit(depth, "  " + acc + " += " + part + ";");
   emit(depth, "}");
+}
+
+// The residue split of a CPU pass over the last dim alone (its `count` positions): the step of a
+// slice_scatter along a last dim of that length in the region (x[:, ::2].copy_(y) before
+// x.sum(-1)), when the positions divide into groups of it; 0 for none. The pass then runs over
+// groups, the element emitted once for each residue, where whether a position is on the step
+// and its src's index are known (IndexExpr's residue): no per-element test, no gather of src at
+// rd / 2 (1024 x 4096 floats on 2 cores, measured by hand: 0.82 -> 0.22 ms; eager 0.36).
+// Steps of 2 to 8, and at least 16 groups.
+int64_t KernelEmitter::cpu_residue_split(int64_t count) const {
+  for (const auto& n : body_.nodes()) {
+    if (n->id() != OpId::kSliceScatter) continue;
+    const Shape& shape = n->input(0)->tensor_type().shape;
+    const auto rank = static_cast<int64_t>(shape.size());
+    const int64_t step = n->arg("step").as_int();
+    if (rank == 0 || wrap_dim(n->arg("dim").as_int(), rank) != rank - 1 || shape.back() != count)
+      continue;
+    if (step >= 2 && step <= 8 && count % step == 0 && count / step >= 16) return step;
+  }
+  return 0;
 }
 
 }  // namespace kiln::codegen::detail
