@@ -315,11 +315,13 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // each row twice, for its mean and for its variance's own mean (the CPU's layer norm over rows
   // of 8192 read each row four times). Not where this reduction's pass stores values, nor
   // from a pass under a guard (its accumulator is out of scope after it).
+  // The elements summed: the output element's index, `*` on each reduced dim (x.sum(0) and
+  // x.sum(1) of a square x at the same i0 are different sums).
   std::string non_reduced;
   for (size_t d = 0, k = 0; d < static_cast<size_t>(in.rank()); ++d) {
     const bool is_reduced =
         std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) != reduced.end();
-    if (!is_reduced) non_reduced += at.at(k).text + ",";
+    non_reduced += (is_reduced ? std::string("*") : at.at(k).text) + ",";
     if (!is_reduced || keepdim) ++k;
   }
   const bool stores_in_pass = pass_stores_ && &node == pass_stores_->reduction;

@@ -157,27 +157,19 @@ void KernelEmitter::cpu_float_chunks(
   }
   const int64_t steps = std::max<int64_t>(kCpuFloatChunk / group, 1);
   const std::string f = std::to_string(from), t = std::to_string(to), width = std::to_string(steps);
-  if (to - from <= steps) {  // one chunk: no loop over chunks
-    emit(depth, "{");
-    emit(depth, "  float " + part + " = 0;");
-    emit(depth, "  #pragma omp simd reduction(+:" + part + ")");
-    emit(depth, "  for (int64_t " + rl + " = " + f + "; " + rl + " < " + t + "; ++" + rl + ") {");
-    levels_.at(static_cast<size_t>(depth)) += indented(in_chunk, 2);
-    emit(depth, "  }");
-    emit(depth, "  " + acc + " += " + part + ";");
-    emit(depth, "}");
-    return;
-  }
-  if (depth == 0 && (to - from) * group >= kParallelIterations)
+  const bool one_chunk = to - from <= steps;  // then a block, not a loop over chunks
+  if (!one_chunk && depth == 0 && (to - from) * group >= kParallelIterations)
     emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")");
-  emit(depth, "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " + chunk +
-                  " += " + width + ") {");
+  emit(depth, one_chunk ? "{"
+                        : "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " +
+                              chunk + " += " + width + ") {");
   emit(depth, "  float " + part + " = 0;");
-  emit(depth, "  const int64_t " + end + " = " + t + " - " + chunk + " < " + width + " ? " + t +
-                  " : " + chunk + " + " + width + ";");
+  if (!one_chunk)
+    emit(depth, "  const int64_t " + end + " = " + t + " - " + chunk + " < " + width + " ? " + t +
+                    " : " + chunk + " + " + width + ";");
   emit(depth, "  #pragma omp simd reduction(+:" + part + ")");
-  emit(depth,
-       "  for (int64_t " + rl + " = " + chunk + "; " + rl + " < " + end + "; ++" + rl + ") {");
+  emit(depth, "  for (int64_t " + rl + " = " + (one_chunk ? f : chunk) + "; " + rl + " < " +
+                  (one_chunk ? t : end) + "; ++" + rl + ") {");
   levels_.at(static_cast<size_t>(depth)) += indented(in_chunk, 2);
   emit(depth, "  }");
   emit(depth, "  " + acc + " += " + part + ";");
