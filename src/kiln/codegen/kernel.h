@@ -17,8 +17,10 @@
 // an op that is one correctly rounded operation, as a product, computes in float for a float32,
 // f16 or bf16 result, which rounds to the same value, and so does exp, which is scalar_math.h's
 // float exp_f32 in both), integer math in int64 with the
-// interpreter's conversions. A nest is a loop nest, parallel with
-// OpenMP when it is large.
+// interpreter's conversions. Reductions are the exception: their order differs (vector lanes,
+// cores), and a sum of floats adds chunks of 1024 elements summed in float into its double
+// accumulator (cpu_float_chunks), so a sum agrees with the interpreter's within float rounding,
+// not bit for bit. A nest is a loop nest, parallel with OpenMP when it is large.
 //
 // CUDA kernels compute as PyTorch's CUDA kernels do: float32, float16 and bfloat16 math in float
 // (each op's result still rounded to its dtype), float64 in double, integers in int64. Each nest
