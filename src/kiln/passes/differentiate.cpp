@@ -7,6 +7,7 @@
 
 #include "kiln/ir/derivative_rules.h"
 #include "kiln/ir/dtype.h"
+#include "kiln/passes/save_or_recompute.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -42,7 +43,7 @@ void for_each_operand_value(const Node& n, auto&& f) {
 class Differentiator final : public GradContext {
  public:
   // `recompute`: forward values the backward computes again from other saved values instead of
-  // reading them saved (rematerializable, below).
+  // reading them saved (save_or_recompute.h).
   Differentiator(Trace& forward, Gradient& out, std::unordered_set<Value*> recompute = {})
       : GradContext(builder_),
         forward_(forward),
@@ -210,71 +211,13 @@ class Differentiator final : public GradContext {
   std::unordered_set<Value*> recompute_;
 };
 
-// The values the backward can compute again from what it reads anyway, so that the forward
-// need not write them nor the backward read them: a view or an elementwise op whose tensor
-// operands are saved, arguments the program does not write (the caller's tensors, saved for
-// free), or themselves such values, at most kRecomputeDepth ops from those. Recomputing adds
-// no saved value, so the saved bytes only fall; in the backward's fused kernels it costs
-// arithmetic, not memory traffic.
-//   t0 = mul(x, w); t1 = tanh(t0)   saved {t1, x, w}  ->  t1 = tanh(mul(x, w)) in the backward
-// A reduction's result, where each of its elements sums many, may be saved so that what is
-// computed from it is recomputed: a softmax's detached row max, so that exp(x - max) is computed
-// again from x and the max, not saved as a tensor of x's size (in float32 for bf16 x).
-//   x bf16 [8192, 50257]: saved {x, max [8192, 1], sum [8192, 1]}, not exp(x - max) in f32.
-constexpr int kRecomputeDepth = 3;
-constexpr int64_t kReducedPerSaved = 8;
-
-bool reduces_many(const Node& n) {
-  if (n.op->kind != OpKind::kReduction || n.outputs.size() != 1 || !n.input(0)->is_tensor())
-    return false;
-  return n.outputs[0]->tensor_type().numel() * kReducedPerSaved <=
-         n.input(0)->tensor_type().numel();
-}
-
-std::unordered_set<Value*> rematerializable(const Trace& forward, const std::vector<Value*>& saved,
-                                            const std::vector<bool>& caller_has) {
-  std::unordered_set<Value*> written;
-  for (const auto& [input, value] : forward.writebacks)
-    written.insert(input);
-  std::unordered_map<const Value*, int> depth;  // ops from what the backward has: 0 = has it
-  for (size_t i = 0; i < forward.inputs().size(); ++i) {
-    Value* v = forward.inputs()[i];
-    if (!written.contains(v) && (caller_has.empty() || caller_has[i])) depth[v] = 0;
-  }
-  const std::unordered_set<Value*> is_saved(saved.begin(), saved.end());
-  std::unordered_set<Value*> out;
-  for (const auto& n : forward.nodes()) {
-    if (n->outputs.size() != 1) continue;
-    Value* v = n->outputs[0];
-    int d = -1;  // the recomputation's depth, or -1 when it cannot be recomputed
-    if (n->op->kind == OpKind::kElementwise || n->op->kind == OpKind::kView) {
-      d = 1;
-      for_each_operand_value(*n, [&](Value* u) {
-        if (!u->is_tensor() || d < 0) return;
-        auto it = depth.find(u);
-        d = it == depth.end() ? -1 : std::max(d, it->second + 1);
-      });
-      if (d > kRecomputeDepth) d = -1;
-    }
-    if (d > 0) out.insert(v);  // computed again wherever the backward needs it
-    if (d < 0 && reduces_many(*n)) {
-      depth[v] = 0;  // saved if a recomputation reads it: a row's statistic for the row
-      continue;
-    }
-    if (is_saved.contains(v))
-      depth[v] = d > 0 ? d : 0;  // saved, or recomputed from what is
-    else if (d > 0)
-      depth[v] = d;
-  }
-  return out;
-}
-
 }  // namespace
 
 Gradient differentiate(Trace& forward, const std::vector<bool>& requires_grad,
                        const std::vector<ResultValue>& results,
                        const std::vector<bool>& caller_has) {
-  // A first sweep finds what the rules read; the second recomputes what it can of that.
+  // A first sweep finds what the rules read; the cut of save_or_recompute decides which of
+  // those the second sweep saves and which it computes again from saved values.
   Gradient probe;
   {
     Differentiator d(forward, probe);
@@ -284,7 +227,7 @@ Gradient differentiate(Trace& forward, const std::vector<bool>& requires_grad,
     }
   }
   Gradient out;
-  Differentiator d(forward, out, rematerializable(forward, probe.saved, caller_has));
+  Differentiator d(forward, out, values_to_recompute(forward, probe.saved, caller_has));
   KILN_ASSERT(d.mark(requires_grad) && d.check_writebacks() && d.sweep(results))
       << "differentiate: the second sweep refused what the first did not";
   // The forward returns the saved intermediates after its own outputs (inputs the caller has).

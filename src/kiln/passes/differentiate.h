@@ -9,10 +9,9 @@
 //     return (t1,)                      return (gx, gw)
 //
 // What the backward reads of the forward it reads as saved values: inputs, and intermediates the
-// forward program returns besides its own results. A saved value that is a view or an
-// elementwise op of other saved values (or of arguments) is recomputed in the backward instead,
-// which never adds a saved value. (A min-cut over byte cost, which would also trade a saved
-// value for a recomputation from unsaved ones, is not done yet.)
+// forward program returns besides its own results. Which values are saved and which the backward
+// computes again (views and elementwise ops, in its fused kernels) is a minimum cut over the bytes
+// saving them moves (save_or_recompute.h).
 //
 // Requires: a functional trace (after functionalize, cse and dce: no mutation, no subsymbols);
 // one flag per trace input; the trace values of the program's results (nullptr for a result

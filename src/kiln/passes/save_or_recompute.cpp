@@ -1,0 +1,199 @@
+// save_or_recompute: see save_or_recompute.h.
+#include "kiln/passes/save_or_recompute.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+#include <unordered_map>
+
+#include "kiln/ir/dtype.h"
+
+namespace kiln {
+
+namespace {
+
+constexpr int64_t kInfinite = std::numeric_limits<int64_t>::max() / 4;
+
+// Maximum flow by Dinic's blocking flows: the graphs are a few nodes per trace value.
+class FlowGraph {
+ public:
+  explicit FlowGraph(size_t nodes) : edges_of_(nodes) {}
+
+  void add_edge(size_t from, size_t to, int64_t capacity) {
+    edges_of_[from].push_back(edges_.size());
+    edges_.push_back({to, capacity});
+    edges_of_[to].push_back(edges_.size());
+    edges_.push_back({from, 0});  // the residual edge: an edge e's reverse is e ^ 1
+  }
+
+  void max_flow(size_t source, size_t sink) {
+    while (levels_from(source, sink)) {
+      next_.assign(edges_of_.size(), 0);
+      while (push(source, sink, kInfinite) > 0) {
+      }
+    }
+  }
+
+  // The nodes from which the sink is reachable in the residual graph: the sink's side of the
+  // minimum cut nearest the sink.
+  std::vector<bool> reaching(size_t sink) const {
+    std::vector<bool> seen(edges_of_.size(), false);
+    std::deque<size_t> queue{sink};
+    seen[sink] = true;
+    while (!queue.empty()) {
+      size_t y = queue.front();
+      queue.pop_front();
+      for (size_t e : edges_of_[y]) {
+        size_t x = edges_[e].to;
+        if (!seen[x] && edges_[e ^ 1].residual > 0) {  // x -> y still has room
+          seen[x] = true;
+          queue.push_back(x);
+        }
+      }
+    }
+    return seen;
+  }
+
+ private:
+  struct Edge {
+    size_t to;
+    int64_t residual;
+  };
+
+  bool levels_from(size_t source, size_t sink) {
+    level_.assign(edges_of_.size(), -1);
+    level_[source] = 0;
+    std::deque<size_t> queue{source};
+    while (!queue.empty()) {
+      size_t x = queue.front();
+      queue.pop_front();
+      for (size_t e : edges_of_[x]) {
+        if (edges_[e].residual > 0 && level_[edges_[e].to] < 0) {
+          level_[edges_[e].to] = level_[x] + 1;
+          queue.push_back(edges_[e].to);
+        }
+      }
+    }
+    return level_[sink] >= 0;
+  }
+
+  int64_t push(size_t x, size_t sink, int64_t limit) {
+    if (x == sink) return limit;
+    for (size_t& i = next_[x]; i < edges_of_[x].size(); ++i) {
+      size_t e = edges_of_[x][i];
+      size_t y = edges_[e].to;
+      if (edges_[e].residual <= 0 || level_[y] != level_[x] + 1) continue;
+      int64_t pushed = push(y, sink, std::min(limit, edges_[e].residual));
+      if (pushed > 0) {
+        edges_[e].residual -= pushed;
+        edges_[e ^ 1].residual += pushed;
+        return pushed;
+      }
+    }
+    return 0;
+  }
+
+  std::vector<std::vector<size_t>> edges_of_;
+  std::vector<Edge> edges_;
+  std::vector<int> level_;
+  std::vector<size_t> next_;
+};
+
+bool is_recomputable(const Node& n) {
+  return n.outputs.size() == 1 &&
+         (n.op->kind == OpKind::kElementwise || n.op->kind == OpKind::kView);
+}
+
+void for_each_operand_value(const Node& n, auto&& f) {
+  for (const Operand& o : n.operands) {
+    if (o.is_value()) f(o.value());
+    if (o.is_value_list())
+      for (Value* v : o.values())
+        f(v);
+  }
+}
+
+// Values the forward writes to memory whatever is saved: reading them in the backward is the
+// only cost of saving them.
+std::unordered_set<const Value*> materialized(const Trace& forward,
+                                              const std::vector<bool>& caller_has) {
+  std::unordered_set<const Value*> written;
+  for (const auto& [input, value] : forward.writebacks)
+    written.insert(input);
+  std::unordered_set<const Value*> out(forward.outputs().begin(), forward.outputs().end());
+  for (size_t i = 0; i < forward.inputs().size(); ++i) {
+    const Value* v = forward.inputs()[i];
+    if (!written.contains(v) && (caller_has.empty() || caller_has[i])) out.insert(v);
+  }
+  for (const auto& n : forward.nodes()) {
+    if (n->op->kind != OpKind::kOpaque) continue;
+    out.insert(n->outputs.begin(), n->outputs.end());
+    // What an opaque op reads through a view is its base's memory: the view itself is not
+    // written anywhere (saving it would return a view, or a copy, of the base).
+    for_each_operand_value(*n, [&](const Value* u) {
+      while (u->producer() && u->producer()->op->kind == OpKind::kView)
+        u = u->producer()->input(0);
+      out.insert(u);
+    });
+  }
+  return out;
+}
+
+int64_t save_cost(const Value* v, bool is_materialized) {
+  if (!v->is_tensor()) return 1;
+  const TensorType& t = v->tensor_type();
+  int64_t bytes = std::max<int64_t>(1, t.numel() * dtype_size(t.dtype));
+  return is_materialized ? bytes : 2 * bytes;
+}
+
+}  // namespace
+
+std::unordered_set<Value*> values_to_recompute(const Trace& forward,
+                                               const std::vector<Value*>& needed,
+                                               const std::vector<bool>& caller_has) {
+  // Node numbering: the source, the sink, then each value's in and out.
+  std::unordered_map<const Value*, size_t> index;
+  std::vector<Value*> values;
+  auto number = [&](Value* v) {
+    if (index.emplace(v, values.size()).second) values.push_back(v);
+  };
+  for (Value* v : forward.inputs())
+    number(v);
+  for (const auto& n : forward.nodes())
+    for (Value* v : n->outputs)
+      number(v);
+  constexpr size_t kSource = 0, kSink = 1;
+  auto in = [&](const Value* v) { return 2 + 2 * index.at(v); };
+  auto out = [&](const Value* v) { return 3 + 2 * index.at(v); };
+
+  FlowGraph graph(2 + 2 * values.size());
+  const std::unordered_set<const Value*> anyway = materialized(forward, caller_has);
+  for (Value* v : values)
+    graph.add_edge(in(v), out(v), save_cost(v, anyway.contains(v)));
+  for (Value* v : forward.inputs())
+    graph.add_edge(kSource, in(v), kInfinite);
+  std::vector<Value*> candidates;
+  for (const auto& n : forward.nodes()) {
+    if (!is_recomputable(*n)) {
+      for (Value* v : n->outputs)
+        graph.add_edge(kSource, in(v), kInfinite);
+      continue;
+    }
+    Value* v = n->outputs[0];
+    candidates.push_back(v);
+    for_each_operand_value(*n, [&](Value* u) {
+      if (index.contains(u)) graph.add_edge(out(u), in(v), kInfinite);
+    });
+  }
+  for (Value* v : needed)
+    if (index.contains(v)) graph.add_edge(out(v), kSink, kInfinite);
+
+  graph.max_flow(kSource, kSink);
+  const std::vector<bool> sink_side = graph.reaching(kSink);
+  std::unordered_set<Value*> recompute;
+  for (Value* v : candidates)
+    if (sink_side[in(v)]) recompute.insert(v);
+  return recompute;
+}
+
+}  // namespace kiln
