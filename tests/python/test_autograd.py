@@ -717,3 +717,26 @@ def test_an_lm_head_over_an_unaligned_vocabulary_runs_padded_with_eagers_gradien
     stats = kiln.last_stats(jitted)
     assert stats["aligned_products"] == 1
     assert stats["backward"]["aligned_products"] == 2  # grad_logits @ W and grad_logits.T @ h
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        lambda h, w: F.linear(h, w).float().logsumexp(-1).mean(),
+        lambda h, w: F.linear(h, w).view(-1).float().exp().sum(),  # exp's rule reads its result
+        lambda h, w: torch.as_strided(F.linear(h, w), (64, 100), (201, 1), 3).float().tanh().sum(),
+    ],
+    ids=["logsumexp", "view_then_exp", "as_strided_then_tanh"],
+)
+def test_a_padded_products_result_saved_for_the_backward(head):
+    # On CUDA the logits' padded buffer may be the result itself (cublas.h, any_layout); the
+    # backward reads it saved and computes what it needs again from it: a view again as a reshape
+    # (the saved tensor's strides are the padded ones), never an as_strided (save_or_recompute.h).
+    def make():
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        dev = torch.empty(0).device
+        h = torch.randn(256, 392, generator=gen).to(device=dev, dtype=torch.bfloat16).requires_grad_()
+        w = (torch.randn(201, 392, generator=gen) / 20).to(device=dev, dtype=torch.bfloat16).requires_grad_()
+        return h, w
+
+    check_gradients(head, make, rtol=2e-2, atol=2e-2)

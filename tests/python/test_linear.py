@@ -90,3 +90,34 @@ def test_a_linear_whose_result_feeds_a_fused_epilogue(dtype):
         return out.sum(-1)
 
     check_against_eager(block, lambda: (*_contiguous_batches(dtype), _randn(3, 7, 48, dtype=dtype, seed=3)), **_PRODUCT_ROUNDING.get(dtype, {}))
+
+
+# A 16-bit product whose result rows are not 16-byte multiples (m = 201) runs padded for tensor
+# cores; where every reader indexes the result through its strides, the padded buffer's [n, m]
+# corner is the result (no copy out of it: src/kiln/runtime/cuda/cublas.h). Each reader below
+# must see eager's values: fused kernels, another product, a view, as_strided (which reads the
+# storage, so the product keeps eager's layout), steps PyTorch runs (given eager's layout by a
+# copy), and the caller (results laid out as eager's).
+def _lm_head(dtype):
+    return _randn(256, 392, dtype=dtype, seed=0), _randn(201, 392, dtype=dtype, seed=1) / 5, _randn(64, 201, dtype=dtype, seed=2) / 5
+
+
+PADDED_READERS = {
+    "fused_softmax": lambda h, w, w2: F.linear(h, w).float().softmax(-1),
+    "returned": lambda h, w, w2: F.linear(h, w),
+    "returned_and_fused": lambda h, w, w2: (lambda y: (y, y.float().sum(-1)))(F.linear(h, w)),
+    "view_in_a_kernel": lambda h, w, w2: F.linear(h, w).view(-1) * 2,
+    "view_returned": lambda h, w, w2: F.linear(h, w).view(-1),
+    "as_strided": lambda h, w, w2: torch.as_strided(F.linear(h, w), (100, 50), (3, 7), 5).float() + 1,
+    "another_product": lambda h, w, w2: F.linear(F.linear(h, w), w2),
+    "step_pytorch_runs": lambda h, w, w2: F.pad(F.linear(h, w).view(-1), (0, 3)) + 1,
+    "batched": lambda h, w, w2: torch.matmul(h.view(4, 64, 392), w.t()).float().amax(-1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reader", PADDED_READERS, ids=str)
+def test_a_padded_products_result_reaches_every_reader_as_eagers(reader, dtype):
+    jitted = check_against_eager(PADDED_READERS[reader], lambda: _lm_head(dtype), rtol=2e-2, atol=2e-2)
+    if torch.get_default_device().type == "cuda":
+        assert kiln.last_stats(jitted)["aligned_products"] >= 1

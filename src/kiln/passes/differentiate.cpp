@@ -114,7 +114,11 @@ class Differentiator final : public GradContext {
       std::vector<Operand> operands;
       for (const Operand& o : p.operands)
         operands.push_back(o.is_value() ? Operand(forward(o.value())) : o);
-      got = builder_.call_bound(p.id(), std::move(operands), p.loc).at(0);
+      // A view's layout requirement was eager's, met by the forward's tensor; the saved tensor
+      // the backward reads it from has whatever strides the forward left (a padded product's
+      // result), so the recomputation is a reshape, which copies where no view expresses it.
+      const OpId id = p.id() == OpId::kView ? OpId::kReshape : p.id();
+      got = builder_.call_bound(id, std::move(operands), p.loc).at(0);
     } else {
       got = builder_.add_input("s_" + v->name(), without_layout(v));
       out_.saved.push_back(v);

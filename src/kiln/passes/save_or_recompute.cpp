@@ -99,8 +99,10 @@ class FlowGraph {
   std::vector<size_t> next_;
 };
 
+// as_strided indexes its operand's storage, which a saved tensor need not lay out as eager's
+// (a padded product's result): it is saved, not recomputed.
 bool is_recomputable(const Node& n) {
-  return n.outputs.size() == 1 &&
+  return n.outputs.size() == 1 && n.id() != OpId::kAsStrided &&
          (n.op->kind == OpKind::kElementwise || n.op->kind == OpKind::kView);
 }
 

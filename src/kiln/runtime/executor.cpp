@@ -302,6 +302,10 @@ struct PreparedKernels {
   // after its index_copy_, read by the attention: copying it out cost a copy of the cache per
   // layer and token).
   std::set<const Value*> stays_in_caller;
+  // Opaque steps' results that every reader indexes through their strides (fused kernels,
+  // cuBLAS, the writebacks' copies; results are laid out for the caller at the end): a product
+  // computed padded may stay in its padded buffer (cublas.h).
+  std::set<const Value*> any_layout;
 };
 
 std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
@@ -341,6 +345,22 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
       if (!written_later) p->stays_in_caller.insert(wb.value);
     }
   }
+  // Values some step reads through their storage (as_strided, a bitcast): they keep eager's
+  // contiguous layout. (Steps PyTorch runs get eager's layouts by a copy: with_eager_layouts.)
+  std::set<const Value*> layout_read;
+  for (const Step& step : steps) {
+    bool by_layout = false;
+    for (const auto& n : step.body.nodes()) {
+      const OpId id = n->id();
+      by_layout = by_layout || id == OpId::kAsStrided || id == OpId::kAsStridedScatter ||
+                  id == OpId::kViewDtype || id == OpId::kBitcast;
+    }
+    if (by_layout) layout_read.insert(step.inputs.begin(), step.inputs.end());
+  }
+  for (const Step& step : steps)
+    if (step.kind == Step::Kind::kOpaque && step.outputs.size() == 1 &&
+        !layout_read.contains(step.outputs[0]))
+      p->any_layout.insert(step.outputs[0]);
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
   return p;
@@ -350,15 +370,15 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
 // views around its one product on the device tensors, the product in the library; its output
 // is bound in `env`. False when the library cannot run the step (the step runner then does).
 bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
-                      const DeviceMemoryOps& memory, std::map<const Value*, RtValue>& env,
-                      ExecutionStats& stats) {
+                      const DeviceMemoryOps& memory, bool any_layout,
+                      std::map<const Value*, RtValue>& env, ExecutionStats& stats) {
   if (step.outputs.size() != 1) return false;
   TensorHandle out = run_library_body(
       step.body, inputs,
-      [&memory, &stats](const Node& n, const std::vector<RtValue>& operands) {
+      [&memory, &stats, any_layout](const Node& n, const std::vector<RtValue>& operands) {
         int64_t alignment_bytes = 0;
-        TensorHandle product = cuda::run_matrix_product(n, operands, memory.allocator(),
-                                                        memory.stream(), &alignment_bytes);
+        TensorHandle product = cuda::run_matrix_product(
+            n, operands, memory.allocator(), memory.stream(), &alignment_bytes, any_layout);
         if (product && alignment_bytes) {
           ++stats.aligned_products;
           stats.alignment_copy_bytes += alignment_bytes;
@@ -369,6 +389,18 @@ bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
   if (!out) return false;
   env[step.outputs[0]] = out;
   return true;
+}
+
+// A step PyTorch or the interpreter runs reads its inputs as eager laid them out (its view()
+// needs strides a padded product's result does not have): such a result is copied first.
+void with_eager_layouts(const Step& step, const std::set<const Value*>& any_layout,
+                        const DeviceMemoryOps& memory, std::vector<RtValue>& inputs) {
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    const auto* t = std::get_if<TensorHandle>(&inputs[j]);
+    if (t && any_layout.contains(step.inputs[j]) &&
+        ((*t)->offset != 0 || (*t)->strides != contiguous_strides((*t)->sizes)))
+      inputs[j] = memory.clone_of(**t);
+  }
 }
 
 // Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
@@ -635,6 +667,7 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           }
         }
         bool eager = is_eager_call(step);
+        if (eager) with_eager_layouts(step, prepared->any_layout, memory, step_inputs);
         if (options.capture && eager) options.capture->admit_eager_step(step.body, step_inputs);
         if (eager) {
           // PyTorch runs it, on the tensors where they are (device memory included): the
@@ -652,7 +685,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           ran = true;
         }
         if (!ran && memory.cuda() && step.kind == Step::Kind::kOpaque)
-          ran = run_library_step(step, step_inputs, memory, env, *stats);
+          ran = run_library_step(step, step_inputs, memory,
+                                 prepared->any_layout.contains(step.outputs.at(0)), env, *stats);
         if (eager) {
           ++stats->eager_steps;
         } else if (ran && step.kind == Step::Kind::kOpaque) {
@@ -662,7 +696,8 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           stats->writebacks_in_kernel += static_cast<int>(stored.size());
         } else if (options.capture) {
           options.capture->refuse("a step without a kernel");
-        } else if (options.step_runner) {
+        } else if (with_eager_layouts(step, prepared->any_layout, memory, step_inputs);
+                   options.step_runner) {
           ++stats->torch_steps;
           std::vector<RtValue> outs = (*options.step_runner)(step.body, step_inputs);
           for (size_t k = 0; k < outs.size(); ++k)

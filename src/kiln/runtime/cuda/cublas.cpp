@@ -149,7 +149,8 @@ int64_t round_up(int64_t x, int64_t multiple) {
 // Such a product runs aligned instead, as Inductor's pad_mm does: every dim that is some matrix's
 // unit-stride dim is rounded up to 16 bytes, the operands that are not aligned are copied into
 // buffers whose padding is zero (zeros along k add nothing to a sum), and the padded result's
-// [n, m] corner is copied out. That pays when the product does many flops per byte the copies
+// [n, m] corner is copied out, or, where every reader takes any strides (any_layout), is the
+// result as it lies. That pays when the product does many flops per byte the copies
 // move (an unaligned product runs at about a fifth of the aligned rate, a copy at the device's
 // bandwidth); a decode step's [1, 768] x [768, 50257] is memory-bound and runs as it is.
 constexpr int64_t kTensorCoreBytes = 16;
@@ -299,7 +300,8 @@ bool cublas_available(std::string* why) {
 }
 
 TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& inputs,
-                                Allocator* allocator, Stream stream, int64_t* alignment_bytes) {
+                                Allocator* allocator, Stream stream, int64_t* alignment_bytes,
+                                bool any_layout) {
   const OpId id = node.id();
   if (id != OpId::kMatmul && id != OpId::kBmm && id != OpId::kLinear) return nullptr;
   const TensorType& out_type = node.outputs[0]->tensor_type();
@@ -348,22 +350,24 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
   if (plan.n_p >= limit || plan.k_p >= limit || plan.m_p >= limit || batches >= limit)
     return nullptr;
   const int device = out_type.device.index;
+  // A padded result its readers take with any strides is the padded buffer's [n, m] corner itself.
+  const bool corner_is_result = plan.result_padded() && any_layout && a.rank() >= 2 &&
+                                b.rank() >= 2 && out_type.numel() > 0 && k > 0;
   TensorHandle out =
-      cuda_strided(out_type.dtype, out_type.shape, contiguous_strides(out_type.shape), 0,
-                   out_type.numel(), out_type.device, false, allocator, stream);
-  if (out->numel() == 0) return out;
+      corner_is_result
+          ? nullptr
+          : cuda_strided(out_type.dtype, out_type.shape, contiguous_strides(out_type.shape), 0,
+                         out_type.numel(), out_type.device, false, allocator, stream);
+  if (out && out->numel() == 0) return out;
   // The result cuBLAS writes: `out`, or a padded buffer whose [n, m] corner is copied into it.
   TensorHandle c = out;
-  RtTensor corner = *out;
-  corner.sizes = {batches, n, m};
-  corner.strides = {n * m, m, 1};
-  if (plan.result_padded()) {
+  if (plan.result_padded())
     c = cuda_strided(out_type.dtype, {batches, plan.n_p, plan.m_p},
                      {plan.n_p * plan.m_p, plan.m_p, 1}, 0, batches * plan.n_p * plan.m_p,
                      out_type.device, false, allocator, stream);
-    corner.storage = c->storage;
-    corner.strides = {plan.n_p * plan.m_p, plan.m_p, 1};
-  }
+  RtTensor corner = *c;
+  corner.sizes = {batches, n, m};
+  corner.strides = {plan.n_p * plan.m_p, plan.m_p, 1};
   bool bias =
       id == OpId::kLinear && inputs.size() > 2 && std::holds_alternative<TensorHandle>(inputs[2]);
   if (bias && type != kR64F && !plan.aligned && ia && ib &&
@@ -417,13 +421,27 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
             plan.n_p * plan.m_p, static_cast<int>(batches), f64 ? kCompute64F : kCompute32F,
             kGemmDefault),
         "cublasGemmStridedBatchedEx");
+  int64_t copied = plan.aligned ? plan.copy_bytes : 0;
+  if (corner_is_result) {
+    // Batch dims + [n, m] over the padded matrices, in order.
+    Strides strides(out_type.shape.size());
+    int64_t stride = 1;
+    for (size_t d = strides.size(); d-- > 0;) {
+      strides[d] = stride;
+      stride *= d + 1 == strides.size()   ? plan.m_p
+                : d + 2 == strides.size() ? plan.n_p
+                                          : out_type.shape[d];
+    }
+    if (alignment_bytes) *alignment_bytes = copied - 2 * batches * n * m * dtype_size(a.dtype());
+    return make_view(c, out_type.shape, strides, 0);
+  }
   if (plan.result_padded()) {
     RtTensor result = *out;
     result.sizes = {batches, n, m};
     result.strides = {n * m, m, 1};
     cuda_copy_elements(result, corner, stream);
   }
-  if (alignment_bytes) *alignment_bytes = plan.aligned ? plan.copy_bytes : 0;
+  if (alignment_bytes) *alignment_bytes = copied;
   return out;
 }
 
