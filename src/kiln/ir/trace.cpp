@@ -1,5 +1,7 @@
 #include "kiln/ir/trace.h"
 
+#include <algorithm>
+
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -77,6 +79,15 @@ void Trace::replace_all_uses(Value* from, Value* to) {
     if (v == from) v = to;
   for (auto& wb : writebacks)
     if (wb.second == from) wb.second = to;
+}
+
+void Trace::move_last_nodes_before(size_t count, const Node* position) {
+  KILN_ASSERT(count <= nodes_.size()) << "move_last_nodes_before: fewer nodes than asked";
+  auto at = std::find_if(nodes_.begin(), nodes_.end() - static_cast<std::ptrdiff_t>(count),
+                         [&](const std::unique_ptr<Node>& n) { return n.get() == position; });
+  KILN_ASSERT(at != nodes_.end() - static_cast<std::ptrdiff_t>(count))
+      << "move_last_nodes_before: the position is not a node before the moved ones";
+  std::rotate(at, nodes_.end() - static_cast<std::ptrdiff_t>(count), nodes_.end());
 }
 
 }  // namespace kiln

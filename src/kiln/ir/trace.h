@@ -135,6 +135,9 @@ class Trace {
   void erase_nodes(Pred drop) {
     std::erase_if(nodes_, [&](const std::unique_ptr<Node>& n) { return drop(*n); });
   }
+  // Moves the last `count` nodes (just made by a Builder, which appends) to just before
+  // `position`, a top-level node: a pass's insertion point.
+  void move_last_nodes_before(size_t count, const Node* position);
   size_t num_values() const { return values_.size(); }
 
  private:

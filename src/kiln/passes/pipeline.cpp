@@ -13,6 +13,7 @@
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fuse.h"
 #include "kiln/passes/place_writebacks.h"
+#include "kiln/passes/sink_reshapes.h"
 #include "kiln/support/error.h"
 
 namespace kiln {
@@ -67,8 +68,8 @@ ExecutionPlan fuse_for_fewest_launches(const Trace& functional) {
 }  // namespace
 
 const std::vector<std::string>& pipeline_passes() {
-  static const std::vector<std::string> passes = {"functionalize", "cse", "dce", "fuse",
-                                                  "place_writebacks"};
+  static const std::vector<std::string> passes = {"functionalize", "cse",  "dce",
+                                                  "sink_reshapes", "fuse", "place_writebacks"};
   return passes;
 }
 
@@ -107,6 +108,11 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
     });
     if (p.gradient->refused.empty()) p.history.push_back({"backward", 0, p.gradient->backward});
   }
+  // Elementwise ops before the reshapes they read, so they share their producers' loop nests.
+  history.run("sink_reshapes", [&] {
+    if (sink_reshapes(p.execution) > 0) dce(p.execution);
+  });
+  if (stop_after == "sink_reshapes") return p;
   // Regions over the pure program: no mutation is left to cut them.
   history.run(
       "fuse", [&] { p.plan = fuse_for_fewest_launches(p.execution); }, true);
