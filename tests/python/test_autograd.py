@@ -735,8 +735,8 @@ def test_a_padded_products_result_saved_for_the_backward(head):
     def make():
         gen = torch.Generator(device="cpu").manual_seed(0)
         dev = torch.empty(0).device
-        h = torch.randn(256, 392, generator=gen).to(device=dev, dtype=torch.bfloat16).requires_grad_()
-        w = (torch.randn(201, 392, generator=gen) / 20).to(device=dev, dtype=torch.bfloat16).requires_grad_()
+        h = torch.randn(256, 392, generator=gen, device="cpu").to(device=dev, dtype=torch.bfloat16).requires_grad_()
+        w = (torch.randn(201, 392, generator=gen, device="cpu") / 20).to(device=dev, dtype=torch.bfloat16).requires_grad_()
         return h, w
 
     check_gradients(head, make, rtol=2e-2, atol=2e-2)

@@ -90,6 +90,15 @@ class Fuser {
       for (const Value* o : n.outputs)
         producer_[o] = static_cast<int>(i);
     }
+    const size_t n = t.nodes().size();
+    deps_.resize(n);
+    users_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      deps_[i] = find_compute_deps(*t.nodes()[i]);
+      if (!is_view(*t.nodes()[i]))
+        for (int d : deps_[i])
+          users_[static_cast<size_t>(d)].push_back(static_cast<int>(i));
+    }
   }
 
   ExecutionPlan run() {
@@ -97,6 +106,12 @@ class Fuser {
     size_t n = nodes.size();
     parent_.resize(n);
     std::iota(parent_.begin(), parent_.end(), 0);
+    members_.resize(n);
+    last_member_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!is_view(*nodes[i])) members_[i] = {static_cast<int>(i)};
+      last_member_[i] = static_cast<int>(i);
+    }
     domain_.resize(n);
     for (size_t i = 0; i < n; ++i) {
       if (!is_view(*nodes[i])) domain_[i] = node_domain(*nodes[i]);
@@ -111,7 +126,7 @@ class Fuser {
       changed = false;
       for (size_t i = 0; i < n; ++i) {
         if (is_view(*nodes[i]) || is_opaque(*nodes[i])) continue;
-        for (int dep : compute_deps(*nodes[i])) {
+        for (int dep : compute_deps(i)) {
           int a = find(static_cast<int>(i)), b = find(dep);
           if (a == b || is_opaque(*nodes[static_cast<size_t>(b)])) continue;
           std::optional<Domain> merged =
@@ -120,6 +135,12 @@ class Fuser {
             merged = domain_[static_cast<size_t>(a)];
           if (!merged || keeps_apart(a, b) || creates_cycle(b, a)) continue;
           parent_[static_cast<size_t>(a)] = b;
+          auto& into = members_[static_cast<size_t>(b)];
+          auto& from = members_[static_cast<size_t>(a)];
+          into.insert(into.end(), from.begin(), from.end());
+          from.clear();
+          last_member_[static_cast<size_t>(b)] =
+              std::max(last_member_[static_cast<size_t>(b)], last_member_[static_cast<size_t>(a)]);
           domain_[static_cast<size_t>(b)] = *merged;
           changed = true;
         }
@@ -184,8 +205,10 @@ class Fuser {
     return i;
   }
 
-  // Compute nodes whose values `node` reads, looking through views.
-  std::vector<int> compute_deps(const Node& node) {
+  // Compute nodes whose values node i reads, looking through views (computed once: the greedy
+  // loop and the cycle test ask for them again and again).
+  const std::vector<int>& compute_deps(size_t i) { return deps_[i]; }
+  std::vector<int> find_compute_deps(const Node& node) {
     std::vector<int> deps;
     std::vector<const Value*> work;
     for (const Operand& op : node.operands) {
@@ -232,7 +255,7 @@ class Fuser {
         continue;
       }
       if (r == consumer) continue;
-      for (int dep : compute_deps(n))
+      for (int dep : compute_deps(j))
         if (find(dep) == producer) return false;
     }
     std::vector<const Value*> needed(t_.outputs().begin(), t_.outputs().end());
@@ -244,7 +267,7 @@ class Fuser {
       const Node& p = *nodes[static_cast<size_t>(it->second)];
       if (!is_view(p) && find(it->second) == producer) return false;
       if (is_view(p))
-        for (int dep : compute_deps(p))
+        for (int dep : compute_deps(static_cast<size_t>(it->second)))
           if (find(dep) == producer) return false;
     }
     return true;
@@ -253,18 +276,17 @@ class Fuser {
   // Region-level successors of region r.
   std::set<int> successors(int r) {
     std::set<int> out;
-    const auto& nodes = t_.nodes();
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (is_view(*nodes[i]) || find(static_cast<int>(i)) == r) continue;
-      for (int dep : compute_deps(*nodes[i]))
-        if (find(dep) == r) out.insert(find(static_cast<int>(i)));
-    }
+    for (int m : members_[static_cast<size_t>(r)])
+      for (int u : users_[static_cast<size_t>(m)])
+        if (int s = find(u); s != r) out.insert(s);
     return out;
   }
 
   // Merging `producer` and `consumer` is a cycle if a path from producer reaches consumer
-  // through another region.
+  // through another region. Values flow forward in trace order, so a region whose nodes all come
+  // after the consumer's last one leads nowhere that matters.
   bool creates_cycle(int producer, int consumer) {
+    const int horizon = last_member_[static_cast<size_t>(consumer)];
     std::vector<int> work;
     std::set<int> seen;
     for (int s : successors(producer))
@@ -274,6 +296,8 @@ class Fuser {
       work.pop_back();
       if (r == consumer) return true;
       if (!seen.insert(r).second) continue;
+      const auto& m = members_[static_cast<size_t>(r)];
+      if (!m.empty() && *std::min_element(m.begin(), m.end()) > horizon) continue;
       for (int s : successors(r))
         work.push_back(s);
     }
@@ -296,7 +320,7 @@ class Fuser {
     for (const Value* v : needed) {
       auto it = producer_.find(v);
       if (it == producer_.end() || !is_view(*nodes[static_cast<size_t>(it->second)])) continue;
-      std::vector<int> deps = compute_deps(*nodes[static_cast<size_t>(it->second)]);
+      std::vector<int> deps = compute_deps(static_cast<size_t>(it->second));
       if (deps.size() == 1 && !is_opaque(*nodes[static_cast<size_t>(deps[0])]))
         extra_views[find(deps[0])].push_back(v);
       else
@@ -320,10 +344,10 @@ class Fuser {
     std::vector<std::set<size_t>> preds(regions.size());
     for (size_t r = 0; r < regions.size(); ++r) {
       for (int i : regions[r])
-        for (int d : compute_deps(*nodes[static_cast<size_t>(i)]))
+        for (int d : compute_deps(static_cast<size_t>(i)))
           if (region_of[d] != r) preds[r].insert(region_of[d]);
       for (const Value* v : region_views[r])
-        for (int d : compute_deps(*nodes[static_cast<size_t>(producer_.at(v))]))
+        for (int d : compute_deps(static_cast<size_t>(producer_.at(v))))
           if (region_of[d] != r) preds[r].insert(region_of[d]);
     }
     std::vector<size_t> order;
@@ -348,14 +372,14 @@ class Fuser {
       used_outside.insert(v);
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (is_view(*nodes[i])) continue;
-      for (int d : compute_deps(*nodes[i]))
+      for (int d : compute_deps(i))
         if (region_of[d] != region_of[static_cast<int>(i)])
           for (const Value* o : nodes[static_cast<size_t>(d)]->outputs)
             used_outside.insert(o);
     }
     for (const Value* v : needed) {  // a lone view reads its compute values from their regions
       if (std::find(lone_views.begin(), lone_views.end(), v) == lone_views.end()) continue;
-      for (int d : compute_deps(*nodes[static_cast<size_t>(producer_.at(v))]))
+      for (int d : compute_deps(static_cast<size_t>(producer_.at(v))))
         for (const Value* o : nodes[static_cast<size_t>(d)]->outputs)
           used_outside.insert(o);
     }
@@ -446,6 +470,12 @@ class Fuser {
   std::vector<int> parent_;
   std::vector<std::pair<int, int>> apart_;  // (index op, its checked index's producer)
   std::vector<Domain> domain_;
+  std::vector<std::vector<int>> deps_;   // node -> compute_deps
+  std::vector<std::vector<int>> users_;  // node -> the compute nodes whose deps hold it
+  // Per region root: its compute nodes, and the last one's trace index (every path into the
+  // region ends at a node no later than that).
+  std::vector<std::vector<int>> members_;
+  std::vector<int> last_member_;
 };
 
 }  // namespace
