@@ -199,6 +199,14 @@ Val KernelEmitter::compute(const Value* v, const Index& at) {
     return define(v->tensor_type().dtype, table->second + "[" + table_position(v, at) + "]");
   auto in = input_index_.find(v);
   if (in != input_index_.end()) return load(in->second, at);
+  if (auto stored = stored_by_earlier_nest_.find(v); stored != stored_by_earlier_nest_.end()) {
+    std::string n = std::to_string(stored->second);
+    IndexExpr address = IndexExpr::var("oo" + n);
+    for (size_t d = 0; d < at.size(); ++d)
+      address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
+    DType dtype = v->tensor_type().dtype;
+    return define(dtype, "ld_" + suffix(dtype) + "(out" + n + ", " + address.text + ")");
+  }
   const Node* node = defining_node(v);
   KILN_ASSERT(node) << "'" << v->name() << "' has no producer and is not a region input";
   const OpInfo& op = *node->op;

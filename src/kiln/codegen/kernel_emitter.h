@@ -251,6 +251,10 @@ class KernelEmitter {
   std::string cpu_source(const std::vector<Shape>& shapes, Kernel& k);
   std::string describe_step() const;
   void check_device(const Value* v) const;
+  // Whether the nest over `nest` stores an output of shape `output`: the same shape, or on CUDA
+  // the same elements with a trailing dim of 1 more or less (a row's statistic [R, 1] and a
+  // per-row result [R], one nest: rows reduced once, not once per shape).
+  bool nest_stores(const Shape& output, const Shape& nest) const;
   NestBody emit_body(const Shape& shape, Kernel& k, bool is_last, NestMode mode,
                      const Lanes* lanes = nullptr, bool unit_row = false);
   void begin_body(const Shape& shape, const Kernel& k, NestMode mode, const Lanes* lanes);
@@ -461,6 +465,10 @@ class KernelEmitter {
 
   // The CPU kernel's tables filled so far, by value (cpu_tables).
   std::unordered_map<const Value*, std::string> table_name_;
+  // CUDA: values an earlier nest of the kernel stored whole into a fresh output buffer (value ->
+  // output): a later nest, launched after it, reads them there instead of computing them again
+  // (a GELU's gradient stored by the pointwise nest, summed down columns by the next).
+  std::unordered_map<const Value*, size_t> stored_by_earlier_nest_;
   std::vector<IndexCheck> index_checks_;      // of the index ops lowered so far (one per use)
   std::vector<std::set<std::string>> loads_;  // per input: the indices it is loaded at
   std::vector<bool> raw_loads_;               // per input: read through as_strided

@@ -2,6 +2,8 @@
 // Part of the kernel emitter (kernel_emitter.h).
 #include "kiln/codegen/kernel_emitter.h"
 
+#include <set>
+
 namespace kiln::codegen::detail {
 
 KernelLowering KernelEmitter::run() {
@@ -52,13 +54,23 @@ Kernel KernelEmitter::lower() {
     not_lowered("the region only views its inputs (no kernel needed)");
   }
 
-  // One nest per output shape; the nest with the writebacks last.
+  // One nest per output shape (a row's [R, 1] and [R] one nest on CUDA: nest_stores, the nest's
+  // shape the one ending in 1); the nest with the writebacks last.
   std::vector<Shape> shapes;
-  for (const KernelOutput& o : k.outputs)
-    if (std::find(shapes.begin(), shapes.end(), o.shape) == shapes.end()) shapes.push_back(o.shape);
+  for (const KernelOutput& o : k.outputs) {
+    auto same = std::find_if(shapes.begin(), shapes.end(), [&](const Shape& s) {
+      return nest_stores(o.shape, s) || nest_stores(s, o.shape);
+    });
+    if (same == shapes.end())
+      shapes.push_back(o.shape);
+    else if (o.shape.size() > same->size())
+      *same = o.shape;
+  }
   std::map<Shape, int> writebacks_per_shape;
   for (const Step::Writeback& wb : step_.writebacks)
-    if (wb.value->is_tensor()) ++writebacks_per_shape[wb.value->tensor_type().shape];
+    if (wb.value->is_tensor())
+      for (const Shape& s : shapes)
+        if (nest_stores(wb.value->tensor_type().shape, s)) ++writebacks_per_shape[s];
   size_t last = shapes.size() - 1;
   int most = 0;
   for (size_t s = 0; s < shapes.size(); ++s) {
@@ -151,21 +163,29 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   Index at = loop_index(out_shape);
   kernel_ = &k;
   nest_is_last_ = is_last;
+  const bool lane_stores =
+      mode == NestMode::kRows && !shape.empty() && shape.back() > 1 && row_lanes(shape.back()) > 1;
+  // Each output at its own index: the nest's, with a trailing 0 more or less (nest_stores).
   std::vector<std::pair<size_t, Val>> values;
+  std::vector<Index> output_at(k.outputs.size());
   for (size_t j = 0; j < k.outputs.size(); ++j) {
-    if (k.outputs[j].shape != out_shape) continue;
+    const Shape& shape_j = k.outputs[j].shape;
+    if (!nest_stores(shape_j, out_shape)) continue;
+    KILN_ASSERT(shape_j == out_shape || (!lanes && !lane_stores))
+        << "a vectorized nest stores only outputs of its own shape";
+    output_at[j] = at;
+    if (shape_j.size() > out_shape.size()) output_at[j].push_back(IndexExpr::number(0));
+    if (shape_j.size() < out_shape.size()) output_at[j].pop_back();
     k.outputs[j].in_last_nest = is_last;
-    values.emplace_back(j, eval(body_.outputs()[j], at));
+    values.emplace_back(j, eval(body_.outputs()[j], output_at[j]));
   }
   // Every value of the iteration is computed above; only now does it store.
   std::string stores;
-  const bool lane_stores =
-      mode == NestMode::kRows && !shape.empty() && shape.back() > 1 && row_lanes(shape.back()) > 1;
   for (const auto& [j, v] : values) {
     std::string n = std::to_string(j);
     IndexExpr address = IndexExpr::var("oo" + n);
-    for (size_t d = 0; d < out_shape.size(); ++d)
-      address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
+    for (size_t d = 0; d < output_at[j].size(); ++d)
+      address = address + mul(output_at[j][d], "os" + n + "_" + std::to_string(d));
     std::string where = lanes ? "lane_out" + n + ", l"
                         : lane_stores
                             ? "row_out" + n + ", i" + std::to_string(shape.size() - 1) + "_lane"
@@ -175,6 +195,16 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   lanes_ = nullptr;
   levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
   return NestBody{levels_, stores, column_block_};
+}
+
+bool KernelEmitter::nest_stores(const Shape& output, const Shape& nest) const {
+  if (output == nest) return true;
+  if (target_ != Target::kCuda) return false;
+  auto with_unit = [](const Shape& longer, const Shape& shorter) {
+    return longer.size() == shorter.size() + 1 && longer.back() == 1 &&
+           std::equal(shorter.begin(), shorter.end(), longer.begin());
+  };
+  return with_unit(output, nest) || with_unit(nest, output);
 }
 
 // The emitter's state for a new nest over `shape`.
@@ -282,9 +312,18 @@ std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel&
          words(static_cast<int64_t>(k.inputs.size())) + "];\n  int64_t si[" +
          words(static_cast<int64_t>(k.inputs.size())) + "];\n  void* ws;\n};\n";
   std::string entries;
+  stored_by_earlier_nest_.clear();
+  std::set<const Value*> written_back;  // stored into the caller's memory: not read back
+  for (const Step::Writeback& wb : step_.writebacks)
+    written_back.insert(wb.value);
   for (size_t s = 0; s < shapes.size(); ++s) {
     bool is_last = s + 1 == shapes.size();
     src += cuda_nest(s, shapes[s], k, is_last, &entries);
+    for (size_t j = 0; j < k.outputs.size(); ++j) {
+      const Value* v = body_.outputs()[j];
+      if (v->tensor_type().shape == shapes[s] && !written_back.contains(v))
+        stored_by_earlier_nest_.emplace(v, j);
+    }
   }
   src += entries;
   src += "}  // namespace KILN_KERNEL_NAME\n";

@@ -67,7 +67,7 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   }
   std::vector<size_t> outs;
   for (size_t j = 0; j < k.outputs.size(); ++j)
-    if (k.outputs[j].shape == shape) {
+    if (nest_stores(k.outputs[j].shape, shape)) {
       outs.push_back(j);
       widest = std::max<int64_t>(widest, dtype_size(k.outputs[j].dtype));
     }

@@ -115,6 +115,22 @@ void for_each_operand_value(const Node& n, auto&& f) {
   }
 }
 
+// The tensors opaque ops read, and through views the values those views are of.
+std::unordered_set<Value*> opaque_operands(const Trace& forward) {
+  std::unordered_set<Value*> out;
+  for (const auto& n : forward.nodes()) {
+    if (n->op->kind != OpKind::kOpaque) continue;
+    for_each_operand_value(*n, [&](Value* u) {
+      out.insert(u);
+      while (u->producer() && u->producer()->op->kind == OpKind::kView) {
+        u = u->producer()->input(0);
+        out.insert(u);
+      }
+    });
+  }
+  return out;
+}
+
 // Values the forward writes to memory whatever is saved: reading them in the backward is the
 // only cost of saving them.
 std::unordered_set<const Value*> materialized(const Trace& forward,
@@ -189,6 +205,21 @@ std::unordered_set<Value*> values_to_recompute(const Trace& forward,
   }
   for (Value* v : needed)
     if (index.contains(v)) graph.add_edge(out(v), kSink, kInfinite);
+  // A needed operand of an opaque op (a matmul's input, which its gradient's products read
+  // again) is stored by the backward if it is recomputed there: recomputing it costs that
+  // store, one byte more than reading it saved, so a tie is saved.
+  //   ln = layer_norm(x); y = ln @ w   saved {ln}: read once; recomputed: written, then read
+  std::unordered_set<Value*> needed_through_views;
+  for (Value* v : needed)
+    for (Value* u = v;; u = u->producer()->input(0)) {
+      needed_through_views.insert(u);
+      if (!u->producer() || u->producer()->op->kind != OpKind::kView) break;
+    }
+  for (Value* v : opaque_operands(forward)) {
+    const bool is_view = v->producer() && v->producer()->op->kind == OpKind::kView;
+    if (index.contains(v) && !is_view && needed_through_views.contains(v))
+      graph.add_edge(kSource, in(v), save_cost(v, true) + 1);
+  }
 
   graph.max_flow(kSource, kSink);
   const std::vector<bool> sink_side = graph.reaching(kSink);

@@ -425,12 +425,20 @@ void launch_copy(const RtTensor& dst, const RtTensor& src, Stream stream) {
          stream);
 }
 
+// Whether `t` holds the nest's elements in order at unit stride (its shape may differ from the
+// nest's by dims of 1: a per-row result [R] in a nest over [R, 1]).
 bool contiguous_over(const RtTensor& t, const Shape& shape) {
-  if (t.sizes != shape) return false;
+  if (t.numel() != shape_numel(shape)) return false;
+  Shape own, nest;
+  std::copy_if(t.sizes.begin(), t.sizes.end(), std::back_inserter(own),
+               [](int64_t n) { return n != 1; });
+  std::copy_if(shape.begin(), shape.end(), std::back_inserter(nest),
+               [](int64_t n) { return n != 1; });
+  if (own != nest) return false;
   int64_t expected = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    if (shape[d] != 1 && t.strides[d] != expected) return false;
-    expected *= shape[d];
+  for (size_t d = t.sizes.size(); d-- > 0;) {
+    if (t.sizes[d] != 1 && t.strides[d] != expected) return false;
+    expected *= t.sizes[d];
   }
   return true;
 }
