@@ -171,8 +171,8 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   for (size_t j = 0; j < k.outputs.size(); ++j) {
     const Shape& shape_j = k.outputs[j].shape;
     if (!nest_stores(shape_j, out_shape)) continue;
-    KILN_ASSERT(shape_j == out_shape || (!lanes && !lane_stores))
-        << "a vectorized nest stores only outputs of its own shape";
+    KILN_ASSERT(shape_j == out_shape || !lane_stores)
+        << "a row nest's lanes store only outputs of its own shape";
     output_at[j] = at;
     if (shape_j.size() > out_shape.size()) output_at[j].push_back(IndexExpr::number(0));
     if (shape_j.size() < out_shape.size()) output_at[j].pop_back();

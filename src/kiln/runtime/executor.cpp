@@ -357,10 +357,19 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
     }
     if (by_layout) layout_read.insert(step.inputs.begin(), step.inputs.end());
   }
-  for (const Step& step : steps)
-    if (step.kind == Step::Kind::kOpaque && step.outputs.size() == 1 &&
-        !layout_read.contains(step.outputs[0]))
-      p->any_layout.insert(step.outputs[0]);
+  // Only matrix products through cuBLAS (CUDA): an eager step's result is PyTorch's tensor, whose
+  // layout (a view of an input, even host memory) is eager's business and is never copied.
+  auto is_product = [](const Step& step) {
+    return step.kind == Step::Kind::kOpaque && step.outputs.size() == 1 &&
+           is_library_body(step.body) &&
+           std::any_of(step.body.nodes().begin(), step.body.nodes().end(), [](const auto& n) {
+             return n->id() == OpId::kMatmul || n->id() == OpId::kBmm || n->id() == OpId::kLinear;
+           });
+  };
+  if (device.kind == Device::Kind::kCuda)
+    for (const Step& step : steps)
+      if (is_product(step) && !layout_read.contains(step.outputs[0]))
+        p->any_layout.insert(step.outputs[0]);
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
   return p;
@@ -397,7 +406,7 @@ void with_eager_layouts(const Step& step, const std::set<const Value*>& any_layo
                         const DeviceMemoryOps& memory, std::vector<RtValue>& inputs) {
   for (size_t j = 0; j < inputs.size(); ++j) {
     const auto* t = std::get_if<TensorHandle>(&inputs[j]);
-    if (t && any_layout.contains(step.inputs[j]) &&
+    if (t && any_layout.contains(step.inputs[j]) && (*t)->storage->on_device() &&
         ((*t)->offset != 0 || (*t)->strides != contiguous_strides((*t)->sizes)))
       inputs[j] = memory.clone_of(**t);
   }
