@@ -14,6 +14,20 @@ namespace kiln {
 #include "kiln/ir/ops.def"
 std::vector<TensorType> infer_elementwise(const OpInfo&, std::span<const Operand>);
 
+bool keeps_row_major_order(OpId id) {
+  switch (id) {
+    case OpId::kReshape:
+    case OpId::kView:
+    case OpId::kFlatten:
+    case OpId::kUnflatten:
+    case OpId::kSqueeze:
+    case OpId::kUnsqueeze:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string_view op_kind_name(OpKind kind) {
   switch (kind) {
     case OpKind::kElementwise:

@@ -40,6 +40,9 @@ enum class OpKind : uint8_t {
   kIndex,  // index_select, index_copy, index_add: positions along a dim from an index tensor
 };
 std::string_view op_kind_name(OpKind kind);
+// A view whose elements are its input's in the same row-major order, only the shape differing:
+// reshape, view, flatten, unflatten, squeeze, unsqueeze.
+bool keeps_row_major_order(OpId id);
 
 // How an op's output relates to its first argument.
 enum class AliasKind : uint8_t {

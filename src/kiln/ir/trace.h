@@ -98,6 +98,16 @@ struct Node {
   const Operand& arg(std::string_view param_name) const;
   const Operand& arg(size_t i) const { return operands.at(i); }
   Value* input(size_t i) const { return operands.at(i).value(); }
+  // Calls f on each value operand, those of value lists included, in order.
+  template <class F>
+  void for_each_value_operand(F&& f) const {
+    for (const Operand& o : operands) {
+      if (o.is_value()) f(o.value());
+      if (o.is_value_list())
+        for (Value* v : o.values())
+          f(v);
+    }
+  }
 };
 
 // What the trace returns: for now a flat tuple of values (an entry may be an input).

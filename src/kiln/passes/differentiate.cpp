@@ -31,15 +31,6 @@ std::string where(const Node& n) {
   return n.loc.empty() ? "" : " (" + n.loc.str() + ")";
 }
 
-void for_each_operand_value(const Node& n, auto&& f) {
-  for (const Operand& o : n.operands) {
-    if (o.is_value()) f(o.value());
-    if (o.is_value_list())
-      for (Value* v : o.values())
-        f(v);
-  }
-}
-
 class Differentiator final : public GradContext {
  public:
   // `recompute`: forward values the backward computes again from other saved values instead of
@@ -64,7 +55,7 @@ class Differentiator final : public GradContext {
         requires_.insert(forward_.inputs()[i]);
     for (const auto& n : forward_.nodes()) {
       bool depends = false;
-      for_each_operand_value(*n, [&](Value* v) { depends = depends || requires_.contains(v); });
+      n->for_each_value_operand([&](Value* v) { depends = depends || requires_.contains(v); });
       if (!depends || is_non_differentiable(n->id())) continue;
       if (!find_derivative_rule(n->id())) {
         out_.refused = "kiln has no derivative rule for " + n->op->name + where(*n);

@@ -221,17 +221,9 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
   }
 }
 
+// (unsqueeze has its own affine form above)
 bool reshape_like(const Node& n) {
-  switch (n.id()) {
-    case OpId::kReshape:
-    case OpId::kView:
-    case OpId::kFlatten:
-    case OpId::kUnflatten:
-    case OpId::kSqueeze:
-      return true;
-    default:
-      return false;
-  }
+  return keeps_row_major_order(n.id()) && n.id() != OpId::kUnsqueeze;
 }
 
 // Follows one region's values backwards from its outputs, each evaluated at an affine index of

@@ -106,21 +106,12 @@ bool is_recomputable(const Node& n) {
          (n.op->kind == OpKind::kElementwise || n.op->kind == OpKind::kView);
 }
 
-void for_each_operand_value(const Node& n, auto&& f) {
-  for (const Operand& o : n.operands) {
-    if (o.is_value()) f(o.value());
-    if (o.is_value_list())
-      for (Value* v : o.values())
-        f(v);
-  }
-}
-
 // The tensors opaque ops read, and through views the values those views are of.
 std::unordered_set<Value*> opaque_operands(const Trace& forward) {
   std::unordered_set<Value*> out;
   for (const auto& n : forward.nodes()) {
     if (n->op->kind != OpKind::kOpaque) continue;
-    for_each_operand_value(*n, [&](Value* u) {
+    n->for_each_value_operand([&](Value* u) {
       out.insert(u);
       while (u->producer() && u->producer()->op->kind == OpKind::kView) {
         u = u->producer()->input(0);
@@ -148,7 +139,7 @@ std::unordered_set<const Value*> materialized(const Trace& forward,
     out.insert(n->outputs.begin(), n->outputs.end());
     // What an opaque op reads through a view is its base's memory: the view itself is not
     // written anywhere (saving it would return a view, or a copy, of the base).
-    for_each_operand_value(*n, [&](const Value* u) {
+    n->for_each_value_operand([&](const Value* u) {
       while (u->producer() && u->producer()->op->kind == OpKind::kView)
         u = u->producer()->input(0);
       out.insert(u);
@@ -199,7 +190,7 @@ std::unordered_set<Value*> values_to_recompute(const Trace& forward,
     }
     Value* v = n->outputs[0];
     candidates.push_back(v);
-    for_each_operand_value(*n, [&](Value* u) {
+    n->for_each_value_operand([&](Value* u) {
       if (index.contains(u)) graph.add_edge(out(u), in(v), kInfinite);
     });
   }

@@ -13,8 +13,10 @@
 // anyway: an input the caller holds and the program does not write, a result, the operand or
 // result of an opaque op). An op the backward may compute again (one output, elementwise or a
 // view) joins its operands' outs to its in; any other value is joined to the source (it exists
-// only in the forward); each needed value's out is joined to the sink. Among minimum cuts the one
-// nearest the sink is taken, so a tie is saved rather than recomputed.
+// only in the forward); each needed value's out is joined to the sink. A needed operand of an
+// opaque op is joined to the source by its bytes and one: recomputed, the backward would store
+// it for its products to read. Among minimum cuts the one nearest the sink is taken, so a tie is
+// saved rather than recomputed.
 //
 // Requires: a functional trace; `needed`, the values the backward's rules read; `caller_has`, one
 // flag per trace input (empty: all).

@@ -11,17 +11,7 @@ namespace kiln {
 namespace {
 
 bool is_reshape(const Node& n) {
-  switch (n.id()) {
-    case OpId::kReshape:
-    case OpId::kView:
-    case OpId::kFlatten:
-    case OpId::kUnflatten:
-    case OpId::kSqueeze:
-    case OpId::kUnsqueeze:
-      return n.subsymbols.empty();
-    default:
-      return false;
-  }
+  return keeps_row_major_order(n.id()) && n.subsymbols.empty();
 }
 
 // The shape every reshaped operand of `n` comes from, when `n` can be computed before them.
