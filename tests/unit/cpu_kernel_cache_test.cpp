@@ -48,34 +48,26 @@ struct CountingCompiler {
   }
 };
 
-// Three regions of one kernel each (a view, casts, a scatter).
+// Three regions of one kernel each (elementwise, a view, a reduction).
 const char* const kRegions[] = {
-    R"(def f(x):
-  # x: "cpu f16[9, 7]"
-  t0 = ltorch.slice(x, 1, 1, 6, 2)
-  t1 = ltorch.slice(x, 0, -4, None, 3)
-  t2 = ltorch.mul(t0, 2.5)
-  t3 = ltorch.neg(t1)
-  return {"output": (t2, t3)}
-)",
     R"(def f(x, y):
-  # x: "cpu f32[5, 7]"
-  # y: "cpu f32[4]"
-  t0 = ltorch.diagonal_scatter(x, y, -1, 0, 1)
-  t1 = ltorch.sin(t0)
+  # x: "cpu f32[6, 5]"
+  # y: "cpu f32[6, 5]"
+  t0 = ltorch.mul(x, y)
+  t1 = ltorch.add(t0, 1.5)
   return {"output": (t1,)}
 )",
-    R"(def f(a, b):
-  # a: "cpu f32[3, 5]"
-  # b: "cpu i64[3, 5]"
-  t0 = ltorch.mul(a, 1000)
-  t1 = ltorch.to(t0, torch.float16)
-  t2 = ltorch.to(t0, torch.int32)
-  t3 = ltorch.to(b, torch.bfloat16)
-  t4 = ltorch.to(t1, torch.bool)
-  t5 = ltorch.to(b, torch.float64)
-  t6 = ltorch.add(t3, t5)
-  return {"output": (t1, t2, t4, t6)}
+    R"(def f(x):
+  # x: "cpu bf16[4, 9]"
+  t0 = ltorch.transpose(x, 0, 1)
+  t1 = ltorch.tanh(t0)
+  return {"output": (t1,)}
+)",
+    R"(def f(x):
+  # x: "cpu f64[3, 11]"
+  t0 = ltorch.exp(x)
+  t1 = ltorch.sum(t0, [1])
+  return {"output": (t1,)}
 )"};
 
 // Their kernels' sources.
