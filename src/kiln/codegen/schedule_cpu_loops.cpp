@@ -94,14 +94,27 @@ std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, i
   int64_t shared = 1;  // the iterations the threads share
   for (int d = 0; d < collapse && d < static_cast<int>(shape.size()); ++d)
     shared *= shape[static_cast<size_t>(d)];
-  if (work >= kParallelIterations && shared > 1) {
+  const bool parallel = work >= kParallelIterations && shared > 1;
+  const bool blocked = !body.column_block.empty();
+  // The innermost loop of a nest whose row passes ran before it (a softmax's division by the row
+  // sum): its iterations are independent (each stores its own element; an input stored into in
+  // the kernel is read there only at that element, kernel.h), so the compiler may run them in
+  // vector lanes, exp and all, where it would not prove the pointers apart by itself. Not over a
+  // loop holding loops of its own (a pass with its own simd clause).
+  const std::string& innermost = body.levels[shape.size()];
+  const bool simd_innermost = !shape.empty() && !blocked && shape.back() >= 16 &&
+                              innermost.find("for (") == std::string::npos &&
+                              innermost.find("#pragma") == std::string::npos;
+  if (parallel) {
     out += "#pragma omp parallel for";
     if (collapse > 1) out += " collapse(" + std::to_string(collapse) + ")";
+    if (simd_innermost && shape.size() == 1) out += " simd";  // one loop: shared and in lanes
     out += "\n";
   }
-  const bool blocked = !body.column_block.empty();
   for (size_t d = 0; d < shape.size(); ++d) {
     std::string i = "i" + std::to_string(d), pad(2 + 2 * d, ' ');
+    if (simd_innermost && d + 1 == shape.size() && !(parallel && d == 0))
+      out += pad + "  #pragma omp simd\n";
     if (blocked && d + 1 == shape.size()) {
       out += column_block_loop(shape[d], body.column_block, pad);
       out += pad + "  for (int64_t " + i + " = cb; " + i + " < cb + cw; ++" + i + ") {\n";
