@@ -50,11 +50,17 @@ std::vector<Value*> decompose_softmax(Builder& b, const Node& n) {
   // times the sum's reciprocal (ATen's vectorized softmax; it matched eager's float32 softmax of
   // random 2-element rows at 95.6% of the elements against the quotient's 86.3%, and a multiply
   // is cheaper than a division), on CUDA their quotient by the sum.
-  const bool on_cpu = x->tensor_type().device.kind == Device::Kind::kCpu;
-  Value* y = n.id() == OpId::kLogSoftmax
-                 ? b.call1(OpId::kSub, {s, b.call1(OpId::kLog, {z}, {}, loc)}, {}, loc)
-             : on_cpu ? b.call1(OpId::kMul, {e, b.call1(OpId::kReciprocal, {z}, {}, loc)}, {}, loc)
-                      : b.call1(OpId::kDiv, {e, z}, {}, loc);
+  // (Statements, not one conditional expression: GCC 12 destroys the braced operand lists of a
+  // ?: twice when a call in it throws, as a bad trace's type error does; ASan caught it.)
+  Value* y = nullptr;
+  if (n.id() == OpId::kLogSoftmax) {
+    y = b.call1(OpId::kSub, {s, b.call1(OpId::kLog, {z}, {}, loc)}, {}, loc);
+  } else if (x->tensor_type().device.kind == Device::Kind::kCpu) {
+    Value* r = b.call1(OpId::kReciprocal, {z}, {}, loc);
+    y = b.call1(OpId::kMul, {e, r}, {}, loc);
+  } else {
+    y = b.call1(OpId::kDiv, {e, z}, {}, loc);
+  }
   if (type_of(y) != dtype) y = b.call1(OpId::kTo, {y, Constant(dtype)}, {}, loc);
   return {y};
 }
