@@ -72,8 +72,10 @@ def saved_bytes(step_forward) -> int:
     return sum(seen.values())
 
 
-def top_kernels(step, count: int) -> list[dict]:
-    """The `count` kernels of one call of `step` that took the most device time."""
+def top_kernels(step, count: int) -> tuple[list[dict], dict]:
+    """The `count` kernels of one call of `step` that took the most device time, and the step's
+    device totals: kernels launched and their summed time (next to the wall time, what the host
+    costs)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -86,7 +88,8 @@ def top_kernels(step, count: int) -> list[dict]:
             t[0] += e.device_time_total / 1e3
             t[1] += 1
     ranked = sorted(totals.items(), key=lambda kv: -kv[1][0])[:count]
-    return [{"kernel": k, "ms": ms, "calls": n} for k, (ms, n) in ranked]
+    summary = {"kernels": sum(n for _, n in totals.values()), "device_ms": sum(ms for ms, _ in totals.values())}
+    return [{"kernel": k, "ms": ms, "calls": n} for k, (ms, n) in ranked], summary
 
 
 def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int, profile: int = 0) -> dict:
@@ -125,11 +128,12 @@ def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], re
         step(batches[0])
         sync()
         times.append(time.perf_counter() - start)
-    kernels = top_kernels(lambda: step(batches[0]), profile) if profile and device.type == "cuda" else []
+    kernels, device_totals = top_kernels(lambda: step(batches[0]), profile) if profile and device.type == "cuda" else ([], None)
     saved = saved_bytes(lambda: forward(batches[0]))
     opt.zero_grad(set_to_none=True)
     return {
         "top_kernels": kernels,
+        "device_totals": device_totals,
         "system": name,
         "step_ms": statistics.median(times) * 1e3,
         "saved_mb": saved / 2**20,
@@ -184,7 +188,9 @@ def main() -> None:
                 print(f"  {r['system']} {part}: {facts}")
     for r in results:
         if r["top_kernels"]:
-            print(f"{r['system']}: the kernels of one step with the most device time")
+            totals = r["device_totals"]
+            print(f"{r['system']}: {totals['kernels']} kernels, {totals['device_ms']:.2f} ms of device time in one step;"
+                  " those with the most:")
             for t in r["top_kernels"]:
                 print(f"  {t['ms']:9.3f} ms {t['calls']:5d} calls  {t['kernel'][:110]}")
     if args.json:

@@ -2,6 +2,7 @@
 #include "kiln/passes/save_or_recompute.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <limits>
 #include <unordered_map>
@@ -122,6 +123,65 @@ std::unordered_set<Value*> opaque_operands(const Trace& forward) {
   return out;
 }
 
+// The values some op reads after an opaque op that itself depends on them, with each one's base
+// through views: no kernel spans an opaque step, so the forward stores them whatever is saved.
+//   x1 = add(x0, d0); h = layer_norm(x1); d1 = matmul(h, w); x2 = add(x1, d1)
+//   x1 is live across the matmul: a residual stream is stored between its layers anyway
+std::unordered_set<const Value*> live_across_opaque_ops(const Trace& forward) {
+  using Bits = std::vector<uint64_t>;
+  size_t opaque_count = 0;
+  for (const auto& n : forward.nodes())
+    opaque_count += n->op->kind == OpKind::kOpaque;
+  const size_t words = opaque_count / 64 + 1;
+  auto join = [](Bits& into, const Bits& from) {
+    for (size_t w = 0; w < into.size(); ++w)
+      into[w] |= from[w];
+  };
+  // after[v]: the opaque ops v depends on; before[v]: the opaque ops that depend on v.
+  std::unordered_map<const Value*, Bits> after, before;
+  auto bits = [&](std::unordered_map<const Value*, Bits>& of, const Value* v) -> Bits& {
+    return of.try_emplace(v, words, 0).first->second;
+  };
+  std::vector<size_t> opaque_index(forward.nodes().size(), SIZE_MAX);
+  for (size_t i = 0, next = 0; i < forward.nodes().size(); ++i) {
+    const Node& n = *forward.nodes()[i];
+    Bits depends(words, 0);
+    n.for_each_value_operand([&](const Value* u) { join(depends, bits(after, u)); });
+    if (n.op->kind == OpKind::kOpaque) {
+      opaque_index[i] = next++;
+      depends[opaque_index[i] / 64] |= uint64_t{1} << (opaque_index[i] % 64);
+    }
+    for (const Value* v : n.outputs)
+      bits(after, v) = depends;
+  }
+  for (size_t i = forward.nodes().size(); i-- > 0;) {
+    const Node& n = *forward.nodes()[i];
+    Bits dependents(words, 0);
+    for (const Value* v : n.outputs)
+      join(dependents, bits(before, v));
+    if (opaque_index[i] != SIZE_MAX)
+      dependents[opaque_index[i] / 64] |= uint64_t{1} << (opaque_index[i] % 64);
+    n.for_each_value_operand([&](const Value* u) { join(bits(before, u), dependents); });
+  }
+  std::unordered_set<const Value*> out;
+  for (const auto& n : forward.nodes()) {
+    if (n->op->kind == OpKind::kOpaque) continue;  // its operands are stored for it anyway
+    Bits preceding(words, 0);
+    n->for_each_value_operand([&](const Value* u) { join(preceding, bits(after, u)); });
+    n->for_each_value_operand([&](const Value* u) {
+      const Bits& dependents = bits(before, u);
+      bool across = false;
+      for (size_t w = 0; w < words && !across; ++w)
+        across = (preceding[w] & dependents[w]) != 0;
+      if (!across) return;
+      while (u->producer() && u->producer()->op->kind == OpKind::kView)
+        u = u->producer()->input(0);
+      out.insert(u);
+    });
+  }
+  return out;
+}
+
 // Values the forward writes to memory whatever is saved: reading them in the backward is the
 // only cost of saving them.
 std::unordered_set<const Value*> materialized(const Trace& forward,
@@ -134,6 +194,7 @@ std::unordered_set<const Value*> materialized(const Trace& forward,
     const Value* v = forward.inputs()[i];
     if (!written.contains(v) && (caller_has.empty() || caller_has[i])) out.insert(v);
   }
+  out.merge(live_across_opaque_ops(forward));
   for (const auto& n : forward.nodes()) {
     if (n->op->kind != OpKind::kOpaque) continue;
     out.insert(n->outputs.begin(), n->outputs.end());

@@ -11,12 +11,12 @@
 // The graph: each value is an edge in -> out whose capacity is the bytes saving it costs (read
 // once by the backward; written once more by the forward unless the forward materializes it
 // anyway: an input the caller holds and the program does not write, a result, the operand or
-// result of an opaque op). An op the backward may compute again (one output, elementwise or a
-// view) joins its operands' outs to its in; any other value is joined to the source (it exists
-// only in the forward); each needed value's out is joined to the sink. A needed operand of an
-// opaque op is joined to the source by its bytes and one: recomputed, the backward would store
-// it for its products to read. Among minimum cuts the one nearest the sink is taken, so a tie is
-// saved rather than recomputed.
+// result of an opaque op, a value read after an opaque op that depends on it). An op the backward
+// may compute again (one output, elementwise or a view) joins its operands' outs to its in; any
+// other value is joined to the source (it exists only in the forward); each needed value's out is
+// joined to the sink. A needed operand of an opaque op is joined to the source by its bytes and
+// one: recomputed, the backward would store it for its products to read. Among minimum cuts the one
+// nearest the sink is taken, so a tie is saved rather than recomputed.
 //
 // Requires: a functional trace; `needed`, the values the backward's rules read; `caller_has`, one
 // flag per trace input (empty: all).
