@@ -411,7 +411,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     requires grad: kiln._autograd), whose facts these are; backward: then, the run facts of the
     last backward of that program (kernels, interpreted_steps, torch_steps, eager_steps,
     layout_copies, layout_copy_bytes, host_copies, host_copy_bytes, aligned_products,
-    alignment_copy_bytes), None before its first backward."""
+    alignment_copy_bytes, cuda_graph, cuda_graph_refused), None before its first backward."""
     jitted = _jitted(fn)
     cache = _last_cache(jitted)
     p = cache.last_program
@@ -449,4 +449,10 @@ def _backward_run_stats(program: Any) -> dict[str, Any] | None:
     run = backward.last_run_stats
     facts = ["interpreted_steps", "torch_steps", "eager_steps", "layout_copies", "layout_copy_bytes"]
     facts += ["host_copies", "host_copy_bytes", "aligned_products", "alignment_copy_bytes"]
-    return {"kernels": run["kernel_steps"] + run["library_steps"], **{k: run[k] for k in facts}}
+    graph = "captured" if run["graph_captures"] else "replayed" if run["graph_replays"] else ""
+    return {
+        "kernels": run["kernel_steps"] + run["library_steps"],
+        **{k: run[k] for k in facts},
+        "cuda_graph": graph,
+        "cuda_graph_refused": backward.last_program.graph_refused,
+    }

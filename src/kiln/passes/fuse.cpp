@@ -8,6 +8,7 @@
 
 #include "kiln/analysis/integer_range.h"
 #include "kiln/ir/builder.h"
+#include "kiln/ir/dtype.h"
 #include "kiln/ir/type_rules.h"
 #include "kiln/support/error.h"
 
@@ -146,6 +147,7 @@ class Fuser {
         }
       }
     }
+    recompute_in_readers();
     return build();
   }
 
@@ -273,6 +275,195 @@ class Fuser {
     return true;
   }
 
+  // ---- recomputation in the regions that read a value ------------------------------------------
+  // After the greedy merge, an element-by-element value that other regions read is computed again
+  // inside each of them from what its own region reads, where that reads no more bytes than the
+  // value itself; its region then no longer stores it (and drops what only it needed).
+  //   A: t202 = to(x, f32); t209 = mul(mul(g, w), rstd)     x, g bf16; t202, t209 f32
+  //   B: s = sum(mul(t209, sub(t202, mean)), [2]) ...        read 8 bytes an element from A
+  //   after: B computes t202 and t209 from x, g, w and rstd (4 bytes an element); A stores neither
+  // A layer norm's backward was four regions handing four float32 tensors to each other.
+  void recompute_in_readers() {
+    const size_t n = t_.nodes().size();
+    dead_.assign(n, false);
+    copies_.assign(n, {});
+    copied_into_.assign(n, {});
+    const std::vector<bool> needed = needed_nodes();
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t d = 0; d < n; ++d) {
+        if (dead_[d] || needed[d] || !recomputable(static_cast<int>(d))) continue;
+        const int home = find(static_cast<int>(d));
+        const std::set<int> readers = readers_of(static_cast<int>(d));
+        if (readers.empty()) continue;
+        // Worth it when the readers' new reads are no more than the value's store and reads.
+        std::vector<std::vector<int>> cones;
+        int64_t new_bytes = 0;
+        for (int r : readers) {
+          int64_t bytes = 0;
+          cones.push_back(cone_for(static_cast<int>(d), home, r, &bytes));
+          new_bytes += bytes;
+          if (cones.back().empty()) break;
+        }
+        const int64_t value_bytes = bytes_of(t_.nodes()[d]->outputs[0]);
+        if (cones.size() < readers.size() || cones.back().empty() ||
+            new_bytes > value_bytes * static_cast<int64_t>(readers.size() + 1))
+          continue;
+        size_t k = 0;
+        for (int r : readers) {
+          for (int c : cones[k++]) {
+            copies_[static_cast<size_t>(r)].insert(c);
+            copied_into_[static_cast<size_t>(c)].insert(r);
+          }
+        }
+        drop_dead_nodes(home, needed);
+        changed = true;
+      }
+    }
+  }
+
+  // Nodes whose values leave the program (results, writebacks, the values such views are of).
+  std::vector<bool> needed_nodes() {
+    std::vector<bool> out(t_.nodes().size(), false);
+    std::vector<const Value*> values(t_.outputs().begin(), t_.outputs().end());
+    for (const auto& wb : t_.writebacks)
+      values.push_back(wb.second);
+    for (const Value* v : values) {
+      auto it = producer_.find(v);
+      if (it == producer_.end()) continue;
+      out[static_cast<size_t>(it->second)] = true;
+      if (is_view(*t_.nodes()[static_cast<size_t>(it->second)]))
+        for (int d : compute_deps(static_cast<size_t>(it->second)))
+          out[static_cast<size_t>(d)] = true;
+    }
+    return out;
+  }
+
+  static constexpr size_t kMostRecomputedNodes = 8;
+
+  bool recomputable(int i) const {
+    const Node& n = *t_.nodes()[static_cast<size_t>(i)];
+    return n.op->kind == OpKind::kElementwise && n.outputs.size() == 1 && n.outputs[0]->is_tensor();
+  }
+  bool holds(int r, int node) {
+    return (!dead_[static_cast<size_t>(node)] && find(node) == r) ||
+           copies_[static_cast<size_t>(r)].contains(node);
+  }
+  std::vector<int> region_nodes(int r) {
+    std::vector<int> out;
+    for (int m : members_[static_cast<size_t>(r)])
+      if (!dead_[static_cast<size_t>(m)]) out.push_back(m);
+    out.insert(out.end(), copies_[static_cast<size_t>(r)].begin(),
+               copies_[static_cast<size_t>(r)].end());
+    return out;
+  }
+
+  // The regions that read node d's value from memory.
+  std::set<int> readers_of(int d) {
+    std::set<int> out;
+    for (int u : users_[static_cast<size_t>(d)]) {
+      if (int h = find(u); !dead_[static_cast<size_t>(u)] && !holds(h, d)) out.insert(h);
+      for (int r : copied_into_[static_cast<size_t>(u)])
+        if (!holds(r, d)) out.insert(r);
+    }
+    return out;
+  }
+
+  // The values `nodes` read from outside `inside`, looking through views.
+  template <class Inside>
+  std::set<const Value*> values_read(const std::vector<int>& nodes, Inside inside) {
+    std::set<const Value*> out;
+    for (int i : nodes) {
+      std::vector<const Value*> work;
+      t_.nodes()[static_cast<size_t>(i)]->for_each_value_operand(
+          [&](const Value* v) { work.push_back(v); });
+      while (!work.empty()) {
+        const Value* v = work.back();
+        work.pop_back();
+        auto it = producer_.find(v);
+        if (it != producer_.end() && is_view(*t_.nodes()[static_cast<size_t>(it->second)])) {
+          t_.nodes()[static_cast<size_t>(it->second)]->for_each_value_operand(
+              [&](const Value* u) { work.push_back(u); });
+        } else if (it == producer_.end() || !inside(it->second)) {
+          out.insert(v);
+        }
+      }
+    }
+    return out;
+  }
+
+  static int64_t bytes_of(const Value* v) {
+    if (!v->is_tensor()) return 0;
+    return shape_numel(v->tensor_type().shape) * dtype_size(v->tensor_type().dtype);
+  }
+
+  // The nodes region r computes again to have node d's value without reading it (d first) and
+  // the bytes it then reads that it did not; none where r cannot: more than
+  // kMostRecomputedNodes nodes, a loop nest r does not run, a checked index.
+  std::vector<int> cone_for(int d, int home, int r, int64_t* new_bytes_read) {
+    std::vector<int> cone, work{d};
+    std::set<int> seen;
+    while (!work.empty()) {
+      int c = work.back();
+      work.pop_back();
+      if (!seen.insert(c).second || holds(r, c) || !holds(home, c) || !recomputable(c)) continue;
+      if (cone.size() == kMostRecomputedNodes) return {};
+      cone.push_back(c);
+      for (int dep : compute_deps(static_cast<size_t>(c)))
+        work.push_back(dep);
+    }
+    // Each element once per nest iteration: as many as the nest's (or a reduction's rows'), read
+    // through views that keep them (a reshape, a transpose) or pick some (a slice), never a
+    // broadcast that would compute each again per element of the nest.
+    const Domain& nest = domain_[static_cast<size_t>(r)];
+    if (nest.opaque) return {};
+    for (int c : cone) {
+      const int64_t count =
+          shape_numel(t_.nodes()[static_cast<size_t>(c)]->outputs[0]->tensor_type().shape);
+      if (count != shape_numel(nest.full) &&
+          (nest.reduced.empty() || count != shape_numel(keep_shape(nest))))
+        return {};
+    }
+    for (auto [op, index] : apart_)
+      if (holds(r, op) && std::find(cone.begin(), cone.end(), index) != cone.end()) return {};
+    const std::set<int> in_cone(cone.begin(), cone.end());
+    const std::set<const Value*> already =
+        values_read(region_nodes(r), [&](int i) { return holds(r, i); });
+    int64_t new_bytes = 0;
+    for (const Value* leaf :
+         values_read(cone, [&](int i) { return in_cone.contains(i) || holds(r, i); })) {
+      if (already.contains(leaf)) continue;
+      auto it = producer_.find(leaf);
+      // A value only its own region uses yet is stored there too.
+      const bool stored = it == producer_.end() || !readers_of(it->second).empty();
+      new_bytes += stored ? bytes_of(leaf) : 2 * bytes_of(leaf);
+    }
+    *new_bytes_read = new_bytes;
+    return cone;
+  }
+
+  // Removes from region r the element-by-element nodes whose values nothing reads any more.
+  void drop_dead_nodes(int r, const std::vector<bool>& needed) {
+    for (bool again = true; again;) {
+      again = false;
+      for (int m : region_nodes(r)) {
+        if (needed[static_cast<size_t>(m)] || !recomputable(m)) continue;
+        const bool copy = find(m) != r;
+        bool used = !copy && !readers_of(m).empty();
+        for (int u : users_[static_cast<size_t>(m)])
+          used = used || (u != m && holds(r, u));
+        if (used) continue;
+        if (copy) {
+          copies_[static_cast<size_t>(r)].erase(m);
+          copied_into_[static_cast<size_t>(m)].erase(r);
+        } else {
+          dead_[static_cast<size_t>(m)] = true;
+        }
+        again = true;
+      }
+    }
+  }
+
   // Region-level successors of region r.
   std::set<int> successors(int r) {
     std::set<int> out;
@@ -309,7 +500,8 @@ class Fuser {
     // Regions in data order: a region runs after every region it reads from.
     std::map<int, std::vector<int>> members;  // root -> compute nodes, in trace order
     for (size_t i = 0; i < nodes.size(); ++i)
-      if (!is_view(*nodes[i])) members[find(static_cast<int>(i))].push_back(static_cast<int>(i));
+      if (!is_view(*nodes[i]) && !dead_[i])
+        members[find(static_cast<int>(i))].push_back(static_cast<int>(i));
     // Values needed outside any region: outputs and writebacks. A view among them is
     // materialized by the region of the value it views, or by a region of its own.
     std::set<const Value*> needed(t_.outputs().begin(), t_.outputs().end());
@@ -327,25 +519,40 @@ class Fuser {
         lone_views.push_back(v);
     }
     std::vector<std::vector<int>> regions;
+    std::vector<std::set<int>> recomputed;  // per region: its nodes another region stores
     std::vector<std::vector<const Value*>> region_views;
+    // A region's home nodes map to it; the nodes it recomputes are its own but never its outputs.
+    std::unordered_map<int, size_t> region_of;
     for (auto& [root, list] : members) {
+      for (int i : list)
+        region_of[i] = regions.size();
+      const std::set<int>& copies = copies_[static_cast<size_t>(root)];
+      recomputed.push_back(copies);
+      list.insert(list.end(), copies.begin(), copies.end());
+      std::sort(list.begin(), list.end());
       regions.push_back(list);
       region_views.push_back(extra_views[root]);
     }
     for (const Value* v : lone_views) {
       regions.push_back({});
+      recomputed.push_back({});
       region_views.push_back({v});
     }
+    auto outside = [&](int node, size_t r) {
+      if (recomputed[r].contains(node)) return false;
+      auto it = region_of.find(node);
+      KILN_ASSERT(it != region_of.end())
+          << "fuse: region " << r << " reads "
+          << nodes[static_cast<size_t>(node)]->outputs[0]->name()
+          << ", which no region computes (dead " << dead_[static_cast<size_t>(node)] << ")";
+      return it->second != r;
+    };
     // Topological order of the regions (Kahn, ties by first node).
-    std::unordered_map<int, size_t> region_of;
-    for (size_t r = 0; r < regions.size(); ++r)
-      for (int i : regions[r])
-        region_of[i] = r;
     std::vector<std::set<size_t>> preds(regions.size());
     for (size_t r = 0; r < regions.size(); ++r) {
       for (int i : regions[r])
         for (int d : compute_deps(static_cast<size_t>(i)))
-          if (region_of[d] != r) preds[r].insert(region_of[d]);
+          if (outside(d, r)) preds[r].insert(region_of[d]);
       for (const Value* v : region_views[r])
         for (int d : compute_deps(static_cast<size_t>(producer_.at(v))))
           if (region_of[d] != r) preds[r].insert(region_of[d]);
@@ -370,13 +577,12 @@ class Fuser {
     std::set<const Value*> used_outside;
     for (const Value* v : needed)
       used_outside.insert(v);
-    for (size_t i = 0; i < nodes.size(); ++i) {
-      if (is_view(*nodes[i])) continue;
-      for (int d : compute_deps(i))
-        if (region_of[d] != region_of[static_cast<int>(i)])
-          for (const Value* o : nodes[static_cast<size_t>(d)]->outputs)
-            used_outside.insert(o);
-    }
+    for (size_t r = 0; r < regions.size(); ++r)
+      for (int i : regions[r])
+        for (int d : compute_deps(static_cast<size_t>(i)))
+          if (outside(d, r))
+            for (const Value* o : nodes[static_cast<size_t>(d)]->outputs)
+              used_outside.insert(o);
     for (const Value* v : needed) {  // a lone view reads its compute values from their regions
       if (std::find(lone_views.begin(), lone_views.end(), v) == lone_views.end()) continue;
       for (int d : compute_deps(static_cast<size_t>(producer_.at(v))))
@@ -385,14 +591,14 @@ class Fuser {
     }
     ExecutionPlan plan;
     for (size_t r : order)
-      plan.steps.push_back(make_step(regions[r], region_views[r], used_outside));
+      plan.steps.push_back(make_step(regions[r], region_views[r], used_outside, recomputed[r]));
     return plan;
   }
 
   // The nodes of a region — its compute nodes, the views they read through and the views it
   // materializes — cloned into a trace of their own.
   Step make_step(const std::vector<int>& compute, const std::vector<const Value*>& views,
-                 const std::set<const Value*>& used_outside) {
+                 const std::set<const Value*>& used_outside, const std::set<int>& recomputed) {
     const auto& nodes = t_.nodes();
     std::set<int> include(compute.begin(), compute.end());
     std::vector<const Value*> work;
@@ -451,7 +657,7 @@ class Fuser {
       bool outputs_value =
           !is_view(n) || (!n.outputs.empty() &&
                           std::find(views.begin(), views.end(), n.outputs[0]) != views.end());
-      if (!outputs_value) continue;
+      if (!outputs_value || recomputed.contains(i)) continue;
       for (Value* o : n.outputs) {
         if (!used_outside.contains(o)) continue;
         step.outputs.push_back(o);
@@ -476,6 +682,11 @@ class Fuser {
   // region ends at a node no later than that).
   std::vector<std::vector<int>> members_;
   std::vector<int> last_member_;
+  // recompute_in_readers: nodes no region computes any more; per region root, the nodes it
+  // computes again although another region holds them; per node, the regions that do.
+  std::vector<bool> dead_;
+  std::vector<std::set<int>> copies_;
+  std::vector<std::set<int>> copied_into_;
 };
 
 }  // namespace

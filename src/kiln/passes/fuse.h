@@ -15,9 +15,17 @@
 // that needs a temporary (a shifted read, H1); the pipeline keeps it only when it launches fewer
 // steps after place_writebacks.
 //
+// After the greedy merge, an element-by-element value other regions read is recomputed in each
+// of them, from what its own region reads, when their new reads cost no more bytes than storing
+// the value and reading it (at most 8 nodes, each element once per nest iteration, never through
+// a broadcast); its region then no longer stores it. A layer norm's backward, a column nest for
+// its weight gradient and a row nest for its input gradient, reads its bf16 inputs in both
+// instead of handing float32 intermediates from one to the other.
+//
 // Requires: a functional trace (after functionalize, cse, dce).
-// Ensures: every compute node is in exactly one step; steps are in a valid data order; each
-// region's body is a verified trace of its nodes (views included) over the region's inputs.
+// Ensures: every compute node is in one step (or recomputed in each step that reads it); steps
+// are in a valid data order; each region's body is a verified trace of its nodes (views
+// included) over the region's inputs, and a step outputs only values it stores itself.
 // Tests: tests/lit/passes/fuse*.trace.
 #pragma once
 

@@ -57,10 +57,17 @@ int sink_reshapes(Trace& trace) {
     IntList shape(out->tensor_type().shape.begin(), out->tensor_type().shape.end());
     Builder b(trace);
     Value* inner = b.call_bound(n.id(), std::move(operands), n.loc).at(0);
+    // A functionalized in-place op keeps its input's dtype where its type rule would promote
+    // (a.addcmul_(f64, f64) on float32 a): the op, then the cast into that dtype, as eager does.
+    size_t added = 2;
+    if (DType d = out->tensor_type().dtype; inner->tensor_type().dtype != d) {
+      inner = b.call1(OpId::kTo, {inner, Constant(d)}, {}, n.loc);
+      ++added;
+    }
     Value* outer = b.call_bound(OpId::kReshape, {Operand(inner), Constant(shape)}, n.loc).at(0);
     trace.replace_all_uses(out, outer);
-    trace.move_last_nodes_before(2, &n);
-    i += 2;  // past the two new nodes, to the replaced one
+    trace.move_last_nodes_before(added, &n);
+    i += added;  // past the new nodes, to the replaced one
     ++moved;
   }
   return moved;
