@@ -148,7 +148,7 @@ def _step_facts(stats: dict | None) -> dict | None:
     """What kiln's forward and backward programs of a step ran (kiln.last_stats)."""
     if not stats:
         return None
-    keys = ["kernels", "eager_steps", "torch_steps", "interpreted_steps", "layout_copies", "layout_copy_bytes"]
+    keys = ["kernels", "eager_steps", "torch_steps", "view_steps", "interpreted_steps", "layout_copies", "layout_copy_bytes"]
     keys += ["host_copies", "aligned_products", "alignment_copy_bytes", "cuda_graph", "cuda_graph_refused"]
     forward = {k: stats[k] for k in keys if k in stats}
     return {"forward": forward, "backward": stats.get("backward")}

@@ -393,7 +393,8 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     """Facts about the last call. fusion_regions, writebacks_*: of the compiled program;
     kernels: fusion steps the last call ran as compiled kernels (interpreted_steps: those it ran
     in kiln's reference interpreter; torch_steps: those without a kernel PyTorch ran op by op,
-    on the device; eager_steps: torch ops PyTorch ran, as fallback_ops); cache_hits/cache_misses:
+    on the device; view_steps: those that only view their inputs, made without moving data;
+    eager_steps: torch ops PyTorch ran, as fallback_ops); cache_hits/cache_misses:
     over all calls of fn; compile_seconds: tracing plus compiling of the program the last call ran (paid once, on its
     miss; the kernels themselves are prepared during the program's first run, whose whole time
     is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly; host_copies,
@@ -409,7 +410,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     graphs off); cuda_graph_refused: why the program never runs as a graph ("" while it may);
     differentiated: the last call ran a differentiated forward program (grad mode, an input that
     requires grad: kiln._autograd), whose facts these are; backward: then, the run facts of the
-    last backward of that program (kernels, interpreted_steps, torch_steps, eager_steps,
+    last backward of that program (kernels, interpreted_steps, torch_steps, view_steps, eager_steps,
     layout_copies, layout_copy_bytes, host_copies, host_copy_bytes, aligned_products,
     alignment_copy_bytes, cuda_graph, cuda_graph_refused), None before its first backward."""
     jitted = _jitted(fn)
@@ -421,6 +422,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "kernels": run["kernel_steps"] + run["library_steps"],
         "interpreted_steps": run["interpreted_steps"],
         "torch_steps": run["torch_steps"],
+        "view_steps": run["view_steps"],
         "eager_steps": run["eager_steps"],
         "fallback_ops": p.fallback_ops,
         "writebacks_in_kernel": p.writebacks_in_kernel,
@@ -447,7 +449,7 @@ def _backward_run_stats(program: Any) -> dict[str, Any] | None:
     if backward.hits + backward.misses == 0:
         return None
     run = backward.last_run_stats
-    facts = ["interpreted_steps", "torch_steps", "eager_steps", "layout_copies", "layout_copy_bytes"]
+    facts = ["interpreted_steps", "torch_steps", "view_steps", "eager_steps", "layout_copies", "layout_copy_bytes"]
     facts += ["host_copies", "host_copy_bytes", "aligned_products", "alignment_copy_bytes"]
     graph = "captured" if run["graph_captures"] else "replayed" if run["graph_replays"] else ""
     return {

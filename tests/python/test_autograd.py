@@ -385,6 +385,14 @@ def test_results_that_are_the_callers_tensors_keep_their_identity():
     torch.testing.assert_close(y, torch.ones(3))
 
 
+def test_a_gradient_that_views_a_product_is_a_view_step():
+    # w's gradient is the transpose of the product x^T g: a step that only views that product's
+    # result, made without a kernel or a PyTorch op, with eager's values.
+    jitted = check_gradients(lambda x, w: (x @ w.t()).tanh().sum(), leaves((8, 64), (32, 64)), rtol=1e-4, atol=1e-5)
+    backward = kiln.last_stats(jitted)["backward"]
+    assert backward["view_steps"] >= 1 and backward["interpreted_steps"] == 0, backward
+
+
 def test_detach_inside_the_function():
     check_gradients(lambda x: x * x.detach(), leaves((3,)))
 

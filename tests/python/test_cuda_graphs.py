@@ -283,3 +283,31 @@ def test_a_reduction_split_across_blocks_replays_in_a_graph():
         stats = kiln.last_stats(f)
         assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
         assert stats["torch_steps"] == 0, stats
+
+
+def test_steps_that_only_view_a_product_replay_in_the_graph_and_their_results_outlive_replays():
+    # (x @ w).t() and the chunks of a second product are steps of their own that only view: they
+    # run no kernel and no PyTorch op, so the program is still one graph.
+    def step(x, w, v):
+        y = x @ w
+        a, b = (y.tanh() @ v).chunk(2, -1)
+        return y.t(), a.t(), b
+
+    f = kiln.jit(step)
+    gen = torch.Generator(device=DEVICE).manual_seed(5)
+    w = torch.randn(64, 64, device=DEVICE, generator=gen)
+    v = torch.randn(64, 32, device=DEVICE, generator=gen)
+    held = []
+    for call in range(5):
+        x = torch.randn(16, 64, device=DEVICE, generator=gen)
+        got, want = f(x, w, v), step(x, w, v)
+        for g, e in zip(got, want):
+            close(g, e)
+            assert g.stride() == e.stride()
+        stats = kiln.last_stats(f)
+        assert stats["torch_steps"] == 0 and stats["view_steps"] >= 1, stats
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+        held.append((got, [t.clone() for t in want]))
+    for got, want in held:
+        for g, e in zip(got, want):
+            close(g, e)

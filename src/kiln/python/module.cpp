@@ -381,6 +381,7 @@ NB_MODULE(_C, m) {
         d["interpreted_steps"] = s.interpreted_steps;
         d["eager_steps"] = s.eager_steps;
         d["torch_steps"] = s.torch_steps;
+        d["view_steps"] = s.view_steps;
         d["writebacks_in_kernel"] = s.writebacks_in_kernel;
         d["writebacks_copied"] = s.writebacks_copied;
         d["layout_copies"] = s.layout_copies;

@@ -412,6 +412,30 @@ void with_eager_layouts(const Step& step, const std::set<const Value*>& any_layo
   }
 }
 
+bool only_views(const Trace& body) {
+  return !body.nodes().empty() &&
+         std::all_of(body.nodes().begin(), body.nodes().end(),
+                     [](const auto& n) { return n->op->kind == OpKind::kView; });
+}
+
+// A step that only views its inputs (the q, k and v an attention reads from one product, a
+// result that is a view of another) runs no kernel: its views are made on the tensors where they
+// are, as the interpreter makes them; a reshape no view expresses is copied on the device (under
+// a graph capture, that refuses the capture: the copy's buffer is not the graph's).
+void run_view_step(const Step& step, const std::vector<RtValue>& inputs,
+                   const DeviceMemoryOps& memory, ExecutionCapture* capture,
+                   std::map<const Value*, RtValue>& env) {
+  std::optional<DeviceCopyScope> device_copies;
+  if (memory.cuda())
+    device_copies.emplace([&memory, capture](const RtTensor& t) {
+      if (capture) capture->refuse("a reshape that copies its input");
+      return memory.device_copier()(t);
+    });
+  std::vector<RtValue> outs = interpret(step.body, inputs);
+  for (size_t k = 0; k < outs.size(); ++k)
+    env[step.outputs[k]] = outs[k];
+}
+
 // Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
 // an index out of range is an error that leaves every tensor as it was before the step. While a
 // call is captured the capture makes the checks before each replay.
@@ -696,7 +720,11 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
         if (!ran && memory.cuda() && step.kind == Step::Kind::kOpaque)
           ran = run_library_step(step, step_inputs, memory,
                                  prepared->any_layout.contains(step.outputs.at(0)), env, *stats);
-        if (eager) {
+        if (!ran && !eager && only_views(step.body)) {
+          run_view_step(step, step_inputs, memory, options.capture, env);
+          ++stats->view_steps;
+          ran = true;
+        } else if (eager) {
           ++stats->eager_steps;
         } else if (ran && step.kind == Step::Kind::kOpaque) {
           ++stats->library_steps;

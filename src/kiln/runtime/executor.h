@@ -34,6 +34,7 @@ struct ExecutionStats {
   int interpreted_steps = 0;     // steps run in the reference interpreter (for CUDA: on the host)
   int eager_steps = 0;           // torch ops run by PyTorch (eager_call)
   int torch_steps = 0;           // steps without a kernel run op by op by a StepRunner
+  int view_steps = 0;            // steps that only view their inputs: no data moves (metadata)
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step
   // Copies the executor makes besides writebacks: a synthetic base's storage extent (read by the
