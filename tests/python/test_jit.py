@@ -130,6 +130,25 @@ def test_view_output_is_a_view_of_the_callers_tensor():
     torch.testing.assert_close(y, x.view(8))
 
 
+def test_a_view_of_an_arguments_old_contents_survives_its_writeback():
+    # t is a's old contents (functionalized to a itself); the result views it, in a step that
+    # only views, which runs before a is written: the result keeps the old contents.
+    def f(a):
+        t = torch.empty_like(a)
+        t.copy_(a)
+        a.fill_(a.amin())
+        return t[0, 1:, :1], t[1].t()
+
+    for dtype in (torch.bool, torch.float32):
+        x = torch.tensor([[[0, 1, 0], [1, 1, 0]], [[1, 0, 0], [1, 1, 1]]]).to(dtype)
+        y = x.clone()
+        jitted = kiln.jit(f)
+        got, want = jitted(x), f(y)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+        torch.testing.assert_close(x, y)
+
+
 def test_metadata_mutation_reaches_the_caller():
     def f(x):
         x.transpose_(1, 0)

@@ -276,9 +276,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
           bounds += (bounds.empty() ? "" : ", ") + std::to_string(pieces[piece]);
         emit(depth, "// the pass in pieces at its guards' bounds: " + bounds);
       }
+      // (Not a sum into float64: sum(x, dtype=float64) adds its elements in double, as eager.)
       const bool chunked = target_ == Target::kCpu && float_chunks && fl && !arg &&
                            element_type == "double" && dtype_size(element_dtype) <= 4 &&
-                           is_floating(element_dtype) && accs.size() == 1 && count >= 32;
+                           is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1 &&
+                           count >= 32;
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
         if (chunked) {
           cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], std::max<int64_t>(split, 1), body,

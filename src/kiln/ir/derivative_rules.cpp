@@ -57,7 +57,12 @@ using grad::operand;
 Value* call(GradContext& c, OpId op, std::vector<Operand> args, KeywordArgs kwargs = {}) {
   return c.b.call1(op, std::move(args), std::move(kwargs));
 }
+// g * 1 is g: a gradient is floating, and a number never changes a floating tensor's dtype (an
+// add's alpha of 1 made every residual's gradient a multiply that kernels computed and rounded).
 Value* mul(GradContext& c, Operand a, Operand b) {
+  if (a.is_value() && a.value()->is_tensor() && is_floating(a.value()->tensor_type().dtype) &&
+      b.is_constant() && is_number(b.constant()) && number_as_double(b.constant()) == 1.0)
+    return a.value();
   return call(c, OpId::kMul, {a, b});
 }
 Value* div(GradContext& c, Operand a, Operand b) {

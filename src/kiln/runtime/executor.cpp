@@ -419,21 +419,20 @@ bool only_views(const Trace& body) {
 }
 
 // A step that only views its inputs (the q, k and v an attention reads from one product, a
-// result that is a view of another) runs no kernel: its views are made on the tensors where they
-// are, as the interpreter makes them; a reshape no view expresses is copied on the device (under
-// a graph capture, that refuses the capture: the copy's buffer is not the graph's).
-void run_view_step(const Step& step, const std::vector<RtValue>& inputs,
-                   const DeviceMemoryOps& memory, ExecutionCapture* capture,
-                   std::map<const Value*, RtValue>& env) {
+// weight's gradient that is the transpose of a product) runs no kernel: its views are made on
+// the tensors where they are, as the interpreter makes them; a reshape no view expresses is
+// copied on the device (under a graph capture, that refuses the capture: the copy's buffer is
+// not the graph's). The caller detaches what views the caller's memory, which a later writeback
+// may change.
+std::vector<RtValue> run_view_step(const Step& step, const std::vector<RtValue>& inputs,
+                                   const DeviceMemoryOps& memory, ExecutionCapture* capture) {
   std::optional<DeviceCopyScope> device_copies;
   if (memory.cuda())
     device_copies.emplace([&memory, capture](const RtTensor& t) {
       if (capture) capture->refuse("a reshape that copies its input");
       return memory.device_copier()(t);
     });
-  std::vector<RtValue> outs = interpret(step.body, inputs);
-  for (size_t k = 0; k < outs.size(); ++k)
-    env[step.outputs[k]] = outs[k];
+  return interpret(step.body, inputs);
 }
 
 // Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
@@ -721,7 +720,9 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           ran = run_library_step(step, step_inputs, memory,
                                  prepared->any_layout.contains(step.outputs.at(0)), env, *stats);
         if (!ran && !eager && only_views(step.body)) {
-          run_view_step(step, step_inputs, memory, options.capture, env);
+          std::vector<RtValue> outs = run_view_step(step, step_inputs, memory, options.capture);
+          for (size_t k = 0; k < outs.size(); ++k)
+            env[step.outputs[k]] = detach(outs[k]);
           ++stats->view_steps;
           ran = true;
         } else if (eager) {
