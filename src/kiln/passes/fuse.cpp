@@ -135,19 +135,13 @@ class Fuser {
           if (!merged && inline_across_domains_ && inlinable(b, a))
             merged = domain_[static_cast<size_t>(a)];
           if (!merged || keeps_apart(a, b) || creates_cycle(b, a)) continue;
-          parent_[static_cast<size_t>(a)] = b;
-          auto& into = members_[static_cast<size_t>(b)];
-          auto& from = members_[static_cast<size_t>(a)];
-          into.insert(into.end(), from.begin(), from.end());
-          from.clear();
-          last_member_[static_cast<size_t>(b)] =
-              std::max(last_member_[static_cast<size_t>(b)], last_member_[static_cast<size_t>(a)]);
-          domain_[static_cast<size_t>(b)] = *merged;
+          join(b, a, *merged);
           changed = true;
         }
       }
     }
     recompute_in_readers();
+    merge_sibling_reductions();
     return build();
   }
 
@@ -273,6 +267,85 @@ class Fuser {
           if (find(dep) == producer) return false;
     }
     return true;
+  }
+
+  // ---- sibling reductions
+  // ------------------------------------------------------------------------ Two regions that
+  // reduce over one loop nest (the same shape, the same reduced dims) and read a value in common
+  // run as one when neither reaches the other: the value is read once and the nest launched once.
+  // (After recompute_in_readers, which makes such readers of one input.)
+  //   b = sum(g, [0, 1]); w = sum(mul(g, xhat), [0, 1])   a layer norm's bias and weight
+  //   gradients: two column nests over the output gradient g, one after the merge
+  void merge_sibling_reductions() {
+    const auto& nodes = t_.nodes();
+    for (bool changed = true; changed;) {
+      changed = false;
+      std::map<const Value*, std::set<int>> readers;  // a value -> the reduction regions reading it
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        const int r = static_cast<int>(i);
+        if (is_view(*nodes[i]) || find(r) != r || domain_[i].opaque || domain_[i].reduced.empty())
+          continue;
+        const std::vector<int> held = region_nodes(r);
+        if (held.empty()) continue;
+        for (const Value* v : values_read(held, [&](int j) { return holds(r, j); }))
+          readers[v].insert(r);
+      }
+      for (const auto& [value, regions] : readers) {
+        for (auto a = regions.begin(); a != regions.end() && !changed; ++a) {
+          for (auto b = std::next(a); b != regions.end() && !changed; ++b) {
+            if (find(*a) != *a || find(*b) != *b) continue;
+            const Domain& da = domain_[static_cast<size_t>(*a)];
+            const Domain& db = domain_[static_cast<size_t>(*b)];
+            if (da.full != db.full || da.reduced != db.reduced || keeps_apart(*a, *b) ||
+                has_arg_reduction(*a) || has_arg_reduction(*b))
+              continue;
+            const std::set<int> after_a = successors(*a), after_b = successors(*b);
+            if (after_a.contains(*b) || after_b.contains(*a) || creates_cycle(*a, *b) ||
+                creates_cycle(*b, *a))
+              continue;
+            join(*a, *b, da);
+            changed = true;
+          }
+        }
+        if (changed) break;
+      }
+    }
+  }
+
+  // An argmax or argmin has no cooperative form (codegen keeps it serial, or leaves a long one to
+  // PyTorch): joined to another reduction it would take that one's split schedule away.
+  bool has_arg_reduction(int r) {
+    for (int m : members_[static_cast<size_t>(r)]) {
+      const OpId id = t_.nodes()[static_cast<size_t>(m)]->id();
+      if (id == OpId::kArgmax || id == OpId::kArgmin) return true;
+    }
+    return false;
+  }
+
+  // Region b joins region a, whose loop nest becomes `merged` (with the nodes b recomputes).
+  void join(int a, int b, const Domain& merged) {
+    parent_[static_cast<size_t>(b)] = a;
+    auto& into = members_[static_cast<size_t>(a)];
+    auto& from = members_[static_cast<size_t>(b)];
+    into.insert(into.end(), from.begin(), from.end());
+    from.clear();
+    if (!copies_.empty()) {
+      for (int c : copies_[static_cast<size_t>(b)]) {
+        copied_into_[static_cast<size_t>(c)].erase(b);
+        if (find(c) == a && !dead_[static_cast<size_t>(c)]) continue;  // a computes it anyway
+        copies_[static_cast<size_t>(a)].insert(c);
+        copied_into_[static_cast<size_t>(c)].insert(a);
+      }
+      copies_[static_cast<size_t>(b)].clear();
+      for (int c : std::set<int>(copies_[static_cast<size_t>(a)]))  // now a's own nodes
+        if (find(c) == a && !dead_[static_cast<size_t>(c)]) {
+          copies_[static_cast<size_t>(a)].erase(c);
+          copied_into_[static_cast<size_t>(c)].erase(a);
+        }
+    }
+    last_member_[static_cast<size_t>(a)] =
+        std::max(last_member_[static_cast<size_t>(a)], last_member_[static_cast<size_t>(b)]);
+    domain_[static_cast<size_t>(a)] = merged;
   }
 
   // ---- recomputation in the regions that read a value ------------------------------------------

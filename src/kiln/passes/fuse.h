@@ -20,7 +20,10 @@
 // the value and reading it (at most 8 nodes, each element once per nest iteration, never through
 // a broadcast); its region then no longer stores it. A layer norm's backward, a column nest for
 // its weight gradient and a row nest for its input gradient, reads its bf16 inputs in both
-// instead of handing float32 intermediates from one to the other.
+// instead of handing float32 intermediates from one to the other. Then two regions that reduce
+// over one loop nest (same shape, same reduced dims, no argmax or argmin) and read a value in
+// common become one when neither reaches the other: a layer norm's weight and bias gradients are
+// one column nest over its output gradient.
 //
 // Requires: a functional trace (after functionalize, cse, dce).
 // Ensures: every compute node is in one step (or recomputed in each step that reads it); steps
