@@ -118,6 +118,7 @@ class Fuser {
       if (!is_view(*nodes[i])) domain_[i] = node_domain(*nodes[i]);
     }
     find_checked_indices();
+    needed_ = needed_nodes();
     // Greedy: each compute node joins the region of a producer when the loop nests agree and
     // no path leaves that region and comes back. Until nothing changes: a producer that could
     // not be inlined while two regions read it can be once they have merged.
@@ -254,18 +255,8 @@ class Fuser {
       for (int dep : compute_deps(j))
         if (find(dep) == producer) return false;
     }
-    std::vector<const Value*> needed(t_.outputs().begin(), t_.outputs().end());
-    for (const auto& wb : t_.writebacks)
-      needed.push_back(wb.second);
-    for (const Value* v : needed) {
-      auto it = producer_.find(v);
-      if (it == producer_.end()) continue;
-      const Node& p = *nodes[static_cast<size_t>(it->second)];
-      if (!is_view(p) && find(it->second) == producer) return false;
-      if (is_view(p))
-        for (int dep : compute_deps(static_cast<size_t>(it->second)))
-          if (find(dep) == producer) return false;
-    }
+    for (size_t j = 0; j < nodes.size(); ++j)
+      if (needed_[j] && !is_view(*nodes[j]) && find(static_cast<int>(j)) == producer) return false;
     return true;
   }
 
@@ -361,7 +352,7 @@ class Fuser {
     dead_.assign(n, false);
     copies_.assign(n, {});
     copied_into_.assign(n, {});
-    const std::vector<bool> needed = needed_nodes();
+    const std::vector<bool>& needed = needed_;
     for (bool changed = true; changed;) {
       changed = false;
       for (size_t d = 0; d < n; ++d) {
@@ -755,6 +746,7 @@ class Fuser {
   // region ends at a node no later than that).
   std::vector<std::vector<int>> members_;
   std::vector<int> last_member_;
+  std::vector<bool> needed_;  // needed_nodes(): never dropped, never inlined into a reader
   // recompute_in_readers: nodes no region computes any more; per region root, the nodes it
   // computes again although another region holds them; per node, the regions that do.
   std::vector<bool> dead_;
