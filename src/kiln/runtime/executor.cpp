@@ -15,6 +15,7 @@
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "kiln/runtime/interpreter/reference_ops.h"
 #include "kiln/runtime/library_step.h"
+#include "kiln/runtime/prepared_program.h"
 #include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
@@ -286,94 +287,6 @@ class DeviceMemoryOps {
   void* stream_;
   ExecutionStats* stats_;
 };
-
-// A program's kernels for one device, prepared on its first execute (CompiledProgram::
-// executor_cache) and reused: a later call neither lowers nor looks anything up.
-struct PreparedKernels {
-  Device device;
-  bool cpu_kernels = false;  // KILN_CPU_KERNELS when they were prepared
-  cpu::PlanKernels cpu;
-  cuda::CudaPlanKernels cuda;
-  // Facts of the program that every call needs (computed once, not per call):
-  std::set<const Value*> inputs_kept;  // outputs and writeback values (read before writebacks)
-  std::set<const Value*> read_later;   // values read after the step that makes them
-  // Values a step stores into the caller's memory (its writebacks) that later steps may read
-  // there: no later step writes that target again, and the value is not an output (a KV cache
-  // after its index_copy_, read by the attention: copying it out cost a copy of the cache per
-  // layer and token).
-  std::set<const Value*> stays_in_caller;
-  // Opaque steps' results that every reader indexes through their strides (fused kernels,
-  // cuBLAS, the writebacks' copies; results are laid out for the caller at the end): a product
-  // computed padded may stay in its padded buffer (cublas.h).
-  std::set<const Value*> any_layout;
-};
-
-std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
-                                                        Device device) {
-  bool cpu_kernels = device.kind == Device::Kind::kCpu && cpu::cpu_kernels_enabled();
-  auto cached =
-      std::static_pointer_cast<const PreparedKernels>(std::atomic_load(&program.executor_cache));
-  if (cached && cached->device == device && cached->cpu_kernels == cpu_kernels) return cached;
-  auto p = std::make_shared<PreparedKernels>();
-  p->device = device;
-  p->cpu_kernels = cpu_kernels;
-  if (device.kind == Device::Kind::kCuda)
-    p->cuda = cuda::prepare_cuda_kernels(program.plan, device.index);
-  else if (cpu_kernels)
-    p->cpu = cpu::prepare_cpu_kernels(program.plan);
-  const Trace& trace = program.execution;
-  p->inputs_kept.insert(trace.outputs().begin(), trace.outputs().end());
-  for (const auto& wb : trace.writebacks)
-    p->inputs_kept.insert(wb.second);
-  p->read_later.insert(trace.outputs().begin(), trace.outputs().end());
-  for (const Step& step : program.plan.steps) {
-    p->read_later.insert(step.inputs.begin(), step.inputs.end());
-    if (step.kind == Step::Kind::kCopy)
-      for (const Step::Writeback& wb : step.writebacks)
-        p->read_later.insert(wb.value);
-  }
-  const std::vector<Step>& steps = program.plan.steps;
-  const std::set<const Value*> outputs(trace.outputs().begin(), trace.outputs().end());
-  for (size_t s = 0; s < steps.size(); ++s) {
-    if (steps[s].kind != Step::Kind::kFusion) continue;
-    for (const Step::Writeback& wb : steps[s].writebacks) {
-      if (outputs.contains(wb.value)) continue;
-      bool written_later = false;
-      for (size_t later = s + 1; later < steps.size() && !written_later; ++later)
-        for (const Step::Writeback& other : steps[later].writebacks)
-          written_later = written_later || other.target == wb.target;
-      if (!written_later) p->stays_in_caller.insert(wb.value);
-    }
-  }
-  // Values some step reads through their storage (as_strided, a bitcast): they keep eager's
-  // contiguous layout. (Steps PyTorch runs get eager's layouts by a copy: with_eager_layouts.)
-  std::set<const Value*> layout_read;
-  for (const Step& step : steps) {
-    bool by_layout = false;
-    for (const auto& n : step.body.nodes()) {
-      const OpId id = n->id();
-      by_layout = by_layout || id == OpId::kAsStrided || id == OpId::kAsStridedScatter ||
-                  id == OpId::kViewDtype || id == OpId::kBitcast;
-    }
-    if (by_layout) layout_read.insert(step.inputs.begin(), step.inputs.end());
-  }
-  // Only matrix products through cuBLAS (CUDA): an eager step's result is PyTorch's tensor, whose
-  // layout (a view of an input, even host memory) is eager's business and is never copied.
-  auto is_product = [](const Step& step) {
-    return step.kind == Step::Kind::kOpaque && step.outputs.size() == 1 &&
-           is_library_body(step.body) &&
-           std::any_of(step.body.nodes().begin(), step.body.nodes().end(), [](const auto& n) {
-             return n->id() == OpId::kMatmul || n->id() == OpId::kBmm || n->id() == OpId::kLinear;
-           });
-  };
-  if (device.kind == Device::Kind::kCuda)
-    for (const Step& step : steps)
-      if (is_product(step) && !layout_read.contains(step.outputs[0]))
-        p->any_layout.insert(step.outputs[0]);
-  std::shared_ptr<const void> erased = p;
-  std::atomic_store(&program.executor_cache, erased);
-  return p;
-}
 
 // An opaque step on CUDA through a library (cuBLAS for the matrix products; library_step.h): the
 // views around its one product on the device tensors, the product in the library; its output
@@ -734,17 +647,20 @@ std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<R
           stats->writebacks_in_kernel += static_cast<int>(stored.size());
         } else if (options.capture) {
           options.capture->refuse("a step without a kernel");
-        } else if (with_eager_layouts(step, prepared->any_layout, memory, step_inputs);
-                   options.step_runner) {
-          ++stats->torch_steps;
-          std::vector<RtValue> outs = (*options.step_runner)(step.body, step_inputs);
-          for (size_t k = 0; k < outs.size(); ++k)
-            env[step.outputs[k]] = outs[k];
         } else {
-          ++stats->interpreted_steps;
-          std::vector<RtValue> outs = memory.interpret_step(step.body, step_inputs, *stats);
-          for (size_t k = 0; k < outs.size(); ++k)
-            env[step.outputs[k]] = detach(outs[k]);
+          // PyTorch's ops or the interpreter: both read eager's layouts.
+          with_eager_layouts(step, prepared->any_layout, memory, step_inputs);
+          if (options.step_runner) {
+            ++stats->torch_steps;
+            std::vector<RtValue> outs = (*options.step_runner)(step.body, step_inputs);
+            for (size_t k = 0; k < outs.size(); ++k)
+              env[step.outputs[k]] = outs[k];
+          } else {
+            ++stats->interpreted_steps;
+            std::vector<RtValue> outs = memory.interpret_step(step.body, step_inputs, *stats);
+            for (size_t k = 0; k < outs.size(); ++k)
+              env[step.outputs[k]] = detach(outs[k]);
+          }
         }
       }
       for (const Step::Writeback& wb : step.writebacks) {

@@ -303,7 +303,7 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
                                 Allocator* allocator, Stream stream, int64_t* alignment_bytes,
                                 bool any_layout) {
   const OpId id = node.id();
-  if (id != OpId::kMatmul && id != OpId::kBmm && id != OpId::kLinear) return nullptr;
+  if (!is_matrix_product(id)) return nullptr;
   const TensorType& out_type = node.outputs[0]->tensor_type();
   int type = 0;
   switch (out_type.dtype) {

@@ -21,6 +21,11 @@ namespace kiln::cuda {
 // Whether cuBLAS could be loaded; `why` says why not.
 bool cublas_available(std::string* why = nullptr);
 
+// The ops run_matrix_product runs: matmul, bmm, linear.
+inline bool is_matrix_product(OpId id) {
+  return id == OpId::kMatmul || id == OpId::kBmm || id == OpId::kLinear;
+}
+
 // Runs the opaque node `node` (matmul, bmm or linear) on CUDA tensors `inputs` (the node's
 // operands in order) and returns its output; nullptr when cuBLAS cannot (no cuBLAS, an integral
 // dtype): the executor then runs the node in the interpreter on host copies. `alignment_bytes`,

@@ -1,0 +1,78 @@
+// prepared_program: see prepared_program.h.
+#include "kiln/runtime/prepared_program.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "kiln/runtime/cuda/cublas.h"
+#include "kiln/runtime/library_step.h"
+
+namespace kiln {
+
+std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
+                                                        Device device) {
+  bool cpu_kernels = device.kind == Device::Kind::kCpu && cpu::cpu_kernels_enabled();
+  auto cached =
+      std::static_pointer_cast<const PreparedKernels>(std::atomic_load(&program.executor_cache));
+  if (cached && cached->device == device && cached->cpu_kernels == cpu_kernels) return cached;
+  auto p = std::make_shared<PreparedKernels>();
+  p->device = device;
+  p->cpu_kernels = cpu_kernels;
+  if (device.kind == Device::Kind::kCuda)
+    p->cuda = cuda::prepare_cuda_kernels(program.plan, device.index);
+  else if (cpu_kernels)
+    p->cpu = cpu::prepare_cpu_kernels(program.plan);
+  const Trace& trace = program.execution;
+  p->inputs_kept.insert(trace.outputs().begin(), trace.outputs().end());
+  for (const auto& wb : trace.writebacks)
+    p->inputs_kept.insert(wb.second);
+  p->read_later.insert(trace.outputs().begin(), trace.outputs().end());
+  for (const Step& step : program.plan.steps) {
+    p->read_later.insert(step.inputs.begin(), step.inputs.end());
+    if (step.kind == Step::Kind::kCopy)
+      for (const Step::Writeback& wb : step.writebacks)
+        p->read_later.insert(wb.value);
+  }
+  const std::vector<Step>& steps = program.plan.steps;
+  const std::set<const Value*> outputs(trace.outputs().begin(), trace.outputs().end());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (steps[s].kind != Step::Kind::kFusion) continue;
+    for (const Step::Writeback& wb : steps[s].writebacks) {
+      if (outputs.contains(wb.value)) continue;
+      bool written_later = false;
+      for (size_t later = s + 1; later < steps.size() && !written_later; ++later)
+        for (const Step::Writeback& other : steps[later].writebacks)
+          written_later = written_later || other.target == wb.target;
+      if (!written_later) p->stays_in_caller.insert(wb.value);
+    }
+  }
+  // Values some step reads through their storage (as_strided, a bitcast): they keep eager's
+  // contiguous layout. (Steps PyTorch runs get eager's layouts by a copy: with_eager_layouts.)
+  std::set<const Value*> layout_read;
+  for (const Step& step : steps) {
+    bool by_layout = false;
+    for (const auto& n : step.body.nodes()) {
+      const OpId id = n->id();
+      by_layout = by_layout || id == OpId::kAsStrided || id == OpId::kAsStridedScatter ||
+                  id == OpId::kViewDtype || id == OpId::kBitcast;
+    }
+    if (by_layout) layout_read.insert(step.inputs.begin(), step.inputs.end());
+  }
+  // Only matrix products through cuBLAS (CUDA): an eager step's result is PyTorch's tensor, whose
+  // layout (a view of an input, even host memory) is eager's business and is never copied.
+  auto is_product = [](const Step& step) {
+    return step.kind == Step::Kind::kOpaque && step.outputs.size() == 1 &&
+           is_library_body(step.body) &&
+           std::any_of(step.body.nodes().begin(), step.body.nodes().end(),
+                       [](const auto& n) { return cuda::is_matrix_product(n->id()); });
+  };
+  if (device.kind == Device::Kind::kCuda)
+    for (const Step& step : steps)
+      if (is_product(step) && !layout_read.contains(step.outputs[0]))
+        p->any_layout.insert(step.outputs[0]);
+  std::shared_ptr<const void> erased = p;
+  std::atomic_store(&program.executor_cache, erased);
+  return p;
+}
+
+}  // namespace kiln

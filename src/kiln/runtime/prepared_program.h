@@ -1,0 +1,40 @@
+// The facts of a compiled program that every execute needs, computed on its first execute for a
+// device and kept in CompiledProgram::executor_cache: its kernels for that device and which of
+// its values later steps read, where results may stay, what layout readers need.
+#pragma once
+
+#include <memory>
+#include <set>
+
+#include "kiln/passes/pipeline.h"
+#include "kiln/runtime/cpu/cpu_kernels.h"
+#include "kiln/runtime/cuda/cuda_kernels.h"
+
+namespace kiln {
+
+// A program's kernels for one device, prepared on its first execute (CompiledProgram::
+// executor_cache) and reused: a later call neither lowers nor looks anything up.
+struct PreparedKernels {
+  Device device;
+  bool cpu_kernels = false;  // KILN_CPU_KERNELS when they were prepared
+  cpu::PlanKernels cpu;
+  cuda::CudaPlanKernels cuda;
+  // Facts of the program that every call needs (computed once, not per call):
+  std::set<const Value*> inputs_kept;  // outputs and writeback values (read before writebacks)
+  std::set<const Value*> read_later;   // values read after the step that makes them
+  // Values a step stores into the caller's memory (its writebacks) that later steps may read
+  // there: no later step writes that target again, and the value is not an output (a KV cache
+  // after its index_copy_, read by the attention: copying it out cost a copy of the cache per
+  // layer and token).
+  std::set<const Value*> stays_in_caller;
+  // Opaque steps' results that every reader indexes through their strides (fused kernels,
+  // cuBLAS, the writebacks' copies; results are laid out for the caller at the end): a product
+  // computed padded may stay in its padded buffer (cublas.h).
+  std::set<const Value*> any_layout;
+};
+
+// The program's prepared kernels and facts for `device` (made once, then the cached ones).
+std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
+                                                        Device device);
+
+}  // namespace kiln
