@@ -28,6 +28,7 @@ import json
 import statistics
 import time
 import warnings
+import weakref
 
 import torch
 
@@ -57,19 +58,26 @@ class LossOf(torch.nn.Module):
 
 
 def saved_bytes(step_forward) -> int:
-    """Bytes the forward saves for the backward, each storage counted once."""
-    seen: dict[int, int] = {}
+    """Bytes the forward saves for the backward, each storage counted once: the storages of the
+    saved tensors the graph still holds when the forward returns (a tensor saved by a graph the
+    forward dropped is freed, and its address may be another's)."""
+    saved: list[weakref.ref] = []
 
     def pack(t: torch.Tensor):
         if isinstance(t, torch.Tensor):
-            s = t.untyped_storage()
-            seen[s.data_ptr()] = max(seen.get(s.data_ptr(), 0), s.nbytes())
+            saved.append(weakref.ref(t))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = step_forward()
+    storages: dict[int, int] = {}
+    for ref in saved:
+        t = ref()
+        if t is not None:
+            s = t.untyped_storage()
+            storages[s.data_ptr()] = max(storages.get(s.data_ptr(), 0), s.nbytes())
     loss.backward()
-    return sum(seen.values())
+    return sum(storages.values())
 
 
 def top_kernels(step, count: int) -> tuple[list[dict], dict]:
