@@ -131,8 +131,10 @@ def test_view_output_is_a_view_of_the_callers_tensor():
 
 
 def test_a_view_of_an_arguments_old_contents_survives_its_writeback():
-    # t is a's old contents (functionalized to a itself); the result views it, in a step that
-    # only views, which runs before a is written: the result keeps the old contents.
+    # t is a's old contents (functionalized to a itself) and the results view it, while a is
+    # written: they keep the old contents, as eager's do. (Through the Python front end the
+    # results are views in the program's interface; the executor's steps that only view such a
+    # tensor are checked by Differential.ProgramsFreshSeedsFound.)
     def f(a):
         t = torch.empty_like(a)
         t.copy_(a)
