@@ -188,13 +188,17 @@ def _unchanged(t: torch.Tensor, old: torch.Tensor) -> bool:
     return torch.equal(t, old)
 
 
-def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = None) -> Any:
+def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = None, what: str | None = None) -> Any:
     """Records `call` as an eager_call (see the module docstring) and returns its results as
     proxies; a result that is a written argument itself (an in-place method's `self`) is that
     argument's proxy, now naming the written value. `check(args, kwargs)`, when given, runs
     before the op on CUDA tensors and raises for arguments PyTorch's CUDA kernel would meet with
-    a device-side assert (which ends the process's CUDA context) instead of an exception."""
+    a device-side assert (which ends the process's CUDA context) instead of an exception.
+    Without a way to run eager steps (kiln.trace's tracer) it raises UnsupportedError naming
+    `what` (by default the op)."""
     tracer = call.tracer
+    if tracer.register_eager is None:
+        raise call.unsupported(f"{what or 'this op'} runs as an eager step, which only kiln.jit can run (kiln.trace alone cannot).")
     # One object may be passed twice (op(x, x)): it is one argument for what is written.
     arg_leaves, arg_spec = pytree.tree_flatten((call.args, call.kwargs))
     proxies = [leaf for leaf in arg_leaves if isinstance(leaf, Proxy)]

@@ -845,6 +845,48 @@ def _addmm(call: Call) -> Any:
 _register(_addmm, torch.addmm, torch.Tensor.addmm)
 
 
+def _constant_pad(call: Call) -> Any:
+    """pad(x, pad, mode="constant", value) as eager's constant_pad_nd builds it: a tensor of
+    `value` of the padded shape, x (cropped where a pad is negative) copied into its middle.
+    Functionalized, the copy is a slice_scatter: it fuses with x's producer and with the readers,
+    and its gradient is a slice of the result's (a language model's labels, padded with
+    ignore_index and shifted, were an eager step). Other modes (reflect, replicate, circular)
+    and a result eager lays out otherwise than contiguously (a channels-last input) run as an
+    eager step."""
+    from ._fallback import eager_fallback
+
+    if call.func is torch.constant_pad_nd:
+        args = _bind(call, lambda input, pad, value=0: None)
+        args["mode"] = "constant"
+    else:
+        args = _bind(call, lambda input, pad, mode="constant", value=None: None)
+    x, pad = args["input"], list(args["pad"])
+    result = call.run_meta()  # eager's checks (an even pad list, no negative size)
+    if args["mode"] != "constant" or not isinstance(x, Proxy) or not result.is_contiguous() or result.numel() == 0:
+        # (an empty result keeps the strides of eager's narrow)
+        return eager_fallback(call, what=f"pad with mode={args['mode']!r}" if args["mode"] != "constant" else "this pad")
+    value = 0 if args["value"] is None else args["value"]
+    out = call.emit("full", [list(result.shape), value], {"dtype": result.dtype, "device": x.device}, result, device=x.device)
+    src, dst = x, out
+    for k in range(len(pad) // 2):
+        d = x.dim() - 1 - k
+        before, after = pad[2 * k], pad[2 * k + 1]
+        kept = x.shape[d] - max(-before, 0) - max(-after, 0)
+        if kept <= 0:
+            return out  # nothing of x is left: all padding
+        if before < 0 or after < 0:
+            src = _via(call, torch.narrow, src, d, max(-before, 0), kept)
+        if before > 0 or after > 0:
+            dst = _via(call, torch.narrow, dst, d, max(before, 0), kept)
+    if x.numel() == 0:
+        return out
+    call.emit("copy_", [dst, src], {}, dst)
+    return out
+
+
+_register(_constant_pad, F.pad, torch._C._nn.pad, torch.constant_pad_nd)
+
+
 def _via(call: Call, fn: Any, *args: Any) -> Any:
     """fn(*args) through its rule, at the user's line (a rule written with other rules)."""
     return RULES[_key(fn)](Call(call.tracer, fn, args, {}, call.loc))

@@ -126,13 +126,9 @@ def _advanced_setitem(call: Call) -> Any:
 
 
 def _eager(call: Call, what: str, check: Callable[[tuple, dict], None] | None = None) -> Any:
-    if call.tracer.register_eager is None:
-        raise call.unsupported(
-            f"{what} runs as an eager step, which only kiln.jit can run (kiln.trace alone cannot)."
-        )
     from ._fallback import eager_fallback
 
-    return eager_fallback(call, check)
+    return eager_fallback(call, check, what)
 
 
 _register(_advanced_getitem, torch.Tensor.__getitem__)

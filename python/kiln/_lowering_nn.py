@@ -179,9 +179,7 @@ def _attention(call: Call) -> Any:
         with_mask, without = call.run_meta(), unmasked.run_meta()
         if tuple(with_mask.shape) == tuple(without.shape) and with_mask.dtype == without.dtype:
             call = unmasked
-    if call.tracer.register_eager is None:
-        raise call.unsupported("scaled_dot_product_attention runs as an eager step, which only kiln.jit can run (kiln.trace alone cannot).")
-    return eager_fallback(call)
+    return eager_fallback(call, what="scaled_dot_product_attention")
 
 
 _register(_attention, F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)

@@ -171,6 +171,7 @@ STRUCTURAL = {
     "narrow_diagonal": (lambda x: x.narrow(1, -3, 2) * x.diagonal(1).sum(), [(4, 4)]),
     "squeeze_unsqueeze_flatten": (lambda x: x.unsqueeze(1).squeeze(0).flatten() * 3, [(1, 3, 2)]),
     "split_chunk_unbind": (lambda x: (x.split([1, 3], 1)[1] * 2, x.chunk(2, 0)[0] + 1, x.unbind(0)[2].exp()), [(4, 4)]),
+    "constant_pad_and_crop": (lambda x: (F.pad(x, (1, -2, 2, 0), value=0.5) * 2, F.pad(x.exp(), (-1, 1))), [(3, 5)]),
     "cat_stack": (lambda a, b: (torch.cat([a, b * 2], 0), torch.stack([a, b], 1)), [(2, 3), (2, 3)]),
     "matmul_2d": (lambda a, b: a @ b, [(3, 4), (4, 5)]),
     "matmul_batched_by_matrix": (lambda a, b: a @ b, [(2, 3, 4), (4, 5)]),

@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 import torch.utils._pytree as pytree
 
 import kiln
@@ -409,6 +410,21 @@ def test_unknown_op_with_fallback_off_names_the_op_and_line():
     with pytest.raises(kiln.UnsupportedError, match=r"torch\.cumsum at .*test_jit\.py:\d+") as info:
         kiln.jit(_with_unknown_ops, fallback=False)(ar(4, 5), ar(4, 5))
     assert "b = torch.cumsum(a, 0)" in str(info.value)
+
+
+def test_a_constant_pad_is_kilns_and_other_modes_run_eagerly():
+    # A language model's labels: padded with ignore_index, shifted, masked in the loss.
+    def labels_loss(logits, tokens):
+        labels = F.pad(tokens, (0, 1), value=-100)[..., 1:]
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+
+    logits = torch.linspace(-2, 2, 2 * 5 * 7).reshape(2, 5, 7)
+    jitted = check_against_eager(labels_loss, lambda: [logits.clone(), torch.arange(10).reshape(2, 5) % 7])
+    assert kiln.last_stats(jitted)["fallback_ops"] == 0
+    reflect = check_against_eager(lambda x: F.pad(x * 2, (1, 2), mode="reflect") + 1, lambda: [ar(2, 4)])
+    assert kiln.last_stats(reflect)["fallback_ops"] == 1
+    with pytest.raises(kiln.UnsupportedError, match="pad with mode='reflect' runs as an eager step"):
+        kiln.trace(lambda x: F.pad(x, (1, 1), mode="reflect"), ar(2, 4))
 
 
 def test_unknown_ops_that_write_run_on_clones_and_those_that_alias_are_refused():

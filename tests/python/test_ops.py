@@ -123,6 +123,10 @@ PROGRAMS += [
     # transpose a copy inside it.
     ("linear-through-reshapes", lambda x, w, b: F.linear(x.reshape(6, 4), w, b).reshape(2, 3, 5), lambda: [u(2, 3, 4), sv(5, 4), u(5)]),
     ("matmul-of-a-copying-reshape", lambda x, w: (x.transpose(0, 1).reshape(6, 4) @ w.t()).view(3, 2, 5), lambda: [u(2, 3, 4), sv(5, 4)]),
+    # constant pads: a full tensor with x (cropped where a pad is negative) copied into it
+    ("pad", lambda x, y: (F.pad(x, (1, 2)) * 2, F.pad(x, (-1, 2, 1, -1), value=0.5), torch.constant_pad_nd(y, (0, 0, 2, 1), -3), F.pad(x, (-3, 1), value=4.0)), lambda: [sv(3, 3), ints(2, 3)]),
+    ("pad-int-value-and-shift", lambda t: F.pad(t, (0, 1), value=-100)[..., 1:] + F.pad(t, (2, -2), value=2.7), lambda: [ints(2, 4)]),
+    ("pad-written-input", lambda x: (x.mul_(2), F.pad(x[:, 1:], (1, 0, 0, 2)).add_(1))[1], lambda: [u(2, 3)]),
     ("addmm", lambda b, x, w: (torch.addmm(b, x, w), b.addmm(x, w) * 2), lambda: [u(4), sv(2, 3), u(3, 4)]),
     # an empty list is a creation op (a static cache starts as torch.tensor([]); cat skips it)
     ("tensor-empty", lambda x: (torch.cat([torch.tensor([]), x]), torch.tensor([[]], dtype=torch.int64).shape[1] + x), lambda: [u(3)]),
