@@ -16,7 +16,8 @@ GPT2LMHeadModel with random weights, dropout off) in bfloat16 at batch 8 x 1024 
   kiln          for kiln.jit: whether the step's forward ran as kiln's differentiated program
 Systems: kiln.jit (kiln.jit(model)), eager (the model), compile (torch.compile(model)).
 --profile N prints, per system, the N kernels of one step that took the most device time
-(torch.profiler); with KILN_DUMP=kernels KILN_DUMP_DIR=dir, a kiln kernel's source is the file
+(torch.profiler); --gaps N the device's idle time in one step and its N longest gaps with what
+the host was running then; with KILN_DUMP=kernels KILN_DUMP_DIR=dir, a kiln kernel's source is the file
 of dir whose name holds the kernel's symbol.
 """
 
@@ -100,7 +101,44 @@ def top_kernels(step, count: int) -> tuple[list[dict], dict]:
     return [{"kernel": k, "ms": ms, "calls": n} for k, (ms, n) in ranked], summary
 
 
-def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int, profile: int = 0) -> dict:
+def device_idle_gaps(step, count: int) -> dict:
+    """Where one call of `step` leaves the GPU idle: the device's busy intervals (kernels and
+    copies, merged) from the step's first to its last, the gaps between them, and for the
+    `count` longest the host's activity at the gap's start (the innermost and the outermost
+    CPU-side event then running: a synchronization, an index check's host read, Python between
+    programs). The wall time less the device time is the sum of these gaps and of the time
+    before the first kernel."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    events = list(prof.events())
+    device = [(e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    host = [(e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    return idle_gaps(device, host, count)
+
+
+def idle_gaps(device: list[tuple], host: list[tuple], count: int) -> dict:
+    """device_idle_gaps on (start us, end us, name) intervals of the device and of the host."""
+    device = sorted(device)
+    gaps, busy_until, last_name = [], None, ""
+    for start, end, name in device:
+        if busy_until is not None and start > busy_until:
+            gaps.append((start - busy_until, busy_until, last_name, name))
+        if busy_until is None or end > busy_until:
+            busy_until, last_name = end, name
+    longest = []
+    for length, at, before, after in sorted(gaps, reverse=True)[:count]:
+        running = sorted((e - s, n) for s, e, n in host if s <= at + 1 < e)
+        longest.append({
+            "us": length, "after_kernel": before[:60], "before_kernel": after[:60],
+            "host_innermost": [n[:60] for _, n in running[:3]], "host_outermost": running[-1][1][:60] if running else "",
+        })
+    return {"idle_ms": sum(g[0] for g in gaps) / 1e3, "gaps": len(gaps), "over_50us": sum(g[0] > 50 for g in gaps), "longest": longest}
+
+
+def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int, profile: int = 0, gaps: int = 0) -> dict:
     model = copy.deepcopy(base)
     wrapped = LossOf(model)
     forward = {"kiln.jit": lambda: kiln.jit(wrapped), "eager": lambda: wrapped, "compile": lambda: torch.compile(wrapped)}[name]()
@@ -137,10 +175,12 @@ def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], re
         sync()
         times.append(time.perf_counter() - start)
     kernels, device_totals = top_kernels(lambda: step(batches[0]), profile) if profile and device.type == "cuda" else ([], None)
+    idle = device_idle_gaps(lambda: step(batches[0]), gaps) if gaps and device.type == "cuda" else None
     saved = saved_bytes(lambda: forward(batches[0]))
     opt.zero_grad(set_to_none=True)
     return {
         "top_kernels": kernels,
+        "idle": idle,
         "device_totals": device_totals,
         "system": name,
         "step_ms": statistics.median(times) * 1e3,
@@ -171,6 +211,7 @@ def main() -> None:
     parser.add_argument("--check", type=int, default=5, help="steps whose losses are compared")
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", type=int, default=0, help="kernels to list per system (CUDA)")
+    parser.add_argument("--gaps", type=int, default=0, help="longest device idle gaps of a step to list per system (CUDA)")
     args = parser.parse_args()
     device = torch.device(args.device)
     dtype = torch.float32 if args.small else torch.bfloat16
@@ -179,7 +220,7 @@ def main() -> None:
     vocab = base.config.vocab_size
     gen = torch.Generator(device=device).manual_seed(1)
     batches = [torch.randint(0, vocab, (batch, seq), generator=gen, device=device) for _ in range(args.check)]
-    results = [run_system(name, base, batches, args.repeat, args.profile) for name in args.systems.split(",")]
+    results = [run_system(name, base, batches, args.repeat, args.profile, args.gaps) for name in args.systems.split(",")]
     eager = next((r for r in results if r["system"] == "eager"), None)
     print(f"GPT-2 {'small test config' if args.small else '124M'} {str(dtype).removeprefix('torch.')} batch {batch}x{seq} on {device}")
     print("| system | step ms | vs eager | saved MB | largest loss difference from eager | kiln's node |")
@@ -201,6 +242,12 @@ def main() -> None:
                   " those with the most:")
             for t in r["top_kernels"]:
                 print(f"  {t['ms']:9.3f} ms {t['calls']:5d} calls  {t['kernel'][:110]}")
+    for r in results:
+        if r["idle"]:
+            i = r["idle"]
+            print(f"{r['system']}: device idle {i['idle_ms']:.2f} ms in {i['gaps']} gaps ({i['over_50us']} over 50 us) in one step; the longest:")
+            for g in i["longest"]:
+                print(f"  {g['us']:8.0f} us after {g['after_kernel']!r} before {g['before_kernel']!r}; host: {g['host_innermost']} in {g['host_outermost']!r}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(device), "dtype": str(dtype), "batch": [batch, seq], "results": results}, f, indent=2)
