@@ -29,6 +29,8 @@
 // Ensures: every compute node is in one step (or recomputed in each step that reads it); steps
 // are in a valid data order; each region's body is a verified trace of its nodes (views
 // included) over the region's inputs, and a step outputs only values it stores itself.
+// Code: the state shared by the stages in fuser.h; the greedy and sibling merges in fuse.cpp, the
+// recomputation in fuse_recompute.cpp, the plan's steps in fuse_build.cpp.
 // Tests: tests/lit/passes/fuse*.trace.
 #pragma once
 
