@@ -3,7 +3,8 @@ source, traced with kiln.trace and run with kiln-opt against eager PyTorch. A fa
 the program (a reproducer: paste it, call it on the inputs shown).
 
 KILN_RANDOM_PROGRAMS sets how many programs per mode (default 100); KILN_GRADIENT_PROGRAMS how
-many test_autograd.py differentiates (default 1000).
+many test_autograd.py differentiates (default 1000); KILN_RANDOM_SEED_START the first seed
+(default 0: CI's fixed programs; another start runs programs no run has seen).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from kiln_opt_tool import needs_kiln_opt, run_against_eager
 
 COUNT = int(os.environ.get("KILN_RANDOM_PROGRAMS", "100"))
+SEEDS = range(int(os.environ.get("KILN_RANDOM_SEED_START", "0")), int(os.environ.get("KILN_RANDOM_SEED_START", "0")) + COUNT)
 
 _UNARY = ["sin", "cos", "tanh", "sigmoid", "neg", "abs", "relu"]
 _KEYS = ["1:", ":2", "0", "..., 1", ":, ::2", "-1", "None, 1:"]
@@ -155,7 +157,7 @@ def _compile(source: str, seed: int, name: str = "f") -> Callable:
 @pytest.mark.parametrize("pipeline", [False, True], ids=["interpreter", "pipeline"])
 def test_random_programs_run_like_eager(pipeline: bool):
     failures = []
-    for seed in range(COUNT):
+    for seed in SEEDS:
         source, make_args = random_program(seed)
         fn = _compile(source, seed)
         try:

@@ -134,12 +134,28 @@ std::vector<Value*> decompose_setitem(Builder& b, const Node& n) {
   Value* view = index_view(b, n.input(0), n.arg("index").as_index(), n.loc);
   const Operand& value = n.arg("value");
   if (value.is_value() && value.value()->is_tensor()) {
-    // The value without its leading size-1 dims, as eager assigns it (infer_setitem_).
+    // As eager's copy_to assigns it, which decides which overlap checks apply: a value of the
+    // view's shape is copied as it is (copy_'s checks); a 0-dim value in host memory fills the
+    // view (no check: y[1:] = y[-1] works); any other is copied broadcast, without its leading
+    // size-1 dims (infer_setitem_), through an expand that leaves its stride-0 form to copy_'s
+    // checks (which do not decide for it, as eager's do not).
     Value* v = value.value();
+    const TensorType& vt = v->tensor_type();
+    const Shape& target = view->tensor_type().shape;
+    if (vt.shape == target) {
+      b.call(OpId::kCopy_, {view, v}, {}, n.loc);
+      return {};
+    }
+    if (vt.rank() == 0 && vt.device.kind == Device::Kind::kCpu) {
+      b.call(OpId::kFill_, {view, v}, {}, n.loc);
+      return {};
+    }
     IntList leading;
-    for (int64_t d = 0; d < v->tensor_type().rank() && v->tensor_type().shape[d] == 1; ++d)
+    for (int64_t d = 0; d < vt.rank() && vt.shape[d] == 1; ++d)
       leading.push_back(d);
     if (!leading.empty()) v = b.call1(OpId::kSqueeze, {v, Constant(leading)}, {}, n.loc);
+    if (v->tensor_type().shape != target)
+      v = b.call1(OpId::kExpand, {v, Constant(IntList(target.begin(), target.end()))}, {}, n.loc);
     b.call(OpId::kCopy_, {view, v}, {}, n.loc);
   } else
     b.call(OpId::kFill_, {view, value}, {}, n.loc);
