@@ -400,6 +400,9 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     is first_run_seconds); fallback_ops: torch ops of the program PyTorch runs eagerly; host_copies,
     host_copy_bytes: on CUDA, the storages the last call copied between device and host to
     interpret a step there, and their bytes (0 when every step ran on the device);
+    index_checks_first, index_checks_at_steps: the kernels' index checks the last call decided
+    before its first step (an index drawn from the call's inputs: one read of them) and those it
+    made at their step (on CUDA each a synchronization in the middle of the program);
     layout_copies, layout_copy_bytes: other copies the last call made (a synthetic base's
     storage, a result in the caller's memory, a result laid out otherwise than eager's);
     aligned_products, alignment_copy_bytes: on CUDA, the 16-bit matrix products the last call ran
@@ -411,7 +414,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     differentiated: the last call ran a differentiated forward program (grad mode, an input that
     requires grad: kiln._autograd), whose facts these are; backward: then, the run facts of the
     last backward of that program (kernels, interpreted_steps, torch_steps, view_steps, eager_steps,
-    layout_copies, layout_copy_bytes, host_copies, host_copy_bytes, aligned_products,
+    index_checks_first, index_checks_at_steps, layout_copies, layout_copy_bytes, host_copies, host_copy_bytes, aligned_products,
     alignment_copy_bytes, cuda_graph, cuda_graph_refused), None before its first backward."""
     jitted = _jitted(fn)
     cache = _last_cache(jitted)
@@ -427,6 +430,8 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "fallback_ops": p.fallback_ops,
         "writebacks_in_kernel": p.writebacks_in_kernel,
         "writebacks_with_temporary": p.writebacks_with_temporary,
+        "index_checks_first": run["index_checks_first"],
+        "index_checks_at_steps": run["index_checks_at_steps"],
         "host_copies": run["host_copies"],
         "host_copy_bytes": run["host_copy_bytes"],
         "layout_copies": run["layout_copies"],
@@ -450,6 +455,7 @@ def _backward_run_stats(program: Any) -> dict[str, Any] | None:
         return None
     run = backward.last_run_stats
     facts = ["interpreted_steps", "torch_steps", "view_steps", "eager_steps", "layout_copies", "layout_copy_bytes"]
+    facts += ["index_checks_first", "index_checks_at_steps"]
     facts += ["host_copies", "host_copy_bytes", "aligned_products", "alignment_copy_bytes"]
     graph = "captured" if run["graph_captures"] else "replayed" if run["graph_replays"] else ""
     return {

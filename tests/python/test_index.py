@@ -412,6 +412,40 @@ def test_an_index_expanded_and_flattened_is_checked_whole_in_its_kernel():
         jitted(table, torch.tensor([[0, 3, 1, 2]]))
 
 
+def _labels_loss(logits, table, tokens):
+    # An embedding of the tokens, and a language model's loss over labels padded with -100,
+    # shifted and masked where ignored: both indices are drawn from the tokens.
+    labels = F.pad(tokens, (0, 1), value=-100)[..., 1:]
+    h = logits + F.embedding(tokens, table)
+    return F.cross_entropy(h.flatten(0, 1), labels.flatten())
+
+
+def test_indices_drawn_from_the_inputs_are_checked_before_the_first_step():
+    tokens = torch.tensor([[1, 6, 2, 0, 3], [5, 5, 4, 1, 2]])
+    jitted = check_against_eager(_labels_loss, lambda: [ar(2, 5, 7) / 20, ar(7, 7) / 50, tokens.clone()])
+    stats = kiln.last_stats(jitted)
+    assert stats["index_checks_first"] == 2 and stats["index_checks_at_steps"] == 0
+    # A token the loss ignores (-100) is out of range of the embedding: its check raises at its
+    # kernel, as eager's embedding does, and the loss's exact check would pass.
+    with pytest.raises((IndexError, RuntimeError), match=r"index_select at .*test_index\.py:\d+ .*: index -100 is out of bounds"):
+        jitted(ar(2, 5, 7), ar(7, 7), torch.tensor([[1, 6, 2, -100, 3], [5, 5, 4, 1, 2]]))
+    # A label out of range raises at the loss's gather, after the embedding's exact check.
+    with pytest.raises((IndexError, RuntimeError), match=r"gather at .*test_index\.py:\d+ .*: index 9 is out of bounds"):
+        jitted(ar(2, 5, 7), ar(10, 7), torch.tensor([[1, 6, 2, 9, 3], [5, 5, 4, 1, 2]]))
+
+
+def test_an_input_value_an_index_never_selects_leaves_its_check_at_the_kernel():
+    # -100 in the labels is masked out of the gather: the check of all the labels fails, the
+    # exact check at the kernel passes, and the result is eager's.
+    def loss(logits, labels):
+        return F.cross_entropy(logits, labels)
+
+    labels = torch.tensor([3, -100, 0, 6])
+    jitted = check_against_eager(loss, lambda: [ar(4, 7) / 10, labels.clone()])
+    stats = kiln.last_stats(jitted)
+    assert stats["index_checks_first"] == 0 and stats["index_checks_at_steps"] == 1
+
+
 def test_an_index_write_with_many_positions_runs_as_an_eager_step():
     # A pull kernel loops over the positions for every element: past a few, eager's scatter is faster.
     from kiln._lowering_index import MAX_KERNEL_INDEX_POSITIONS

@@ -169,5 +169,66 @@ TEST(DrawnFrom, ComputedConstantAndReinterpretedValuesAreNotDrawn) {
 )"));
 }
 
+// A language model's labels: padded with -100 (a full tensor the tokens are scattered into),
+// shifted, and masked to 0 where they are -100. The -100s are never selected (the where's guard)
+// and 0 is in range: the tokens alone decide.
+constexpr const char* kMaskedLabels = R"(def f(tokens):
+  # tokens: "cpu i64[2, 4]"
+  t0 = ltorch.full([2, 5], -100, dtype=torch.int64)  # t0: "cpu i64[2, 5]"
+  t1 = ltorch.slice_scatter(t0, tokens, 1, 0, 4)  # t1: "cpu i64[2, 5]"
+  t2 = ltorch.slice(t1, 1, 1, 5)  # t2: "cpu i64[2, 4]"
+  t3 = ltorch.ne(t2, -100)  # t3: "cpu bool[2, 4]"
+  t4 = ltorch.where(t3, t2, 0)  # t4: "cpu i64[2, 4]"
+  return {"output": (t4,)}
+)";
+
+TEST(DrawnFrom, ConstantsInRangeAndValuesAWhereKeepsOut) {
+  auto in_range = [](int64_t c) { return c >= 0 && c < 10; };
+  Trace t = parse_trace(kMaskedLabels);
+  EXPECT_EQ(drawn_from(t.outputs().at(0), in_range), std::vector<const Value*>{t.inputs()[0]});
+  EXPECT_TRUE(drawn_from(t.outputs().at(0)).empty()) << "0 is allowed only when in range";
+  // Every element the interpreter computes is a token or 0.
+  std::mt19937 gen(5);
+  for (int trial = 0; trial < 5; ++trial) {
+    std::vector<int64_t> tokens(8);
+    for (int64_t& v : tokens)
+      v = 1 + static_cast<int64_t>(gen() % 9);
+    std::set<int64_t> allowed(tokens.begin(), tokens.end());
+    allowed.insert(0);
+    TensorHandle out = std::get<TensorHandle>(
+        interpret(t, {make_int_tensor(DType::kInt64, {2, 4}, tokens)}).at(0));
+    for (int64_t i = 0; i < out->numel(); ++i)
+      EXPECT_TRUE(allowed.contains(out->storage->load_int(out->storage_index_of_linear(i))));
+  }
+  auto none = [&](const char* text) {
+    return drawn_from(parse_trace(text).outputs().at(0), in_range).empty();
+  };
+  // The guard the other way round selects the -100s.
+  EXPECT_TRUE(none(R"(def f(tokens):
+  # tokens: "cpu i64[2, 4]"
+  t0 = ltorch.full([2, 5], -100, dtype=torch.int64)  # t0: "cpu i64[2, 5]"
+  t1 = ltorch.slice_scatter(t0, tokens, 1, 0, 4)  # t1: "cpu i64[2, 5]"
+  t3 = ltorch.eq(t1, -100)  # t3: "cpu bool[2, 5]"
+  t4 = ltorch.where(t3, t1, 0)  # t4: "cpu i64[2, 5]"
+  return {"output": (t4,)}
+)"));
+  // A guard on another value than the one selected keeps nothing out.
+  EXPECT_TRUE(none(R"(def f(tokens, other):
+  # tokens: "cpu i64[2, 5]"
+  # other: "cpu i64[2, 5]"
+  t0 = ltorch.full([2, 5], -100, dtype=torch.int64)  # t0: "cpu i64[2, 5]"
+  t3 = ltorch.ne(other, -100)  # t3: "cpu bool[2, 5]"
+  t4 = ltorch.where(t3, t0, tokens)  # t4: "cpu i64[2, 5]"
+  return {"output": (t4,)}
+)"));
+  // A constant an int32 index does not hold as it is.
+  EXPECT_TRUE(none(R"(def f(c, a):
+  # c: "cpu bool[4]"
+  # a: "cpu i32[4]"
+  t0 = ltorch.where(c, a, 4294967297)  # t0: "cpu i32[4]"
+  return {"output": (t0,)}
+)"));
+}
+
 }  // namespace
 }  // namespace kiln

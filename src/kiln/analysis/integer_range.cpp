@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 
 #include "kiln/ir/op.h"
 
@@ -164,60 +165,104 @@ class RangeOf {
   const std::function<const Value*(const Value*)>& outer_;
 };
 
-// drawn_from's walk: true when every element of `v` is an element of the values it collects.
-bool collect_sources(const Value* v, const std::function<const Value*(const Value*)>& outer,
-                     int depth, std::vector<const Value*>& sources) {
-  if (depth > kMaxDepth || !v->is_tensor()) return false;
-  const Node* p = v->producer();
-  if (!p) {
-    if (outer) {
-      if (const Value* from = outer(v)) return collect_sources(from, outer, depth + 1, sources);
+// drawn_from's walk: true when every element of `v` is an element of the values it collects or a
+// constant the walk allows (constant_allowed, or one of `excluded`: a value a where's guard
+// keeps out of the operand it selects).
+struct DrawnWalk {
+  const std::function<bool(int64_t)>& constant_allowed;
+  const std::function<const Value*(const Value*)>& outer;
+  std::vector<const Value*> sources;
+
+  // A number taken as an element of dtype `d`: an int64 one, which `d` holds as it is (an int32
+  // index's elements are int32).
+  bool constant(const Operand& o, DType d, const std::set<int64_t>& excluded) const {
+    const auto* c = o.is_constant() ? std::get_if<int64_t>(&o.constant()) : nullptr;
+    if (!c || (d != DType::kInt64 && (d != DType::kInt32 || *c != static_cast<int32_t>(*c))))
       return false;
-    }
-    if (std::find(sources.begin(), sources.end(), v) == sources.end()) sources.push_back(v);
-    return true;
+    return excluded.contains(*c) || (constant_allowed && constant_allowed(*c));
   }
-  auto same_dtype = [&](const Value* in) {
-    return in->is_tensor() && in->tensor_type().dtype == v->tensor_type().dtype;
-  };
-  if (p->op->kind == OpKind::kView) {
-    // (as_strided may reach elements outside its input's; a view as another dtype reads bytes)
-    if (p->id() == OpId::kAsStrided || p->outputs.size() != 1 || !same_dtype(p->input(0)))
-      return false;
-    return collect_sources(p->input(0), outer, depth + 1, sources);
+
+  // The constant a where's condition keeps out of its operand `k`: where(ne(x, c), x, y) selects
+  // from x only where x != c, as where(eq(x, c), y, x) does (a loss's ignore_index masked to 0).
+  static std::optional<int64_t> guarded(const Node& where, int k) {
+    const Operand& cond = where.operands.at(0);
+    if (!cond.is_value() || !cond.value()->producer()) return std::nullopt;
+    const Node& test = *cond.value()->producer();
+    const bool keeps = (test.id() == OpId::kNe && k == 1) || (test.id() == OpId::kEq && k == 2);
+    const Operand& selected = where.operands.at(static_cast<size_t>(k));
+    if (!keeps || !selected.is_value() || test.operands.at(0).value() != selected.value())
+      return std::nullopt;
+    const Operand& c = test.operands.at(1);
+    const auto* value = c.is_constant() ? std::get_if<int64_t>(&c.constant()) : nullptr;
+    if (!value) return std::nullopt;
+    return *value;
   }
-  switch (p->id()) {
-    case OpId::kGather:
-    case OpId::kIndexSelect:
-      return same_dtype(p->input(0)) && collect_sources(p->input(0), outer, depth + 1, sources);
-    case OpId::kCopy:  // src, broadcast to self's shape
-      return p->operands.at(1).is_value() && same_dtype(p->input(1)) &&
-             collect_sources(p->input(1), outer, depth + 1, sources);
-    case OpId::kWhere:
-      for (int k = 1; k <= 2; ++k) {
-        const Operand& o = p->operands.at(static_cast<size_t>(k));
-        if (!o.is_value() || !same_dtype(o.value()) ||
-            !collect_sources(o.value(), outer, depth + 1, sources))
-          return false;
+
+  bool collect(const Value* v, int depth, const std::set<int64_t>& excluded) {
+    if (depth > kMaxDepth || !v->is_tensor()) return false;
+    const Node* p = v->producer();
+    if (!p) {
+      if (outer) {
+        if (const Value* from = outer(v)) return collect(from, depth + 1, excluded);
+        return false;
       }
+      if (std::find(sources.begin(), sources.end(), v) == sources.end()) sources.push_back(v);
       return true;
-    case OpId::kCat:
-    case OpId::kStack:
-      for (const Value* in : p->arg(0).values())
-        if (!same_dtype(in) || !collect_sources(in, outer, depth + 1, sources)) return false;
-      return true;
-    default:
-      return false;
+    }
+    auto same_dtype = [&](const Value* in) {
+      return in->is_tensor() && in->tensor_type().dtype == v->tensor_type().dtype;
+    };
+    auto from = [&](const Operand& o, const std::set<int64_t>& out) {
+      if (o.is_value()) return same_dtype(o.value()) && collect(o.value(), depth + 1, out);
+      return constant(o, v->tensor_type().dtype, out);
+    };
+    if (p->op->kind == OpKind::kView) {
+      // (as_strided may reach elements outside its input's; a view as another dtype reads bytes)
+      if (p->id() == OpId::kAsStrided || p->outputs.size() != 1 || !same_dtype(p->input(0)))
+        return false;
+      return collect(p->input(0), depth + 1, excluded);
+    }
+    switch (p->id()) {
+      case OpId::kGather:
+      case OpId::kIndexSelect:
+        return same_dtype(p->input(0)) && collect(p->input(0), depth + 1, excluded);
+      case OpId::kCopy:  // src, broadcast to self's shape
+        return from(p->operands.at(1), excluded);
+      case OpId::kSliceScatter:  // self where src does not land, src where it does
+      case OpId::kSelectScatter:
+        return from(p->operands.at(0), excluded) && from(p->operands.at(1), excluded);
+      case OpId::kFull:
+      case OpId::kFullLike:
+        return from(p->arg("fill_value"), excluded);
+      case OpId::kZeros:
+      case OpId::kZerosLike:
+        return from(Operand(Constant(int64_t{0})), excluded);
+      case OpId::kWhere:
+        for (int k = 1; k <= 2; ++k) {
+          std::set<int64_t> out = excluded;
+          if (std::optional<int64_t> kept_out = guarded(*p, k)) out.insert(*kept_out);
+          if (!from(p->operands.at(static_cast<size_t>(k)), out)) return false;
+        }
+        return true;
+      case OpId::kCat:
+      case OpId::kStack:
+        for (const Value* in : p->arg(0).values())
+          if (!same_dtype(in) || !collect(in, depth + 1, excluded)) return false;
+        return true;
+      default:
+        return false;
+    }
   }
-}
+};
 
 }  // namespace
 
 std::vector<const Value*> drawn_from(const Value* v,
+                                     const std::function<bool(int64_t)>& constant_allowed,
                                      const std::function<const Value*(const Value*)>& outer) {
-  std::vector<const Value*> sources;
-  if (!collect_sources(v, outer, 0, sources)) return {};
-  return sources;
+  DrawnWalk walk{constant_allowed, outer, {}};
+  if (!walk.collect(v, 0, {})) return {};
+  return walk.sources;
 }
 
 std::optional<IntegerRange> integer_range(const Value* v,

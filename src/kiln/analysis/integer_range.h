@@ -29,14 +29,20 @@ std::optional<IntegerRange> integer_range(
     const Value* v, const std::function<const Value*(const Value*)>& outer = {});
 
 // The trace inputs whose elements include every element of `v`: `v` only selects among their
-// values (views of them, gathers and index_selects from them, cats and wheres of such). What
-// lets an index the program computes from a caller's tensor be checked before a CUDA graph's
-// replay, on that tensor, instead of being read back in the middle of the program (BERT's
-// token type ids: a gather from a buffer). The check is sufficient, not exact: a value of the
-// input that `v` does not select may be out of range where `v` is not.
-// Ensures: empty when `v` is not drawn from trace inputs alone (a computed value, a constant, a
-// body value without an `outer` one); each returned value has no producer.
+// values (views of them, gathers and index_selects from them, cats, wheres and slice scatters of
+// such) and constants (a where's number, a full tensor scattered into) for which
+// `constant_allowed` holds, or which a where's guard keeps out of what it selects (where(ne(t,
+// -100), t, 0): t's -100s are never selected). What lets an index the program computes from a
+// caller's tensor be checked before the program runs (or a CUDA graph's replay), on that
+// tensor, instead of being read back in the middle of the program (BERT's token type ids: a
+// gather from a buffer; a language model's labels, padded with -100, shifted and masked). The
+// check is sufficient, not exact: a value of the input that `v` does not select may be out of
+// range where `v` is not.
+// Ensures: empty when `v` is not drawn from trace inputs and allowed constants alone (a computed
+// value, a constant not allowed, a body value without an `outer` one); each returned value has
+// no producer.
 std::vector<const Value*> drawn_from(const Value* v,
+                                     const std::function<bool(int64_t)>& constant_allowed = {},
                                      const std::function<const Value*(const Value*)>& outer = {});
 
 }  // namespace kiln

@@ -137,7 +137,9 @@ IndexCheck KernelEmitter::index_check(const Node& node, const Value* index, int6
     not_lowered(node.op->name +
                 ": an index computed in the same region (it must be checked first)");
   IndexCheck check{static_cast<int>(in->second), size, dim, where, negative, std::nullopt, {}};
-  check.drawn_from = drawn_from(step_.inputs.at(in->second));
+  const int64_t lowest = negative ? -size : 0;
+  check.drawn_from =
+      drawn_from(step_.inputs.at(in->second), [&](int64_t c) { return c >= lowest && c < size; });
   if (views.empty()) return check;
   const Geometry whole = contiguous_geometry(checked->tensor_type().shape);
   Geometry g = whole;

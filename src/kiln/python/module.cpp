@@ -384,6 +384,8 @@ NB_MODULE(_C, m) {
         d["view_steps"] = s.view_steps;
         d["writebacks_in_kernel"] = s.writebacks_in_kernel;
         d["writebacks_copied"] = s.writebacks_copied;
+        d["index_checks_first"] = s.index_checks_first;
+        d["index_checks_at_steps"] = s.index_checks_at_steps;
         d["layout_copies"] = s.layout_copies;
         d["layout_copy_bytes"] = s.layout_copy_bytes;
         d["aligned_products"] = s.aligned_products;

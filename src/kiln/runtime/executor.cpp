@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "kiln/runtime/cpu/cpu_kernels.h"
 #include "kiln/runtime/cuda/cublas.h"
@@ -114,20 +115,6 @@ std::vector<RtValue> run_view_step(const Step& step, const std::vector<RtValue>&
   return interpret(step.body, inputs);
 }
 
-// Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
-// an index out of range is an error that leaves every tensor as it was before the step. While a
-// call is captured the capture makes the checks before each replay.
-void check_indices(const codegen::Kernel& kernel, const std::vector<RtValue>& inputs,
-                   ExecutionCapture* capture) {
-  for (const codegen::IndexCheck& c : kernel.index_checks) {
-    const TensorHandle& t = std::get<TensorHandle>(inputs.at(static_cast<size_t>(c.input)));
-    if (capture)
-      capture->defer_index_check(c, t);
-    else
-      check_index_values(c, *t);
-  }
-}
-
 // A returned view read as the dtype its binding names (view_dtype), else as its storage's.
 TensorHandle as_dtype(const TensorHandle& view, const std::optional<DType>& dtype) {
   return dtype ? reinterpret_as(*view, *dtype) : view;
@@ -205,6 +192,9 @@ class ProgramRun {
   void write_back(const Value* target, const RtValue& value,
                   const std::vector<Step::Window>& window = {});
 
+  // Index checks decided before the first step (check_drawn_indices) and at a kernel's step.
+  void check_drawn_indices();
+  void check_indices(size_t s, const codegen::Kernel& kernel, const std::vector<RtValue>& inputs);
   void run_step(size_t s);
   const codegen::Kernel* kernel_of(size_t s) const;
   // The step's compiled kernel, storing the writebacks it can into the caller's memory
@@ -233,6 +223,7 @@ class ProgramRun {
   std::set<const Storage*> caller_storages_;
   std::shared_ptr<const PreparedKernels> prepared_;
   std::map<const Value*, RtValue> env_;
+  std::set<std::pair<size_t, size_t>> checked_first_;  // (step, its kernel's check) decided
 };
 
 ProgramRun::ProgramRun(const CompiledProgram& program, const std::vector<RtValue>& args,
@@ -377,8 +368,69 @@ void ProgramRun::run_whole_trace() {
 // place_writebacks must rule out. A fusion step runs as its compiled kernel when it has one
 // (cpu_kernels.h, cuda_kernels.h), else through PyTorch or in the interpreter.
 void ProgramRun::run_plan() {
+  check_drawn_indices();
   for (size_t s = 0; s < program_.plan.steps.size(); ++s)
     run_step(s);
+}
+
+// An index the program draws from its inputs (IndexCheck::drawn_from: token ids, a language
+// model's labels masked where they are ignored) is in range when every element of those inputs
+// is: one read of each before the first step decides its kernels' checks, instead of a read at
+// each such kernel (on CUDA a synchronization in the middle of the program, which leaves the
+// device idle until the host has queued the next kernels). Where an input holds a value out of
+// range (one the index may never select), the check stays with its kernel, exact. A capture
+// defers every check to the replay instead. Inputs past kMostElementsReadFirst elements are left
+// to the kernels, which read only the index (a large table a few positions are drawn from would
+// cost more to copy to the host than the synchronization it saves).
+void ProgramRun::check_drawn_indices() {
+  constexpr int64_t kMostElementsReadFirst = int64_t{1} << 16;  // 512 KiB of int64 ids
+  if (options_.capture) return;
+  std::map<std::tuple<const Value*, int64_t, bool>, bool> in_range;  // (input, size, negative)
+  for (size_t s = 0; s < program_.plan.steps.size(); ++s) {
+    const codegen::Kernel* kernel = kernel_of(s);
+    if (!kernel) continue;
+    for (size_t k = 0; k < kernel->index_checks.size(); ++k) {
+      const codegen::IndexCheck& c = kernel->index_checks[k];
+      if (c.drawn_from.empty()) continue;
+      bool all = true;
+      for (const Value* source : c.drawn_from) {
+        auto key = std::make_tuple(source, c.size, c.negative);
+        auto it = in_range.find(key);
+        if (it == in_range.end()) {
+          const auto* t = std::get_if<TensorHandle>(&env_.at(source));
+          bool ok = t && (*t)->numel() <= kMostElementsReadFirst;
+          if (ok) {
+            codegen::IndexCheck whole = c;
+            whole.view.reset();
+            ok = !first_index_out_of_range(whole, **t);
+          }
+          it = in_range.emplace(key, ok).first;
+        }
+        all = all && it->second;
+      }
+      if (!all) continue;
+      checked_first_.insert({s, k});
+      ++stats_->index_checks_first;
+    }
+  }
+}
+
+// Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
+// an index out of range is an error that leaves every tensor as it was before the step. While a
+// call is captured the capture makes the checks before each replay.
+void ProgramRun::check_indices(size_t s, const codegen::Kernel& kernel,
+                               const std::vector<RtValue>& inputs) {
+  for (size_t k = 0; k < kernel.index_checks.size(); ++k) {
+    if (checked_first_.contains({s, k})) continue;
+    const codegen::IndexCheck& c = kernel.index_checks[k];
+    const TensorHandle& t = std::get<TensorHandle>(inputs.at(static_cast<size_t>(c.input)));
+    if (options_.capture) {
+      options_.capture->defer_index_check(c, t);
+    } else {
+      check_index_values(c, *t);
+      ++stats_->index_checks_at_steps;
+    }
+  }
 }
 
 void ProgramRun::run_step(size_t s) {
@@ -429,7 +481,7 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
   const codegen::Kernel* kernel = kernel_of(s);
   if (!kernel) return false;
   const Step& step = program_.plan.steps[s];
-  check_indices(*kernel, inputs, options_.capture);
+  check_indices(s, *kernel, inputs);
   std::vector<TensorHandle> buffers(step.outputs.size());
   std::vector<bool> in_caller(step.outputs.size(), false);
   for (const Step::Writeback& wb : step.writebacks) {

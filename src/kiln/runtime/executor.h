@@ -37,6 +37,10 @@ struct ExecutionStats {
   int view_steps = 0;            // steps that only view their inputs: no data moves (metadata)
   int writebacks_in_kernel = 0;  // stored by a kernel straight into the caller's memory
   int writebacks_copied = 0;     // copied into the caller's memory after their step
+  // Kernels' index checks (codegen::IndexCheck): decided before the first step from the inputs
+  // the indices are drawn from, or made at their step (on CUDA each of those synchronizes).
+  int index_checks_first = 0;
+  int index_checks_at_steps = 0;
   // Copies the executor makes besides writebacks: a synthetic base's storage extent (read by the
   // trace), a result that lives in the caller's memory (detached from later writebacks), a
   // result laid out otherwise than eager lays it out (materialized), and their bytes.
