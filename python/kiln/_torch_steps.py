@@ -102,8 +102,8 @@ def torch_function(op: str) -> Callable:
     return fn
 
 
-def run_node(op: str, args: list, kwargs: dict) -> Any:
-    if op in _INDEX_OPS and args[0].is_cuda:
+def run_node(op: str, args: list, kwargs: dict, indices_checked: bool = False) -> Any:
+    if op in _INDEX_OPS and args[0].is_cuda and not indices_checked:
         # PyTorch's CUDA kernels device-assert on an index out of range: check it first.
         from ._lowering_index import INDEX_CHECKS
 

@@ -201,6 +201,22 @@ def test_index_select_and_embedding():
     check_gradients(lambda x, i: (x.index_select(0, i) * 2, F.embedding(i, x)), _index_args((4, 3)))
 
 
+def test_an_embeddings_gradient_run_by_pytorch_has_its_indices_checked_first():
+    # 40 positions: the gradient's index_add runs as PyTorch's op (a kernel scans at most 16 per
+    # element). Its indices, the saved token ids and positions, are inputs of the backward
+    # program: read once before its first step (on CUDA no synchronization before each op).
+    def f(w, t):
+        pos = torch.arange(t.shape[1], device=t.device)
+        return (F.embedding(t, w) + F.embedding(pos, w)).square().sum(-1)
+
+    def make():
+        return [leaves((50, 8))()[0], (torch.arange(40) * 7 % 50).reshape(2, 20).to(torch.get_default_device())]
+
+    jitted = check_gradients(f, make)
+    backward = kiln.last_stats(jitted)["backward"]
+    assert backward["torch_steps"] == 1 and backward["index_checks_first"] == 2
+
+
 def test_gather():
     def f(x, i):
         return x.gather(0, i.view(3, 1).expand(3, 2)) * 2

@@ -202,10 +202,8 @@ struct DrawnWalk {
     if (depth > kMaxDepth || !v->is_tensor()) return false;
     const Node* p = v->producer();
     if (!p) {
-      if (outer) {
+      if (outer)
         if (const Value* from = outer(v)) return collect(from, depth + 1, excluded);
-        return false;
-      }
       if (std::find(sources.begin(), sources.end(), v) == sources.end()) sources.push_back(v);
       return true;
     }

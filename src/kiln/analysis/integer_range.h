@@ -38,9 +38,10 @@ std::optional<IntegerRange> integer_range(
 // gather from a buffer; a language model's labels, padded with -100, shifted and masked). The
 // check is sufficient, not exact: a value of the input that `v` does not select may be out of
 // range where `v` is not.
+// `outer`: as integer_range's (a step body's input: the step's input in the functional trace);
+// a value without a producer and without an `outer` value is a trace input.
 // Ensures: empty when `v` is not drawn from trace inputs and allowed constants alone (a computed
-// value, a constant not allowed, a body value without an `outer` one); each returned value has
-// no producer.
+// value, a constant not allowed); each returned value has no producer and no `outer` value.
 std::vector<const Value*> drawn_from(const Value* v,
                                      const std::function<bool(int64_t)>& constant_allowed = {},
                                      const std::function<const Value*(const Value*)>& outer = {});

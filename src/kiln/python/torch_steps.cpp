@@ -100,7 +100,8 @@ std::optional<std::vector<RtValue>> run_matrix_product(const Trace& body,
 
 }  // namespace
 
-std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs) {
+std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs,
+                                         bool indices_checked) {
   if (std::optional<std::vector<RtValue>> product = run_matrix_product(body, inputs))
     return *product;
   nb::gil_scoped_acquire gil;
@@ -141,7 +142,7 @@ std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<Rt
       else
         args.append(value);
     }
-    nb::object out = run_node(node->op->name, args, kwargs);
+    nb::object out = run_node(node->op->name, args, kwargs, indices_checked);
     if (node->outputs.size() == 1) {
       env[node->outputs[0]] = out;
     } else {

@@ -18,7 +18,10 @@ namespace kiln::pyext {
 // (eager_calls.h).
 int register_eager(nanobind::callable callable, std::string capture_refusal);
 
-// A fusion step without a kernel, run by PyTorch on the device (the executor's StepRunner).
-std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs);
+// A fusion step without a kernel, run by PyTorch on the device (the executor's StepRunner). On
+// CUDA each index op checks its index first (PyTorch's kernels would device-assert) unless
+// `indices_checked`.
+std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs,
+                                         bool indices_checked);
 
 }  // namespace kiln::pyext

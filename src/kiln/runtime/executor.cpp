@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "kiln/analysis/integer_range.h"
 #include "kiln/runtime/cpu/cpu_kernels.h"
 #include "kiln/runtime/cuda/cublas.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
@@ -202,7 +203,7 @@ class ProgramRun {
   bool run_kernel(size_t s, const std::vector<RtValue>& inputs, std::set<const Value*>& stored);
   void run_eager(const Step& step, std::vector<RtValue>& inputs);
   // A step without a kernel: PyTorch's ops (the step runner) or the interpreter.
-  void run_without_kernel(const Step& step, std::vector<RtValue>& inputs);
+  void run_without_kernel(size_t s, std::vector<RtValue>& inputs);
 
   // The trace's outputs, two of them never one fresh tensor.
   std::vector<RtValue> output_values();
@@ -224,6 +225,11 @@ class ProgramRun {
   std::shared_ptr<const PreparedKernels> prepared_;
   std::map<const Value*, RtValue> env_;
   std::set<std::pair<size_t, size_t>> checked_first_;  // (step, its kernel's check) decided
+  std::set<size_t> torch_indices_checked_;  // steps without a kernel whose indices are known
+  // Whether every element of each input is in [negative ? -size : 0, size), read once a call.
+  std::map<std::tuple<const Value*, int64_t, bool>, bool> drawn_in_range_;
+  bool drawn_in_range(const std::vector<const Value*>& sources, int64_t size, bool negative);
+  bool indices_in_range(const Step& step);
 };
 
 ProgramRun::ProgramRun(const CompiledProgram& program, const std::vector<RtValue>& args,
@@ -375,44 +381,92 @@ void ProgramRun::run_plan() {
 
 // An index the program draws from its inputs (IndexCheck::drawn_from: token ids, a language
 // model's labels masked where they are ignored) is in range when every element of those inputs
-// is: one read of each before the first step decides its kernels' checks, instead of a read at
-// each such kernel (on CUDA a synchronization in the middle of the program, which leaves the
-// device idle until the host has queued the next kernels). Where an input holds a value out of
-// range (one the index may never select), the check stays with its kernel, exact. A capture
-// defers every check to the replay instead. Inputs past kMostElementsReadFirst elements are left
-// to the kernels, which read only the index (a large table a few positions are drawn from would
-// cost more to copy to the host than the synchronization it saves).
+// is: one read of each before the first step decides its kernels' checks, and those of the index
+// ops PyTorch runs in steps without a kernel, instead of a read at each (on CUDA a
+// synchronization in the middle of the program, which leaves the device idle until the host has
+// queued the next kernels). Where an input holds a value out of range (one the index may never
+// select), the check stays with its step, exact. A capture defers every check to the replay
+// instead. Inputs past kMostElementsReadFirst elements are left to the steps, which read only the
+// index (a large table a few positions are drawn from would cost more to copy to the host than
+// the synchronization it saves).
 void ProgramRun::check_drawn_indices() {
-  constexpr int64_t kMostElementsReadFirst = int64_t{1} << 16;  // 512 KiB of int64 ids
   if (options_.capture) return;
-  std::map<std::tuple<const Value*, int64_t, bool>, bool> in_range;  // (input, size, negative)
   for (size_t s = 0; s < program_.plan.steps.size(); ++s) {
+    const Step& step = program_.plan.steps[s];
     const codegen::Kernel* kernel = kernel_of(s);
-    if (!kernel) continue;
+    if (!kernel) {
+      if (step.kind == Step::Kind::kFusion && options_.step_runner && indices_in_range(step))
+        torch_indices_checked_.insert(s);
+      continue;
+    }
     for (size_t k = 0; k < kernel->index_checks.size(); ++k) {
       const codegen::IndexCheck& c = kernel->index_checks[k];
-      if (c.drawn_from.empty()) continue;
-      bool all = true;
-      for (const Value* source : c.drawn_from) {
-        auto key = std::make_tuple(source, c.size, c.negative);
-        auto it = in_range.find(key);
-        if (it == in_range.end()) {
-          const auto* t = std::get_if<TensorHandle>(&env_.at(source));
-          bool ok = t && (*t)->numel() <= kMostElementsReadFirst;
-          if (ok) {
-            codegen::IndexCheck whole = c;
-            whole.view.reset();
-            ok = !first_index_out_of_range(whole, **t);
-          }
-          it = in_range.emplace(key, ok).first;
-        }
-        all = all && it->second;
-      }
-      if (!all) continue;
+      if (c.drawn_from.empty() || !drawn_in_range(c.drawn_from, c.size, c.negative)) continue;
       checked_first_.insert({s, k});
       ++stats_->index_checks_first;
     }
   }
+}
+
+bool ProgramRun::drawn_in_range(const std::vector<const Value*>& sources, int64_t size,
+                                bool negative) {
+  constexpr int64_t kMostElementsReadFirst = int64_t{1} << 16;  // 512 KiB of int64 ids
+  bool all = true;
+  for (const Value* source : sources) {
+    auto key = std::make_tuple(source, size, negative);
+    auto it = drawn_in_range_.find(key);
+    if (it == drawn_in_range_.end()) {
+      const auto* t = std::get_if<TensorHandle>(&env_.at(source));
+      bool ok = t && (*t)->numel() <= kMostElementsReadFirst;
+      if (ok) {
+        codegen::IndexCheck whole;
+        whole.size = size;
+        whole.negative = negative;
+        ok = !first_index_out_of_range(whole, **t);
+      }
+      it = drawn_in_range_.emplace(key, ok).first;
+    }
+    all = all && it->second;
+  }
+  return all;
+}
+
+// A step PyTorch runs op by op (an index write with more positions than a kernel scans: an
+// embedding's gradient) checks each index on the host before its op (a synchronization on CUDA)
+// unless every index is known in range here: by how the program computes it (integer_range: a
+// position arange) or by the inputs it is drawn from.
+bool ProgramRun::indices_in_range(const Step& step) {
+  const Trace& body = step.body;
+  auto outer = [&](const Value* v) -> const Value* {
+    for (size_t i = 0; i < body.inputs().size(); ++i)
+      if (body.inputs()[i] == v) return step.inputs.at(i);
+    return nullptr;
+  };
+  int checks = 0;
+  for (const auto& n : body.nodes()) {
+    if (n->op->kind != OpKind::kIndex || n->id() == OpId::kWrapIndex) continue;
+    const TensorType& self = n->input(0)->tensor_type();
+    const int64_t size =
+        self.rank() == 0
+            ? 1
+            : self.shape[static_cast<size_t>(wrap_dim(n->arg(1).as_int(), self.rank()))];
+    const Value* index = n->input(2);
+    bool negative = false;  // through a wrap_index by the size indexed
+    if (const Node* p = index->producer();
+        p && p->id() == OpId::kWrapIndex && p->arg(1).as_int() == size) {
+      negative = true;
+      index = p->input(0);
+    }
+    const int64_t lowest = negative ? -size : 0;
+    std::optional<IntegerRange> known = integer_range(index, outer);
+    if (known && known->lo >= lowest && known->hi < size) continue;
+    std::vector<const Value*> sources = drawn_from(
+        index, [&](int64_t c) { return c >= lowest && c < size; }, outer);
+    if (sources.empty() || !drawn_in_range(sources, size, negative)) return false;
+    ++checks;
+  }
+  stats_->index_checks_first += checks;
+  return true;
 }
 
 // Kernel::index_checks: every index a kernel uses is inside its dim before the kernel runs, so
@@ -457,7 +511,7 @@ void ProgramRun::run_step(size_t s) {
         env_[step.outputs[k]] = detach(outs[k]);
       ++stats_->view_steps;
     } else {
-      run_without_kernel(step, inputs);
+      run_without_kernel(s, inputs);
     }
   }
   for (const Step::Writeback& wb : step.writebacks) {
@@ -549,13 +603,15 @@ void ProgramRun::run_eager(const Step& step, std::vector<RtValue>& inputs) {
   }
 }
 
-void ProgramRun::run_without_kernel(const Step& step, std::vector<RtValue>& inputs) {
+void ProgramRun::run_without_kernel(size_t s, std::vector<RtValue>& inputs) {
+  const Step& step = program_.plan.steps[s];
   if (options_.capture) options_.capture->refuse("a step without a kernel");
   // PyTorch's ops or the interpreter: both read eager's layouts.
   with_eager_layouts(step, prepared_->any_layout, memory_, inputs);
   if (options_.step_runner) {
     ++stats_->torch_steps;
-    std::vector<RtValue> outs = (*options_.step_runner)(step.body, inputs);
+    std::vector<RtValue> outs =
+        (*options_.step_runner)(step.body, inputs, torch_indices_checked_.contains(s));
     for (size_t k = 0; k < outs.size(); ++k)
       env_[step.outputs[k]] = outs[k];
   } else {

@@ -88,9 +88,10 @@ using EagerCaptureJoin = std::function<std::unique_ptr<EagerCapturePool>(void* s
 
 // Runs a step that has no kernel op by op where its tensors are (the Python front end: through
 // PyTorch, on the device), instead of kiln's reference interpreter, which on CUDA works on host
-// copies. Returns the step body's outputs.
-using StepRunner =
-    std::function<std::vector<RtValue>(const Trace& body, const std::vector<RtValue>& inputs)>;
+// copies. Returns the step body's outputs. `indices_checked`: the executor knows every index of
+// the body's index ops in range (the runner need not read them back to check them).
+using StepRunner = std::function<std::vector<RtValue>(
+    const Trace& body, const std::vector<RtValue>& inputs, bool indices_checked)>;
 
 struct ExecuteOptions {
   Allocator* allocator = nullptr;  // null: kiln's own memory
