@@ -84,13 +84,31 @@ Value* zero_where_not(GradContext& c, Value* mask, Value* g) {
   return call(c, OpId::kWhere, {mask, g, 0.0});
 }
 
+// Eager's backward of these ops is one kernel (tanh_backward, sigmoid_backward, gelu_backward,
+// silu_backward) computing in float for half and bfloat16 and rounding once; the other ops'
+// formulas are composites of ops, each rounded.
+bool backward_in_opmath(OpId id) {
+  return id == OpId::kTanh || id == OpId::kSigmoid || id == OpId::kGelu || id == OpId::kSilu;
+}
+
 // d(op(a))/da as a factor of g, for the unary ops whose derivative is a function of a and y.
 void unary(GradContext& c, const Node& n, std::span<Value* const> grads) {
   Value* g = grads[0];
   Value* a0 = n.input(0);
   if (!g || !c.needs(a0)) return;
-  auto a = [&] { return c.forward(a0); };
-  auto y = [&] { return c.forward(n.outputs[0]); };
+  // As eager's: in float32 where eager's backward kernel computes in float (one rounding at the
+  // end, and no conversion between the formula's ops in a fused kernel).
+  // (Eager's CPU sigmoid_backward computes float16 in float16, its order kept below.)
+  const DType dtype = a0->tensor_type().dtype;
+  const bool cpu_half_sigmoid = n.id() == OpId::kSigmoid && dtype == DType::kFloat16 &&
+                                a0->tensor_type().device.kind == Device::Kind::kCpu;
+  const bool opmath = backward_in_opmath(n.id()) && !cpu_half_sigmoid &&
+                      (dtype == DType::kBFloat16 || dtype == DType::kFloat16) &&
+                      g->tensor_type().dtype == dtype;
+  auto widened = [&](Value* v) { return opmath ? grad::cast_to(c.b, v, DType::kFloat32) : v; };
+  if (opmath) g = widened(g);
+  auto a = [&] { return widened(c.forward(a0)); };
+  auto y = [&] { return widened(c.forward(n.outputs[0])); };
   constexpr double kLn2 = std::numbers::ln2;
   Value* r = nullptr;
   switch (n.id()) {
@@ -151,8 +169,8 @@ void unary(GradContext& c, const Node& n, std::span<Value* const> grads) {
     case OpId::kCosh:
       r = mul(c, g, call(c, OpId::kSinh, {a()}));
       break;
-    case OpId::kSigmoid:
-      r = mul(c, g, mul(c, y(), one_minus(c, y())));
+    case OpId::kSigmoid:  // (g * (1 - y)) * y, in eager's order
+      r = mul(c, mul(c, g, one_minus(c, y())), y());
       break;
     case OpId::kRelu:
       r = zero_where_not(c, call(c, OpId::kGt, {y(), 0.0}), g);
@@ -208,7 +226,7 @@ void unary(GradContext& c, const Node& n, std::span<Value* const> grads) {
     default:
       throw NoDerivative("kiln has no derivative rule for " + n.op->name);
   }
-  c.accumulate(a0, r);
+  c.accumulate(a0, opmath ? grad::cast_to(c.b, r, dtype) : r);
 }
 
 Value* value_of(const Operand& o) {
