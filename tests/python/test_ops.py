@@ -54,6 +54,8 @@ PROGRAMS += [
     ("gelu-tanh", lambda x: F.gelu(x, approximate="tanh"), lambda: [sv(2, 3)]),
     ("silu-inplace", lambda x: F.silu(x, inplace=True), lambda: [sv(2, 3)]),
     ("relu-inplace", lambda x: F.relu(x, inplace=True), lambda: [sv(2, 3)]),
+    # the sign of a zero relu keeps (-0 stays -0 in eager's clamp_min), NaN kept
+    ("relu-signed-zeros", lambda x: (torch.relu(x), F.relu(x * -1)), lambda: [torch.tensor([-0.0, 0.0, -1.5, float("nan"), 2.0])]),
     ("isnan-logical_not", lambda x: (x.isnan(), (x > 0).logical_not()), lambda: [sv(4)]),
     ("bitwise_not", lambda i, b: (~i, ~b), lambda: [ints(4), ints(4) > 0]),
     ("round-half", lambda x: torch.round(x), lambda: [sv(7)]),
