@@ -101,10 +101,20 @@ class FlowGraph {
 };
 
 // as_strided indexes its operand's storage, which a saved tensor need not lay out as eager's
-// (a padded product's result): it is saved, not recomputed.
+// (a padded product's result): it is saved, not recomputed. A tensor made from numbers alone (an
+// arange of positions, a full tensor) reads nothing: recomputing it is free, and an index the
+// backward draws from an arange is known in range there.
 bool is_recomputable(const Node& n) {
-  return n.outputs.size() == 1 && n.id() != OpId::kAsStrided &&
-         (n.op->kind == OpKind::kElementwise || n.op->kind == OpKind::kView);
+  if (n.outputs.size() != 1 || n.id() == OpId::kAsStrided) return false;
+  switch (n.id()) {
+    case OpId::kArange:
+    case OpId::kFull:
+    case OpId::kZeros:
+    case OpId::kOnes:
+      return true;
+    default:
+      return n.op->kind == OpKind::kElementwise || n.op->kind == OpKind::kView;
+  }
 }
 
 // The tensors opaque ops read, and through views the values those views are of.

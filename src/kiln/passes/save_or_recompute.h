@@ -20,8 +20,8 @@
 //
 // Requires: a functional trace; `needed`, the values the backward's rules read; `caller_has`, one
 // flag per trace input (empty: all).
-// Ensures: the returned values are recomputable (single-output elementwise ops and views other
-// than as_strided), and
+// Ensures: the returned values are recomputable (single-output elementwise ops, views other than
+// as_strided, and arange, full, zeros and ones, which read no tensor), and
 // each one's tensor operands are returned too or are saved by the cut; a needed value not
 // returned is saved. Tests: tests/lit/passes/differentiate*.trace, tests/python/test_autograd.py.
 #pragma once
