@@ -434,16 +434,18 @@ def test_indices_drawn_from_the_inputs_are_checked_before_the_first_step():
         jitted(ar(2, 5, 7), ar(10, 7), torch.tensor([[1, 6, 2, 9, 3], [5, 5, 4, 1, 2]]))
 
 
-def test_an_input_value_an_index_never_selects_leaves_its_check_at_the_kernel():
-    # -100 in the labels is masked out of the gather: the check of all the labels fails, the
-    # exact check at the kernel passes, and the result is eager's.
+def test_labels_ignored_by_the_loss_are_checked_before_the_first_step():
+    # A data collator pads labels with -100; where(ne(t, -100), t, 0) never selects them, so
+    # the read of the labels before the first step lets them pass. Another value out of range
+    # (-7 is not ignored) leaves the check at the kernel, which raises as eager does.
     def loss(logits, labels):
         return F.cross_entropy(logits, labels)
 
-    labels = torch.tensor([3, -100, 0, 6])
-    jitted = check_against_eager(loss, lambda: [ar(4, 7) / 10, labels.clone()])
+    jitted = check_against_eager(loss, lambda: [ar(4, 7) / 10, torch.tensor([3, -100, 0, 6])])
     stats = kiln.last_stats(jitted)
-    assert stats["index_checks_first"] == 0 and stats["index_checks_at_steps"] == 1
+    assert stats["index_checks_first"] == 1 and stats["index_checks_at_steps"] == 0
+    with pytest.raises((IndexError, RuntimeError), match=r"gather at .*test_index\.py:\d+ .*: index -7 is out of bounds"):
+        jitted(ar(4, 7), torch.tensor([3, -100, -7, 6]))
 
 
 def test_an_index_write_with_many_positions_runs_as_an_eager_step():

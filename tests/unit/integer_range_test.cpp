@@ -111,7 +111,12 @@ TEST(DrawnFrom, GathersSelectionsViewsAndJoinsOfInputs) {
   t7 = ltorch.where(c, t5, t6)  # t7: "cpu i64[7]"
   return {"output": (t7,)}
 )");
-  std::vector<const Value*> sources = drawn_from(t.outputs().at(0));
+  std::vector<DrawnInput> drawn = drawn_from(t.outputs().at(0));
+  std::vector<const Value*> sources;
+  for (const DrawnInput& d : drawn) {
+    sources.push_back(d.input);
+    EXPECT_TRUE(d.never_selected.empty());
+  }
   ASSERT_EQ(sources.size(), 2u);
   EXPECT_EQ(std::set<const Value*>(sources.begin(), sources.end()),
             (std::set<const Value*>{t.inputs()[0], t.inputs()[1]}));
@@ -185,7 +190,8 @@ constexpr const char* kMaskedLabels = R"(def f(tokens):
 TEST(DrawnFrom, ConstantsInRangeAndValuesAWhereKeepsOut) {
   auto in_range = [](int64_t c) { return c >= 0 && c < 10; };
   Trace t = parse_trace(kMaskedLabels);
-  EXPECT_EQ(drawn_from(t.outputs().at(0), in_range), std::vector<const Value*>{t.inputs()[0]});
+  const std::vector<DrawnInput> want{{t.inputs()[0], {-100}}};
+  EXPECT_EQ(drawn_from(t.outputs().at(0), in_range), want);
   EXPECT_TRUE(drawn_from(t.outputs().at(0)).empty()) << "0 is allowed only when in range";
   // Every element the interpreter computes is a token or 0.
   std::mt19937 gen(5);
@@ -203,6 +209,20 @@ TEST(DrawnFrom, ConstantsInRangeAndValuesAWhereKeepsOut) {
   auto none = [&](const char* text) {
     return drawn_from(parse_trace(text).outputs().at(0), in_range).empty();
   };
+  // Labels that hold -100 themselves (a data collator's padding): never selected either; an
+  // input also reached on a path without the guard keeps nothing out.
+  Trace labels = parse_trace(R"(def f(labels, c):
+  # labels: "cpu i64[8]"
+  # c: "cpu bool[8]"
+  t0 = ltorch.ne(labels, -100)  # t0: "cpu bool[8]"
+  t1 = ltorch.where(t0, labels, 0)  # t1: "cpu i64[8]"
+  t2 = ltorch.where(c, t1, labels)  # t2: "cpu i64[8]"
+  return {"output": (t1, t2)}
+)");
+  const std::vector<DrawnInput> guarded{{labels.inputs()[0], {-100}}};
+  const std::vector<DrawnInput> unguarded{{labels.inputs()[0], {}}};
+  EXPECT_EQ(drawn_from(labels.outputs().at(0), in_range), guarded);
+  EXPECT_EQ(drawn_from(labels.outputs().at(1), in_range), unguarded);
   // The guard the other way round selects the -100s.
   EXPECT_TRUE(none(R"(def f(tokens):
   # tokens: "cpu i64[2, 4]"

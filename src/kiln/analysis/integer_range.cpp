@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <set>
 
 #include "kiln/ir/op.h"
@@ -171,7 +172,7 @@ class RangeOf {
 struct DrawnWalk {
   const std::function<bool(int64_t)>& constant_allowed;
   const std::function<const Value*(const Value*)>& outer;
-  std::vector<const Value*> sources;
+  std::vector<DrawnInput> sources;
 
   // A number taken as an element of dtype `d`: an int64 one, which `d` holds as it is (an int32
   // index's elements are int32).
@@ -204,7 +205,18 @@ struct DrawnWalk {
     if (!p) {
       if (outer)
         if (const Value* from = outer(v)) return collect(from, depth + 1, excluded);
-      if (std::find(sources.begin(), sources.end(), v) == sources.end()) sources.push_back(v);
+      // An input reached on several paths keeps out only what every path keeps out.
+      std::vector<int64_t> kept_out(excluded.begin(), excluded.end());
+      auto seen = std::find_if(sources.begin(), sources.end(),
+                               [&](const DrawnInput& d) { return d.input == v; });
+      if (seen == sources.end()) {
+        sources.push_back({v, std::move(kept_out)});
+      } else {
+        std::vector<int64_t> both;
+        std::set_intersection(seen->never_selected.begin(), seen->never_selected.end(),
+                              kept_out.begin(), kept_out.end(), std::back_inserter(both));
+        seen->never_selected = std::move(both);
+      }
       return true;
     }
     auto same_dtype = [&](const Value* in) {
@@ -255,9 +267,9 @@ struct DrawnWalk {
 
 }  // namespace
 
-std::vector<const Value*> drawn_from(const Value* v,
-                                     const std::function<bool(int64_t)>& constant_allowed,
-                                     const std::function<const Value*(const Value*)>& outer) {
+std::vector<DrawnInput> drawn_from(const Value* v,
+                                   const std::function<bool(int64_t)>& constant_allowed,
+                                   const std::function<const Value*(const Value*)>& outer) {
   DrawnWalk walk{constant_allowed, outer, {}};
   if (!walk.collect(v, 0, {})) return {};
   return walk.sources;

@@ -42,8 +42,15 @@ std::optional<IntegerRange> integer_range(
 // a value without a producer and without an `outer` value is a trace input.
 // Ensures: empty when `v` is not drawn from trace inputs and allowed constants alone (a computed
 // value, a constant not allowed); each returned value has no producer and no `outer` value.
-std::vector<const Value*> drawn_from(const Value* v,
-                                     const std::function<bool(int64_t)>& constant_allowed = {},
-                                     const std::function<const Value*(const Value*)>& outer = {});
+// An input `v` is drawn from, and the values of it `v` never selects (a where's guard keeps them
+// out on every path from the input: a loss's labels' -100s), which may be out of range.
+struct DrawnInput {
+  const Value* input = nullptr;
+  std::vector<int64_t> never_selected;  // ascending
+  bool operator==(const DrawnInput&) const = default;
+};
+std::vector<DrawnInput> drawn_from(const Value* v,
+                                   const std::function<bool(int64_t)>& constant_allowed = {},
+                                   const std::function<const Value*(const Value*)>& outer = {});
 
 }  // namespace kiln

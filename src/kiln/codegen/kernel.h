@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "kiln/analysis/geometry.h"
+#include "kiln/analysis/integer_range.h"
 #include "kiln/passes/plan.h"
 
 namespace kiln::codegen {
@@ -149,7 +150,10 @@ struct IndexCheck {
   // drawn_from), when the index is computed from them: checking all of their elements before
   // the program runs suffices (a CUDA graph's replay does; where that check fails the program
   // runs without the graph and this check decides). Empty: none known.
-  std::vector<const Value*> drawn_from;
+  std::vector<DrawnInput> drawn_from;
+  // Values the check lets pass as never selected (a check of a whole drawn input: its
+  // DrawnInput::never_selected).
+  std::vector<int64_t> never_selected;
 };
 
 struct Kernel {

@@ -150,7 +150,9 @@ std::optional<int64_t> first_index_out_of_range(const codegen::IndexCheck& c, co
   if (c.view) positions = element_indices(c.view->sizes, c.view->strides, c.view->offset);
   for (size_t k = 0; k < (c.view ? positions.size() : values.size()); ++k) {
     int64_t v = values.at(c.view ? static_cast<size_t>(positions[k]) : k);
-    if (v < (c.negative ? -c.size : 0) || v >= c.size) return v;
+    if ((v < (c.negative ? -c.size : 0) || v >= c.size) &&
+        !std::binary_search(c.never_selected.begin(), c.never_selected.end(), v))
+      return v;
   }
   return std::nullopt;
 }
@@ -227,8 +229,9 @@ class ProgramRun {
   std::set<std::pair<size_t, size_t>> checked_first_;  // (step, its kernel's check) decided
   std::set<size_t> torch_indices_checked_;  // steps without a kernel whose indices are known
   // Whether every element of each input is in [negative ? -size : 0, size), read once a call.
-  std::map<std::tuple<const Value*, int64_t, bool>, bool> drawn_in_range_;
-  bool drawn_in_range(const std::vector<const Value*>& sources, int64_t size, bool negative);
+  // (input, values it never selects, size, negative)
+  std::map<std::tuple<const Value*, std::vector<int64_t>, int64_t, bool>, bool> drawn_in_range_;
+  bool drawn_in_range(const std::vector<DrawnInput>& sources, int64_t size, bool negative);
   bool indices_in_range(const Step& step);
 };
 
@@ -408,20 +411,21 @@ void ProgramRun::check_drawn_indices() {
   }
 }
 
-bool ProgramRun::drawn_in_range(const std::vector<const Value*>& sources, int64_t size,
+bool ProgramRun::drawn_in_range(const std::vector<DrawnInput>& sources, int64_t size,
                                 bool negative) {
   constexpr int64_t kMostElementsReadFirst = int64_t{1} << 16;  // 512 KiB of int64 ids
   bool all = true;
-  for (const Value* source : sources) {
-    auto key = std::make_tuple(source, size, negative);
+  for (const DrawnInput& source : sources) {
+    auto key = std::make_tuple(source.input, source.never_selected, size, negative);
     auto it = drawn_in_range_.find(key);
     if (it == drawn_in_range_.end()) {
-      const auto* t = std::get_if<TensorHandle>(&env_.at(source));
+      const auto* t = std::get_if<TensorHandle>(&env_.at(source.input));
       bool ok = t && (*t)->numel() <= kMostElementsReadFirst;
       if (ok) {
         codegen::IndexCheck whole;
         whole.size = size;
         whole.negative = negative;
+        whole.never_selected = source.never_selected;
         ok = !first_index_out_of_range(whole, **t);
       }
       it = drawn_in_range_.emplace(key, ok).first;
@@ -460,7 +464,7 @@ bool ProgramRun::indices_in_range(const Step& step) {
     const int64_t lowest = negative ? -size : 0;
     std::optional<IntegerRange> known = integer_range(index, outer);
     if (known && known->lo >= lowest && known->hi < size) continue;
-    std::vector<const Value*> sources = drawn_from(
+    std::vector<DrawnInput> sources = drawn_from(
         index, [&](int64_t c) { return c >= lowest && c < size; }, outer);
     if (sources.empty() || !drawn_in_range(sources, size, negative)) return false;
     ++checks;

@@ -224,8 +224,8 @@ class Recorder : public ExecutionCapture {
     }
     if (check.drawn_from.empty()) refuse("an index the program computes");
     // Computed from caller's tensors: all of their elements are checked instead.
-    for (const Value* source : check.drawn_from) {
-      auto it = argument_of_.find(source);
+    for (const DrawnInput& source : check.drawn_from) {
+      auto it = argument_of_.find(source.input);
       if (it == argument_of_.end()) refuse("an index the program computes from aliased arguments");
       const auto j = static_cast<size_t>(it->second);
       if (written_[j]) refuse("an index drawn from memory the program writes");
@@ -233,6 +233,7 @@ class Recorder : public ExecutionCapture {
       codegen::IndexCheck whole = check;
       whole.view.reset();
       whole.drawn_from.clear();
+      whole.never_selected = source.never_selected;
       add(GraphReplay::Captured::Check{std::move(whole), it->second, a.sizes, a.strides,
                                        c_.caller_offset(it->second, a.offset), true});
     }
@@ -261,7 +262,7 @@ class Recorder : public ExecutionCapture {
       if (seen.arg == k.arg && seen.sizes == k.sizes && seen.strides == k.strides &&
           seen.offset == k.offset && seen.check.size == k.check.size &&
           seen.check.negative == k.check.negative && seen.check.view == k.check.view &&
-          seen.sufficient == k.sufficient)
+          seen.check.never_selected == k.check.never_selected && seen.sufficient == k.sufficient)
         return;
     c_.checks.push_back(std::move(k));
   }
