@@ -146,7 +146,9 @@ std::vector<Value*> decompose_setitem(Builder& b, const Node& n) {
       b.call(OpId::kCopy_, {view, v}, {}, n.loc);
       return {};
     }
-    if (vt.rank() == 0 && vt.device.kind == Device::Kind::kCpu) {
+    // (A host value written into device memory is copied: no overlap to check across devices.)
+    if (vt.rank() == 0 && vt.device.kind == Device::Kind::kCpu &&
+        view->tensor_type().device.kind == Device::Kind::kCpu) {
       b.call(OpId::kFill_, {view, v}, {}, n.loc);
       return {};
     }
