@@ -105,6 +105,19 @@ std::vector<int64_t> zeros(size_t r) {
 
 // Through one view backwards: the index of the view's input read for its output index `out`.
 // nullopt when not affine (reshape-like ops are handled by the caller).
+// An operand of shape `to`, broadcast to a value read at `at` (over r variables): its own index.
+AffineIndex broadcast_index(const AffineIndex& at, const Shape& to, size_t r) {
+  AffineIndex b;
+  b.scale = at.scale;
+  size_t lead = at.rank() - to.size();
+  for (size_t d = 0; d < to.size(); ++d) {
+    bool broadcast = to[d] == 1;
+    b.coef.push_back(broadcast ? zeros(r) : at.coef[d + lead]);
+    b.constant.push_back(broadcast ? 0 : at.constant[d + lead]);
+  }
+  return b;
+}
+
 std::optional<AffineIndex> view_input(const Node& n, size_t output, const AffineIndex& out,
                                       size_t r) {
   const Shape& in_shape = n.input(0)->tensor_type().shape;
@@ -159,16 +172,8 @@ std::optional<AffineIndex> view_input(const Node& n, size_t output, const Affine
       std::reverse(in.coef.begin(), in.coef.end());
       std::reverse(in.constant.begin(), in.constant.end());
       return in;
-    case OpId::kExpand: {
-      in.scale = out.scale;
-      size_t lead = out.rank() - in_shape.size();
-      for (size_t k = 0; k < in_shape.size(); ++k) {
-        bool broadcast = in_shape[k] == 1;
-        in.coef.push_back(broadcast ? zeros(r) : out.coef[k + lead]);
-        in.constant.push_back(broadcast ? 0 : out.constant[k + lead]);
-      }
-      return in;
-    }
+    case OpId::kExpand:
+      return broadcast_index(out, in_shape, r);
     case OpId::kUnsqueeze: {
       size_t dim = static_cast<size_t>(wrap_dim(n.arg(1).as_int(), rank + 1));
       in = out;
@@ -377,15 +382,7 @@ class LoadTracer {
 
   // An operand of shape `to`, broadcast to the op's output and read at `at`.
   AffineIndex broadcast(const AffineIndex& at, const Shape& to) const {
-    AffineIndex b;
-    b.scale = at.scale;
-    size_t lead = at.rank() - to.size();
-    for (size_t d = 0; d < to.size(); ++d) {
-      bool broadcast = to[d] == 1;
-      b.coef.push_back(broadcast ? zeros(r_) : at.coef[d + lead]);
-      b.constant.push_back(broadcast ? 0 : at.constant[d + lead]);
-    }
-    return b;
+    return broadcast_index(at, to, r_);
   }
 
   static std::string key_of(const AffineIndex& a) {

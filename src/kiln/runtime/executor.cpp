@@ -9,7 +9,6 @@
 #include <set>
 #include <tuple>
 
-#include "kiln/analysis/integer_range.h"
 #include "kiln/runtime/cpu/cpu_kernels.h"
 #include "kiln/runtime/cuda/cublas.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
@@ -232,7 +231,7 @@ class ProgramRun {
   // (input, values it never selects, size, negative)
   std::map<std::tuple<const Value*, std::vector<int64_t>, int64_t, bool>, bool> drawn_in_range_;
   bool drawn_in_range(const std::vector<DrawnInput>& sources, int64_t size, bool negative);
-  bool indices_in_range(const Step& step);
+  bool indices_in_range(size_t s);
 };
 
 ProgramRun::ProgramRun(const CompiledProgram& program, const std::vector<RtValue>& args,
@@ -398,7 +397,7 @@ void ProgramRun::check_drawn_indices() {
     const Step& step = program_.plan.steps[s];
     const codegen::Kernel* kernel = kernel_of(s);
     if (!kernel) {
-      if (step.kind == Step::Kind::kFusion && options_.step_runner && indices_in_range(step))
+      if (step.kind == Step::Kind::kFusion && options_.step_runner && indices_in_range(s))
         torch_indices_checked_.insert(s);
       continue;
     }
@@ -437,39 +436,14 @@ bool ProgramRun::drawn_in_range(const std::vector<DrawnInput>& sources, int64_t 
 
 // A step PyTorch runs op by op (an index write with more positions than a kernel scans: an
 // embedding's gradient) checks each index on the host before its op (a synchronization on CUDA)
-// unless every index is known in range here: by how the program computes it (integer_range: a
-// position arange) or by the inputs it is drawn from.
-bool ProgramRun::indices_in_range(const Step& step) {
-  const Trace& body = step.body;
-  auto outer = [&](const Value* v) -> const Value* {
-    for (size_t i = 0; i < body.inputs().size(); ++i)
-      if (body.inputs()[i] == v) return step.inputs.at(i);
-    return nullptr;
-  };
-  int checks = 0;
-  for (const auto& n : body.nodes()) {
-    if (n->op->kind != OpKind::kIndex || n->id() == OpId::kWrapIndex) continue;
-    const TensorType& self = n->input(0)->tensor_type();
-    const int64_t size =
-        self.rank() == 0
-            ? 1
-            : self.shape[static_cast<size_t>(wrap_dim(n->arg(1).as_int(), self.rank()))];
-    const Value* index = n->input(2);
-    bool negative = false;  // through a wrap_index by the size indexed
-    if (const Node* p = index->producer();
-        p && p->id() == OpId::kWrapIndex && p->arg(1).as_int() == size) {
-      negative = true;
-      index = p->input(0);
-    }
-    const int64_t lowest = negative ? -size : 0;
-    std::optional<IntegerRange> known = integer_range(index, outer);
-    if (known && known->lo >= lowest && known->hi < size) continue;
-    std::vector<DrawnInput> sources = drawn_from(
-        index, [&](int64_t c) { return c >= lowest && c < size; }, outer);
-    if (sources.empty() || !drawn_in_range(sources, size, negative)) return false;
-    ++checks;
-  }
-  stats_->index_checks_first += checks;
+// unless every index is known in range (PreparedKernels::runner_index_checks), here by a read of
+// the inputs it is drawn from.
+bool ProgramRun::indices_in_range(size_t s) {
+  const std::optional<std::vector<codegen::IndexCheck>>& checks = prepared_->runner_index_checks[s];
+  if (!checks) return false;
+  for (const codegen::IndexCheck& c : *checks)
+    if (!drawn_in_range(c.drawn_from, c.size, c.negative)) return false;
+  stats_->index_checks_first += static_cast<int>(checks->size());
   return true;
 }
 

@@ -4,10 +4,50 @@
 #include <algorithm>
 #include <atomic>
 
+#include "kiln/analysis/integer_range.h"
 #include "kiln/runtime/cuda/cublas.h"
 #include "kiln/runtime/library_step.h"
 
 namespace kiln {
+
+namespace {
+
+// The index checks of a step PyTorch runs that its inputs decide (PreparedKernels::
+// runner_index_checks): each index op's index is known in range by how the program computes it
+// (integer_range: a positions arange) or drawn from the program's inputs (drawn_from).
+std::optional<std::vector<codegen::IndexCheck>> runner_index_checks(const Step& step) {
+  const Trace& body = step.body;
+  auto outer = [&](const Value* v) -> const Value* {
+    for (size_t i = 0; i < body.inputs().size(); ++i)
+      if (body.inputs()[i] == v) return step.inputs.at(i);
+    return nullptr;
+  };
+  std::vector<codegen::IndexCheck> checks;
+  for (const auto& n : body.nodes()) {
+    if (n->op->kind != OpKind::kIndex || n->id() == OpId::kWrapIndex) continue;
+    const TensorType& self = n->input(0)->tensor_type();
+    codegen::IndexCheck c;
+    c.size = self.rank() == 0
+                 ? 1
+                 : self.shape[static_cast<size_t>(wrap_dim(n->arg(1).as_int(), self.rank()))];
+    const Value* index = n->input(2);
+    if (const Node* p = index->producer();  // through a wrap_index by the size indexed
+        p && p->id() == OpId::kWrapIndex && p->arg(1).as_int() == c.size) {
+      c.negative = true;
+      index = p->input(0);
+    }
+    const int64_t lowest = c.negative ? -c.size : 0;
+    std::optional<IntegerRange> known = integer_range(index, outer);
+    if (known && known->lo >= lowest && known->hi < c.size) continue;
+    c.drawn_from = drawn_from(
+        index, [&](int64_t v) { return v >= lowest && v < c.size; }, outer);
+    if (c.drawn_from.empty()) return std::nullopt;
+    checks.push_back(std::move(c));
+  }
+  return checks;
+}
+
+}  // namespace
 
 std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
                                                         Device device) {
@@ -70,6 +110,14 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
     for (const Step& step : steps)
       if (is_product(step) && !layout_read.contains(step.outputs[0]))
         p->any_layout.insert(step.outputs[0]);
+  p->runner_index_checks.resize(steps.size());
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const bool kernel = device.kind == Device::Kind::kCuda
+                            ? s < p->cuda.steps.size() && p->cuda.steps[s]
+                            : s < p->cpu.steps.size() && p->cpu.steps[s];
+    if (steps[s].kind == Step::Kind::kFusion && !kernel)
+      p->runner_index_checks[s] = runner_index_checks(steps[s]);
+  }
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
   return p;

@@ -31,6 +31,10 @@ struct PreparedKernels {
   // cuBLAS, the writebacks' copies; results are laid out for the caller at the end): a product
   // computed padded may stay in its padded buffer (cublas.h).
   std::set<const Value*> any_layout;
+  // Per fusion step without a kernel (one PyTorch runs op by op): what decides its index ops'
+  // indices before the first step, one IndexCheck per index drawn from the program's inputs
+  // (none for an index known in range), or nullopt when an index is neither (its op checks it).
+  std::vector<std::optional<std::vector<codegen::IndexCheck>>> runner_index_checks;
 };
 
 // The program's prepared kernels and facts for `device` (made once, then the cached ones).
