@@ -39,12 +39,12 @@ def _strides(t: torch.Tensor) -> tuple:
     return tuple(s if n != 1 else None for s, n in zip(t.stride(), t.shape))
 
 
-def check_against_eager(fn, make_args, **tolerance) -> kiln.JitFunction:
-    """Runs fn through kiln.jit and eagerly on equal fresh arguments and compares everything the
-    caller can see. Returns the jitted function (for its stats). `tolerance` (rtol=, atol=) is
-    for the outputs' values, where eager itself may round otherwise (assert_close's defaults
-    else)."""
-    jitted = kiln.jit(fn)
+def check_against_eager(fn, make_args, jitted=None, **tolerance) -> kiln.JitFunction:
+    """Runs fn through kiln.jit (or `jitted`, a kiln.jit of fn called before) and eagerly on equal
+    fresh arguments and compares everything the caller can see. Returns the jitted function (for
+    its stats). `tolerance` (rtol=, atol=) is for the outputs' values, where eager itself may
+    round otherwise (assert_close's defaults else)."""
+    jitted = jitted or kiln.jit(fn)
     args, eager_args = make_args(), make_args()
     got = jitted(*args)
     want = fn(*eager_args)
@@ -84,6 +84,43 @@ def test_case_against_eager(case):
         assert stats["fusion_regions"] == 1
     assert stats["cache_misses"] == 1 and stats["cache_hits"] == 0
     assert stats["compile_seconds"] > 0 and stats["first_run_seconds"] > 0
+
+
+def _scaled(args, factor: float):
+    """args with every floating storage scaled by factor (each storage once: two arguments may
+    be views of one)."""
+    seen = set()
+    for t in _tensors(args):
+        storage = _whole_storage(t)
+        if t.is_floating_point() and storage.numel() and storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            storage.mul_(factor)
+    return args
+
+
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_case_called_again_with_other_tensors(case):
+    """Calls that hit the cache run on their own tensors: kiln keeps a program's arguments from
+    one call to the next (module.cpp's ArgumentPool) and points them at the new call's memory.
+    Each call's arguments hold other values, and the earlier calls' tensors, kept alive, must not
+    change."""
+    jitted = kiln.jit(case.fn)
+    earlier = []
+    for call in range(3):
+        made = []
+
+        def make(call=call, made=made):
+            args = _scaled(case.make_args(), 0.75**call)
+            made.append(args)
+            return args
+
+        check_against_eager(case.fn, make, jitted=jitted)
+        for k, (args, storages) in enumerate(earlier):
+            for t, before in zip(_tensors(args), storages):
+                torch.testing.assert_close(_whole_storage(t), before, equal_nan=True, msg=lambda m: f"call {k}'s tensors: {m}")
+        earlier.append((made[0], [_whole_storage(t).clone() for t in _tensors(made[0])]))
+    stats = kiln.last_stats(jitted)
+    assert (stats["cache_misses"], stats["cache_hits"]) == (1, 2)
 
 
 def test_seeds_by_hand():

@@ -5,8 +5,8 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <string>
-#include <unordered_map>
 
+#include "kiln/python/first_seen.h"
 #include "kiln/python/torch_values.h"
 #include "kiln/support/error.h"
 
@@ -29,32 +29,17 @@ bool is_container(PyObject* o) {
 std::optional<CallKey> call_key(nb::handle structure, nb::handle leaves,
                                 std::vector<PyObject*>& tensor_leaves) {
   CallKey key;
-  key.facts.push_back(c10::GradMode::is_enabled());
-  key.values.push_back(nb::borrow(structure));
-  // First-seen numbers of storages and objects: a scan while there are few, then a hash map (a
-  // module's call has hundreds of leaves; the scan made the key quadratic in them).
-  struct FirstSeen {
-    std::vector<const void*> order;
-    std::unordered_map<const void*, int64_t> index;
-    int64_t operator()(const void* item) {
-      if (index.empty()) {
-        for (size_t i = 0; i < order.size(); ++i)
-          if (order[i] == item) return static_cast<int64_t>(i);
-        order.push_back(item);
-        if (order.size() > 16)
-          for (size_t i = 0; i < order.size(); ++i)
-            index.emplace(order[i], static_cast<int64_t>(i));
-        return static_cast<int64_t>(order.size() - 1);
-      }
-      auto [it, added] = index.emplace(item, static_cast<int64_t>(index.size()));
-      return it->second;
-    }
-  };
-  FirstSeen storages, objects;
   PyObject* seq = leaves.ptr();
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  key.facts.reserve(static_cast<size_t>(n) * 24 + 1);
+  key.facts.push_back(c10::GradMode::is_enabled());
+  key.values.push_back(nb::borrow(structure));
+  // First-seen numbers of storages and objects (tables this thread reuses: call_key never
+  // runs inside itself).
+  thread_local FirstSeenNumbers storages, objects;
   PyObject** items = PySequence_Fast_ITEMS(seq);
-  key.facts.reserve(static_cast<size_t>(n) * 24);
+  storages.reset(static_cast<size_t>(n));
+  objects.reset(static_cast<size_t>(n));
   tensor_leaves.reserve(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* leaf = items[i];

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <memory>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "kiln/analysis/alias_pattern.h"
 #include "kiln/ir/parser.h"
 #include "kiln/passes/pipeline.h"
+#include "kiln/python/call_args.h"
 #include "kiln/python/call_key.h"
 #include "kiln/python/dict_watch.h"
 #include "kiln/python/torch_cuda_capture.h"
@@ -76,6 +78,7 @@ struct Program {
   // writes.
   std::vector<size_t> written_args;
   cuda::GraphReplay graphs;  // on CUDA: replays the program as one CUDA graph when it can
+  ArgumentPool arguments;    // the last call's arguments, for the next
 };
 
 struct LastRun {
@@ -190,8 +193,18 @@ class JitCache {
                              const std::vector<PyObject*>& tensor_leaves) {
     std::optional<call_profile::Scope> arguments_timed(std::in_place,
                                                        call_profile::Phase::kArguments);
-    CallArgs call = make_args(tensor_leaves);
+    CallArgs call = program->arguments.take(tensor_leaves);
     arguments_timed.reset();
+    // The arguments go back to the program's pool when the call returns (not when it raises:
+    // the next call makes new ones then).
+    struct GiveBack {
+      ArgumentPool& pool;
+      CallArgs& call;
+      int exceptions = std::uncaught_exceptions();
+      ~GiveBack() {
+        if (std::uncaught_exceptions() == exceptions) pool.give_back(std::move(call));
+      }
+    } give_back{program->arguments, call};
     TorchAllocator allocator;
     ExecutionStats stats;
     static const StepRunner torch_steps = run_step_with_torch;
@@ -259,9 +272,8 @@ class JitCache {
       if (std::get<TensorHandle>(call.values[i]) == t) return nb::borrow(call.objects[i]);
     // (A view_dtype result reads its memory's storage as another dtype: memory_owner.)
     const Storage& memory = t->storage->memory_owner();
-    auto arg = call.storage_arg.find(&memory);
-    if (arg != call.storage_arg.end()) {
-      at::Tensor base = THPVariable_Unpack(call.objects.at(static_cast<size_t>(arg->second)));
+    if (int arg = call.first_leaf_over(&memory); arg >= 0) {
+      at::Tensor base = THPVariable_Unpack(call.objects.at(static_cast<size_t>(arg)));
       if (t->dtype() != memory.dtype) base = base.view(torch_dtype(t->dtype()));
       at::Tensor view = base.as_strided(std::vector<int64_t>(t->sizes.begin(), t->sizes.end()),
                                         t->strides, t->offset);

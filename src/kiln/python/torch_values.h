@@ -1,5 +1,5 @@
-// PyTorch tensors as kiln values and back (kiln._C): dtypes and devices, one call's tensors as
-// views of kiln Storages over the borrowed memory (make_args), kiln tensors over PyTorch's
+// PyTorch tensors as kiln values and back (kiln._C): dtypes and devices (one call's tensors as
+// kiln values: call_args.h), kiln tensors over PyTorch's
 // allocators (TorchAllocator) and torch tensors over kiln's memory (torch_view, kiln_view), with
 // no copy either way.
 #pragma once
@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -24,16 +23,6 @@ at::ScalarType torch_dtype(DType t);
 Device kiln_device(const at::Device& d);
 // What makes two tensor leaves one storage: its data address, or the object for an empty one.
 const void* storage_identity(const at::Tensor& t, PyObject* object);
-
-// One call's tensors as kiln values: one Storage per distinct storage, one TensorHandle per
-// distinct tensor object.
-struct CallArgs {
-  std::vector<RtValue> values;     // per tensor leaf
-  std::vector<PyObject*> objects;  // the caller's objects, per tensor leaf (borrowed)
-  std::unordered_map<const Storage*, int> storage_arg;  // a storage -> its first tensor leaf
-};
-
-CallArgs make_args(const std::vector<PyObject*>& tensor_leaves);
 
 // Blocks from PyTorch's allocators (c10's allocator for the device: the caching allocator on
 // CUDA, whose blocks are ordered on the current stream, the one kiln's kernels run on). Each block

@@ -19,6 +19,7 @@
 #include "kiln/runtime/library_step.h"
 #include "kiln/runtime/prepared_program.h"
 #include "kiln/runtime/store_in_caller.h"
+#include "kiln/runtime/value_slots.h"
 #include "kiln/support/call_profile.h"
 #include "kiln/support/error.h"
 
@@ -59,8 +60,8 @@ struct GroupBase {
 // views around its one product on the device tensors, the product in the library; its output
 // is bound in `env`. False when the library cannot run the step (the step runner then does).
 bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
-                      const DeviceMemoryOps& memory, bool any_layout,
-                      std::map<const Value*, RtValue>& env, ExecutionStats& stats) {
+                      const DeviceMemoryOps& memory, bool any_layout, ValueSlots& env,
+                      ExecutionStats& stats) {
   if (step.outputs.size() != 1) return false;
   TensorHandle out = run_library_body(
       step.body, inputs,
@@ -201,7 +202,7 @@ class ProgramRun {
   const codegen::Kernel* kernel_of(size_t s) const;
   // The step's compiled kernel, storing the writebacks it can into the caller's memory
   // (`stored`: their targets); false when there is none or it could not run.
-  bool run_kernel(size_t s, const std::vector<RtValue>& inputs, std::set<const Value*>& stored);
+  bool run_kernel(size_t s, const std::vector<RtValue>& inputs, std::vector<const Value*>& stored);
   void run_eager(const Step& step, std::vector<RtValue>& inputs);
   // A step without a kernel: PyTorch's ops (the step runner) or the interpreter.
   void run_without_kernel(size_t s, std::vector<RtValue>& inputs);
@@ -222,9 +223,19 @@ class ProgramRun {
   const DeviceMemoryOps memory_;
   std::vector<GroupBase> bases_;
   std::vector<RtValue> inputs_;
-  std::set<const Storage*> caller_storages_;
+  // One step's inputs, output buffers, which of those are the caller's memory, and the
+  // writeback targets its kernel stored into: arrays kept from step to step (a program of many
+  // small steps spent a tenth of its host time allocating them).
+  std::vector<RtValue> step_inputs_;
+  std::vector<TensorHandle> step_buffers_;
+  std::vector<bool> step_in_caller_;
+  std::vector<const Value*> step_stored_;
+  std::vector<const Storage*> caller_storages_;  // sorted (a set's node a tensor cost a malloc)
+  bool in_caller_memory(const Storage* s) const {
+    return std::binary_search(caller_storages_.begin(), caller_storages_.end(), s);
+  }
   std::shared_ptr<const PreparedKernels> prepared_;
-  std::map<const Value*, RtValue> env_;
+  ValueSlots env_;
   std::set<std::pair<size_t, size_t>> checked_first_;  // (step, its kernel's check) decided
   std::set<size_t> torch_indices_checked_;  // steps without a kernel whose indices are known
   // Whether every element of each input is in [negative ? -size : 0, size), read once a call.
@@ -242,22 +253,27 @@ ProgramRun::ProgramRun(const CompiledProgram& program, const std::vector<RtValue
       stats_(stats),
       pattern_(program.pattern),
       trace_(program.execution),
-      memory_(device_of(args), options, stats) {
+      memory_(device_of(args), options, stats),
+      env_(program.execution) {
   KILN_CHECK(args.size() == pattern_.inputs.size())
       << "the program takes " << pattern_.inputs.size() << " arguments but got " << args.size()
       << ".";
   KILN_CHECK(options.pattern_known || alias_pattern_of(args) == pattern_)
       << "the arguments share memory differently from the call the program was compiled for; "
          "compile it for this alias pattern.";
-  bind_inputs();
-  for (const RtValue& a : args)
-    if (auto* t = std::get_if<TensorHandle>(&a)) caller_storages_.insert((*t)->storage.get());
   prepared_ = prepared_kernels(program, memory_.device());
+  bind_inputs();
+  caller_storages_.reserve(args.size());
+  for (const RtValue& a : args)
+    if (auto* t = std::get_if<TensorHandle>(&a)) caller_storages_.push_back((*t)->storage.get());
+  std::sort(caller_storages_.begin(), caller_storages_.end());
   for (size_t i = 0; i < inputs_.size(); ++i)
     env_[trace_.inputs()[i]] = inputs_[i];
   // An input that is itself an output or a writeback value is read before any writeback runs.
-  for (const Value* in : trace_.inputs())
-    if (prepared_->inputs_kept.contains(in)) env_[in] = detach(env_.at(in));
+  for (size_t i : prepared_->kept_inputs) {
+    const Value* in = trace_.inputs()[i];
+    env_[in] = detach(env_.at(in));
+  }
 }
 
 // The trace's inputs: one per group (the caller's tensor itself, or for a synthetic base the
@@ -266,10 +282,9 @@ ProgramRun::ProgramRun(const CompiledProgram& program, const std::vector<RtValue
 // writeback), then numbers.
 void ProgramRun::bind_inputs() {
   bases_.resize(pattern_.groups.size());
+  inputs_.reserve(trace_.inputs().size());
   for (size_t g = 0; g < pattern_.groups.size(); ++g) {
-    size_t j = 0;
-    while (pattern_.inputs[j].group != static_cast<int>(g))
-      ++j;
+    size_t j = prepared_->group_first_arg[g];
     TensorHandle caller = std::get<TensorHandle>(args_[j]);
     bases_[g].caller = caller;
     bases_[g].start = caller->offset - pattern_.inputs[j].geometry.offset;
@@ -277,10 +292,7 @@ void ProgramRun::bind_inputs() {
       TensorHandle extent = make_view(caller, {pattern_.groups[g].numel}, {1}, bases_[g].start);
       // (The trace addresses the base's storage from 0, as_strided's offsets included: a view
       // serves only where the extent starts the caller's storage.)
-      const Value* base = trace_.inputs()[g];
-      bool written = std::any_of(trace_.writebacks.begin(), trace_.writebacks.end(),
-                                 [&](const auto& wb) { return wb.first == base; });
-      bool read_in_place = !written && bases_[g].start == 0;
+      bool read_in_place = !prepared_->group_written[g] && bases_[g].start == 0;
       inputs_.emplace_back(read_in_place ? extent : memory_.clone_of(*extent));
     } else {
       inputs_.emplace_back(caller);
@@ -292,15 +304,15 @@ void ProgramRun::bind_inputs() {
 
 RtValue ProgramRun::detach(RtValue v) const {
   if (auto* t = std::get_if<TensorHandle>(&v))
-    if (caller_storages_.contains((*t)->storage.get())) return RtValue(memory_.clone_of(**t));
+    if (in_caller_memory((*t)->storage.get())) return RtValue(memory_.clone_of(**t));
   return v;
 }
 
 size_t ProgramRun::group_of(const Value* target) const {
-  size_t g = 0;
-  while (trace_.inputs()[g] != target)
-    ++g;
-  return g;
+  int g = prepared_->group_of_value.at(static_cast<size_t>(target->id()));
+  KILN_ASSERT(g >= 0 && trace_.inputs()[static_cast<size_t>(g)] == target)
+      << "a writeback into %" << target->name() << ", which is not an input of the program";
+  return static_cast<size_t>(g);
 }
 
 TensorHandle ProgramRun::destination(const Value* target) const {
@@ -467,9 +479,12 @@ void ProgramRun::check_indices(size_t s, const codegen::Kernel& kernel,
 
 void ProgramRun::run_step(size_t s) {
   const Step& step = program_.plan.steps[s];
-  std::set<const Value*> stored;  // writeback targets the kernel stored into
+  std::vector<const Value*>& stored = step_stored_;  // writeback targets the kernel stored into
+  auto was_stored = [&stored](const Value* target) {
+    return std::find(stored.begin(), stored.end(), target) != stored.end();
+  };
   if (step.kind != Step::Kind::kCopy) {
-    std::vector<RtValue> inputs;
+    std::vector<RtValue>& inputs = step_inputs_;
     for (const Value* v : step.inputs)
       inputs.push_back(env_.at(v));
     if (is_eager_call(step)) {
@@ -493,10 +508,12 @@ void ProgramRun::run_step(size_t s) {
     }
   }
   for (const Step::Writeback& wb : step.writebacks) {
-    if (stored.contains(wb.target)) continue;
+    if (was_stored(wb.target)) continue;
     write_back(wb.target, env_.at(wb.value), wb.window);
     ++stats_->writebacks_copied;
   }
+  step_inputs_.clear();
+  step_stored_.clear();
 }
 
 const codegen::Kernel* ProgramRun::kernel_of(size_t s) const {
@@ -509,13 +526,15 @@ const codegen::Kernel* ProgramRun::kernel_of(size_t s) const {
 }
 
 bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
-                            std::set<const Value*>& stored) {
+                            std::vector<const Value*>& stored) {
   const codegen::Kernel* kernel = kernel_of(s);
   if (!kernel) return false;
   const Step& step = program_.plan.steps[s];
   check_indices(s, *kernel, inputs);
-  std::vector<TensorHandle> buffers(step.outputs.size());
-  std::vector<bool> in_caller(step.outputs.size(), false);
+  std::vector<TensorHandle>& buffers = step_buffers_;
+  std::vector<bool>& in_caller = step_in_caller_;
+  buffers.assign(step.outputs.size(), nullptr);
+  in_caller.assign(step.outputs.size(), false);
   for (const Step::Writeback& wb : step.writebacks) {
     size_t j = 0;
     while (j < step.outputs.size() && (step.outputs[j] != wb.value || buffers[j]))
@@ -525,7 +544,7 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
     if (!can_store_in_kernel(*kernel, j, *dest, inputs)) continue;
     buffers[j] = dest;
     in_caller[j] = true;
-    stored.insert(wb.target);
+    stored.push_back(wb.target);
   }
   for (size_t j = 0; j < buffers.size(); ++j) {
     if (buffers[j]) continue;
@@ -545,7 +564,8 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
   auto bound = [&](const Value* v) {
     if (prepared_->read_later.contains(v)) return true;
     for (const Step::Writeback& wb : step.writebacks)
-      if (wb.value == v && !stored.contains(wb.target)) return true;
+      if (wb.value == v && std::find(stored.begin(), stored.end(), wb.target) == stored.end())
+        return true;
     return false;
   };
   // A value read where the kernel stored it has the layout of a fresh buffer there (a view at
@@ -626,7 +646,7 @@ void ProgramRun::update_metadata() {
 
 bool ProgramRun::ours(const RtTensor& value) const {
   return (!options_.allocator || value.storage->from_allocator) &&
-         !caller_storages_.contains(value.storage.get());
+         !in_caller_memory(value.storage.get());
 }
 
 // What the caller gets back, as the interface's return bindings say.

@@ -118,6 +118,19 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
     if (steps[s].kind == Step::Kind::kFusion && !kernel)
       p->runner_index_checks[s] = runner_index_checks(steps[s]);
   }
+  const AliasPattern& pattern = program.pattern;
+  p->group_first_arg.assign(pattern.groups.size(), pattern.inputs.size());
+  for (size_t j = pattern.inputs.size(); j-- > 0;)
+    if (int g = pattern.inputs[j].group; g >= 0) p->group_first_arg[static_cast<size_t>(g)] = j;
+  p->group_written.assign(pattern.groups.size(), false);
+  p->group_of_value.assign(trace.num_values(), -1);
+  for (size_t g = 0; g < pattern.groups.size(); ++g)
+    p->group_of_value[static_cast<size_t>(trace.inputs()[g]->id())] = static_cast<int>(g);
+  for (const auto& wb : trace.writebacks)
+    if (int g = p->group_of_value[static_cast<size_t>(wb.first->id())]; g >= 0)
+      p->group_written[static_cast<size_t>(g)] = true;
+  for (size_t i = 0; i < trace.inputs().size(); ++i)
+    if (p->inputs_kept.contains(trace.inputs()[i])) p->kept_inputs.push_back(i);
   std::shared_ptr<const void> erased = p;
   std::atomic_store(&program.executor_cache, erased);
   return p;

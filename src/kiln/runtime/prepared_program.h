@@ -35,6 +35,15 @@ struct PreparedKernels {
   // indices before the first step, one IndexCheck per index drawn from the program's inputs
   // (none for an index known in range), or nullopt when an index is neither (its op checks it).
   std::vector<std::optional<std::vector<codegen::IndexCheck>>> runner_index_checks;
+  // The trace's inputs (one per alias group, then numbers; analysis/alias_pattern.h): each
+  // group's first argument, whether the program writes back into the group, and the group of
+  // a trace input by its Value's id (-1 for a value that is not a group's input). Looked up
+  // by a search over the arguments at each call, these were quadratic in the arguments (an
+  // optimizer's step has hundreds).
+  std::vector<size_t> group_first_arg;
+  std::vector<bool> group_written;
+  std::vector<int> group_of_value;
+  std::vector<size_t> kept_inputs;  // indices of the trace's inputs in inputs_kept
 };
 
 // The program's prepared kernels and facts for `device` (made once, then the cached ones).
