@@ -34,6 +34,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ._metadata import _non_overlapping_and_dense
 from ._tracer import Call, Proxy, layout_type_str
 
 
@@ -361,9 +362,9 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
 def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.device, register: Callable, name: str, where: str) -> dict:
     """eager_call's vjp arguments (ops.def): a function of the step's inputs and the gradients of
     the results autograd tracks that runs the op again with grad on and returns
-    torch.autograd.grad for each floating input, contiguous. Which results autograd tracks is
-    found by running the op on the meta tensors with grad on (a batch norm's updated running
-    statistics are not tracked)."""
+    torch.autograd.grad for each floating input, laid out as that input (grad_layouts). Which
+    results autograd tracks is found by running the op on the meta tensors with grad on (a batch
+    norm's updated running statistics are not tracked)."""
     floating = [i for i, p in enumerate(proxies) if p.dtype.is_floating_point]
     if not floating:
         return {}
@@ -386,6 +387,7 @@ def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.
         differentiable = [i for i in floating if tracked_with([i]) is not None]
         tracked = tracked_with(differentiable) or []
     n_inputs = len(proxies)
+    layouts = {i: _grad_layout(proxies[i]) for i in floating}
 
     def vjp(tensors: list) -> list:
         inputs, grads = tensors[:n_inputs], tensors[n_inputs:]
@@ -401,17 +403,36 @@ def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.
         except (RuntimeError, IndexError, ValueError, TypeError) as e:
             _raise_with_step(e, f"the gradient of {name}", where)
         by_input = dict(zip(differentiable, got))
-        return [
-            by_input[i].contiguous() if by_input.get(i) is not None else torch.zeros_like(inputs[i], memory_format=torch.contiguous_format)
-            for i in floating
-        ]
+        return [_in_layout(by_input.get(i), inputs[i], *layouts[i]) for i in floating]
 
-    shapes = [torch.empty(proxies[i].shape, dtype=proxies[i].dtype, device="meta") for i in floating]
+    shapes = [torch.empty_strided(*layouts[i], dtype=proxies[i].dtype, device="meta") for i in floating]
     return {
         "vjp": register(vjp),
         "vjp_results": "; ".join(layout_type_str(t, device) for t in shapes),
         "vjp_outputs": tracked,
     }
+
+
+def _grad_layout(p: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shape and strides the gradient of input p is declared with: dense, with p's order of
+    strides (torch.empty_like's preserve_format), which is what eager's backward kernels give
+    (attention's gradient of a q that is a transposed view of a projection is that transpose: a
+    contiguous declaration copied it once per input and layer)."""
+    meta = torch.empty_strided(tuple(p.shape), tuple(p.stride()), dtype=p.dtype, device="meta")
+    return tuple(p.shape), tuple(torch.empty_like(meta, memory_format=torch.preserve_format).stride())
+
+
+def _in_layout(g: torch.Tensor | None, like: torch.Tensor, shape: tuple, strides: tuple) -> torch.Tensor:
+    """The gradient autograd gave (zeros with these strides where it gave none), as it is when it
+    is dense and does not overlap: kiln reads an eager step's results through their own strides,
+    as it reads the forward's eager results (the CPU's attention backward gives every gradient
+    in (batch, sequence, head) order whatever the input's). One with repeated or skipped
+    elements (an expanded gradient) is copied into the declared strides."""
+    if g is None:
+        return torch.empty_strided(shape, strides, dtype=like.dtype, device=like.device).zero_()
+    if _non_overlapping_and_dense(tuple(g.shape), tuple(g.stride())):
+        return g
+    return torch.empty_strided(shape, strides, dtype=g.dtype, device=g.device).copy_(g)
 
 
 def _raise_with_step(e: Exception, name: str, where: str) -> None:

@@ -102,12 +102,30 @@ def torch_function(op: str) -> Callable:
     return fn
 
 
-def run_node(op: str, args: list, kwargs: dict, indices_checked: bool = False) -> Any:
+def _scatter_(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor, *, reduce: Any = None, include_self: bool = True) -> torch.Tensor:
+    if reduce is None:
+        return self.scatter_(dim, index, src)
+    return self.scatter_reduce_(dim, index, src, reduce, include_self=include_self)
+
+
+# The in-place forms of the index writes, for a self that is the step's own fresh tensor and read
+# by nothing else (torch_steps.cpp's writes_in_place): the out-of-place form is a copy of self
+# and then the same in-place write.
+IN_PLACE: dict[str, Callable] = {
+    "index_add": lambda self, dim, index, source, *, alpha=1: self.index_add_(dim, index, source, alpha=alpha),
+    "index_copy": lambda self, dim, index, source: self.index_copy_(dim, index, source),
+    "scatter": _scatter_,
+}
+
+
+def run_node(op: str, args: list, kwargs: dict, indices_checked: bool = False, in_place: bool = False) -> Any:
     if op in _INDEX_OPS and args[0].is_cuda and not indices_checked:
         # PyTorch's CUDA kernels device-assert on an index out of range: check it first.
         from ._lowering_index import INDEX_CHECKS
 
         INDEX_CHECKS[getattr(torch, op)](tuple(args), kwargs)
+    if in_place:
+        return IN_PLACE[op](*args, **kwargs)
     return torch_function(op)(*args, **kwargs)
 
 

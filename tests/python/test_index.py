@@ -462,6 +462,46 @@ def test_an_index_write_with_many_positions_runs_as_an_eager_step():
     assert kiln.last_stats(jitted)["fallback_ops"] == 2
 
 
+_FRESH_INDEX_WRITES = """def computation(i, s, j):
+  # i: "cpu i64[40] strides=(1,) offset=0"
+  # s: "cpu f32[40, 8] strides=(8, 1) offset=0"
+  # j: "cpu i64[40, 8] strides=(8, 1) offset=0"
+  t0 = ltorch.zeros([64, 8], dtype=torch.float32, device="cpu")  # t0: "cpu f32[64, 8]"
+  t1 = ltorch.index_add(t0, 0, i, s)  # t1: "cpu f32[64, 8]"
+  t2 = ltorch.index_add(t1, 0, i, s, alpha=2)  # t2: "cpu f32[64, 8]"
+  t3 = ltorch.scatter(t2, 0, j, s, reduce="sum")  # t3: "cpu f32[64, 8]"
+  return {"output": (RESULTS,)}
+"""
+
+
+@pytest.mark.parametrize("results", ["t3", "t3, t0", "t3, t1", "t3, t2"])
+def test_index_writes_pytorch_runs_write_into_a_fresh_self_nothing_else_reads(results, monkeypatch):
+    # A backward's embedding gradient is index_add(zeros(...), ...) with more positions than a
+    # kernel scans: PyTorch runs it, in place into the zeros when nothing else reads them
+    # (torch_steps.cpp's writes_in_place), never into a tensor the step still returns.
+    from kiln import _C, _torch_steps
+
+    written = []
+    for op, fn in list(_torch_steps.IN_PLACE.items()):
+        monkeypatch.setitem(_torch_steps.IN_PLACE, op, lambda *a, _fn=fn, _op=op, **k: written.append(_op) or _fn(*a, **k))
+    i = torch.tensor([(7 * k) % 64 for k in range(40)])
+    s = ar(40, 8)
+    j = i[:, None].expand(40, 8).contiguous()
+    cache = _C.JitCache()
+    got = cache.insert_and_run(3, [i, s, j], _FRESH_INDEX_WRITES.replace("RESULTS", results), 0.0, 1, None, 0)
+    assert cache.last_run_stats["torch_steps"] >= 1
+    z = torch.zeros(64, 8)
+    t1 = z.index_add(0, i, s)
+    t2 = t1.index_add(0, i, s, alpha=2)
+    t3 = t2.scatter_add(0, j, s)
+    want = {"t0": z, "t1": t1, "t2": t2, "t3": t3}
+    for name, g in zip(results.split(", "), got):
+        torch.testing.assert_close(g, want[name], msg=lambda m: f"{name}: {m}")
+    # Each write whose self is returned too writes into a copy.
+    returned = set(results.split(", "))
+    assert written == [op for op, self in [("index_add", "t0"), ("index_add", "t1"), ("scatter", "t2")] if self not in returned]
+
+
 def test_a_scatter_whose_base_is_loaded_in_a_cpu_flat_loop():
     # Found by a fresh random-program seed (898184958380144445): the scatter's accumulator started
     # from its base's value at the index's loop level, while the CPU flat loop loaded the base at

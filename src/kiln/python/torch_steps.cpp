@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 
 #include "kiln/python/torch_values.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
@@ -98,6 +99,33 @@ std::optional<std::vector<RtValue>> run_matrix_product(const Trace& body,
   return std::vector<RtValue>{out};
 }
 
+// Per node: whether PyTorch may run its in-place form (kiln._torch_steps' IN_PLACE). An index
+// write whose self is a fresh tensor this step made (a creation op's, or another index write's)
+// and that nothing else reads writes into it instead of into a copy: an embedding's gradient,
+// index_add(zeros(...), ...), spent as long copying the zeros as filling them.
+std::vector<bool> writes_in_place(const Trace& body) {
+  std::unordered_map<const Value*, int> uses;
+  for (const auto& node : body.nodes())
+    node->for_each_value_operand([&uses](const Value* v) { ++uses[v]; });
+  for (const Value* o : body.outputs())
+    ++uses[o];
+  auto index_write = [](OpId id) {
+    return id == OpId::kIndexAdd || id == OpId::kIndexCopy || id == OpId::kScatter;
+  };
+  std::vector<bool> in_place;
+  in_place.reserve(body.nodes().size());
+  for (const auto& node : body.nodes()) {
+    const Value* self = node->operands.empty() || !node->operands[0].is_value()
+                            ? nullptr
+                            : node->operands[0].value();
+    const Node* maker = self ? self->producer() : nullptr;
+    in_place.push_back(index_write(node->id()) && maker &&
+                       (maker->op->kind == OpKind::kCreation || index_write(maker->id())) &&
+                       uses[self] == 1);
+  }
+  return in_place;
+}
+
 }  // namespace
 
 std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs,
@@ -120,7 +148,9 @@ std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<Rt
     env[body.inputs()[i]] = python_value(inputs[i]);
     input_objects.append(env[body.inputs()[i]]);
   }
-  for (const auto& node : body.nodes()) {
+  const std::vector<bool> in_place = writes_in_place(body);
+  for (size_t n = 0; n < body.nodes().size(); ++n) {
+    const auto& node = body.nodes()[n];
     nb::list args;
     nb::dict kwargs;
     for (size_t i = 0; i < node->operands.size(); ++i) {
@@ -142,7 +172,7 @@ std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<Rt
       else
         args.append(value);
     }
-    nb::object out = run_node(node->op->name, args, kwargs, indices_checked);
+    nb::object out = run_node(node->op->name, args, kwargs, indices_checked, in_place[n]);
     if (node->outputs.size() == 1) {
       env[node->outputs[0]] = out;
     } else {
