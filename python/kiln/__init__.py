@@ -16,6 +16,7 @@ if _os.environ.get("KILN_EXT_DIR"):
 from ._errors import KilnError, SourceLocation, TraceError, UnsupportedError
 from ._tracer import Proxy, TracedProgram, trace, trace_program
 from . import _lowering  # noqa: F401  (registers the op rules before the first trace)
+from . import _lowering_views  # noqa: F401  (views, splits, the constant pad)
 from . import _lowering_creation  # noqa: F401  (factories)
 from . import _lowering_nn  # noqa: F401  (softmax, the norms, dropout)
 from . import _lowering_index  # noqa: F401  (index reads and writes; replaces getitem/setitem)
