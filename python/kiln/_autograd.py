@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from . import _kept_graphs
 from ._errors import UnsupportedError
 from ._tracer import layout_type_str
 
@@ -81,12 +82,16 @@ class CompiledFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, plan: GradientPlan, cache: Any, around: list, program: Any, *leaves: Any) -> Any:  # type: ignore[override]
-        results = cache.run_program(program, list(leaves))  # found for these leaves a moment ago
+        with _kept_graphs.forward_of_node() as kept:  # the eager steps' graphs (_kept_graphs.py)
+            results = cache.run_program(program, list(leaves))  # found for these leaves a moment ago
         around.extend(results[i] for i in plan.around_node)
         saved = [results[i] for i in plan.saved]
         ctx.plan = plan
         ctx.n_leaves = len(leaves)
-        ctx.save_for_backward(*saved)
+        if kept.graphs:
+            kept.settle([results[i] for i in range(plan.own)], saved)
+        ctx.kept_graphs = bool(kept.graphs)
+        ctx.save_for_backward(*saved, *([kept.holder()] if kept.graphs else []))
         ctx.mark_non_differentiable(*[results[i] for i in plan.non_differentiable if isinstance(results[i], torch.Tensor)])
         return tuple(results[i] for i in plan.through_node)
 
@@ -98,8 +103,11 @@ class CompiledFunction(torch.autograd.Function):
                 "through a kiln program); call the function outside kiln.jit for them."
             )
         plan: GradientPlan = ctx.plan
-        inputs = [grads[k] for k in plan.gradient_positions] + list(ctx.saved_tensors)
-        computed = run_backward(plan, inputs) if plan.grad_inputs else ()
+        saved = list(ctx.saved_tensors)
+        holder = saved.pop() if ctx.kept_graphs else None
+        inputs = [grads[k] for k in plan.gradient_positions] + saved
+        with _kept_graphs.backward_of_node(holder):
+            computed = run_backward(plan, inputs) if plan.grad_inputs else ()
         out: list[Any] = [None] * (4 + ctx.n_leaves)
         for tensor_index, g in zip(plan.grad_inputs, computed):
             out[4 + plan.tensor_positions[tensor_index]] = g

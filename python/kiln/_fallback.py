@@ -34,6 +34,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import _kept_graphs
 from ._metadata import _non_overlapping_and_dense
 from ._tracer import Call, Proxy, layout_type_str
 
@@ -343,13 +344,16 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
         else f"{name} makes a tensor from Python data" if not proxies
         else ""
     )
-    fn_id = tracer.register_eager(run, capture_refusal=refusal)
-    tracer.fallback_ops += 1
     # Traced in grad mode, the step carries its gradient (kiln._autograd differentiates it).
     # A random op's gradient would need its draws again: none (the differentiated program is
     # refused and runs eagerly).
     differentiable = torch.is_grad_enabled() and not watch.seeded
-    gradient = _gradient_of(apply_op, proxies, device, tracer.register_eager, name, where) if differentiable else {}
+    step = object()  # names the step's graph between its run and its vjp (_kept_graphs.py)
+    gradient, wrt = _gradient_of(apply_op, proxies, device, tracer.register_eager, name, where, step) if differentiable else ({}, [])
+    if wrt and not written_slots:
+        run = _keeping_graph(run, step, wrt)
+    fn_id = tracer.register_eager(run, capture_refusal=refusal)
+    tracer.fallback_ops += 1
     made = call.emit("eager_call", [fn_id, proxies, results], gradient, results=meta_results, device=device)
     made = list(made) if isinstance(made, (list, tuple)) else [made]
     fresh_made, written_made = made[: len(tensors)], made[len(tensors) :]
@@ -359,15 +363,38 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     return pytree.tree_unflatten(out, spec)
 
 
-def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.device, register: Callable, name: str, where: str) -> dict:
+def _keeping_graph(run: Callable[[list], list], step: object, wrt: list[int]) -> Callable[[list], list]:
+    """`run`, which inside a differentiated forward (kiln._autograd's node) runs the op with grad
+    on for the inputs `wrt` and keeps its graph for the step's vjp (_kept_graphs.py)."""
+
+    def run_keeping_graph(inputs: list) -> list:
+        kept = _kept_graphs.recording()
+        if kept is None:
+            return run(inputs)
+        xs = list(inputs)
+        with torch.enable_grad():
+            for i in wrt:
+                xs[i] = inputs[i].detach().requires_grad_()
+            outs = run(xs)
+        kept.keep(step, outs, xs, inputs)
+        return outs
+
+    return run_keeping_graph
+
+
+def _gradient_of(
+    apply_op: Callable[[list], list], proxies: list, device: torch.device, register: Callable, name: str, where: str, step: object
+) -> tuple[dict, list[int]]:
     """eager_call's vjp arguments (ops.def): a function of the step's inputs and the gradients of
     the results autograd tracks that runs the op again with grad on and returns
-    torch.autograd.grad for each floating input, laid out as that input (grad_layouts). Which
-    results autograd tracks is found by running the op on the meta tensors with grad on (a batch
-    norm's updated running statistics are not tracked)."""
+    torch.autograd.grad for each floating input, laid out as that input (grad_layouts), and the
+    inputs it differentiates. Where the forward kept the step's graph (_kept_graphs.py), the vjp
+    differentiates that graph instead of running the op again. Which results autograd tracks is
+    found by running the op on the meta tensors with grad on (a batch norm's updated running
+    statistics are not tracked)."""
     floating = [i for i, p in enumerate(proxies) if p.dtype.is_floating_point]
     if not floating:
-        return {}
+        return {}, []
 
     def tracked_with(grad_inputs: list[int]) -> list[int] | None:
         """The results autograd tracks when these inputs require grad; None if PyTorch refuses
@@ -392,14 +419,22 @@ def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.
     def vjp(tensors: list) -> list:
         inputs, grads = tensors[:n_inputs], tensors[n_inputs:]
         try:
+            kept = _kept_graphs.kept_for(step, inputs)
             with torch.enable_grad():
-                xs = list(inputs)
-                for i in differentiable:
-                    xs[i] = inputs[i].detach().requires_grad_()
-                outs = apply_op(xs)
+                if kept is not None:  # the forward's graph (retained: the backward may run again)
+                    xs, outs = kept.xs, kept.outs
+                else:
+                    xs = list(inputs)
+                    for i in differentiable:
+                        xs[i] = inputs[i].detach().requires_grad_()
+                    outs = apply_op(xs)
                 pairs = [(outs[i], g) for i, g in zip(tracked, grads) if outs[i].requires_grad]
                 wrt = [xs[i] for i in differentiable]
-                got = torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) if pairs and wrt else []
+                got = (
+                    torch.autograd.grad([o for o, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True, retain_graph=kept is not None)
+                    if pairs and wrt
+                    else []
+                )
         except (RuntimeError, IndexError, ValueError, TypeError) as e:
             _raise_with_step(e, f"the gradient of {name}", where)
         by_input = dict(zip(differentiable, got))
@@ -410,7 +445,7 @@ def _gradient_of(apply_op: Callable[[list], list], proxies: list, device: torch.
         "vjp": register(vjp),
         "vjp_results": "; ".join(layout_type_str(t, device) for t in shapes),
         "vjp_outputs": tracked,
-    }
+    }, differentiable
 
 
 def _grad_layout(p: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:

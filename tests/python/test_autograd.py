@@ -724,6 +724,124 @@ def test_a_training_step_copies_nothing_its_kernels_do_not_compute(monkeypatch):
     assert grads_copied and not any(grads_copied)
 
 
+def _counting_kept_graphs(monkeypatch) -> list[bool]:
+    """Whether each eager step's vjp found the graph its forward kept (kiln._kept_graphs)."""
+    import kiln._kept_graphs
+
+    found: list[bool] = []
+    kept_for = kiln._kept_graphs.kept_for
+    monkeypatch.setattr(kiln._kept_graphs, "kept_for", lambda *a: (lambda g: found.append(g is not None) or g)(kept_for(*a)))
+    return found
+
+
+def test_an_eager_steps_gradient_differentiates_the_graph_its_forward_kept(monkeypatch):
+    # The attention runs once a training step: its vjp differentiates the graph the forward
+    # kept instead of running it again. retain_graph keeps the graphs for a second backward;
+    # without it the backward frees them, as it frees the node's saved tensors.
+    import gc
+    import weakref
+
+    import kiln._kept_graphs
+
+    found = _counting_kept_graphs(monkeypatch)
+    made = []
+    forward_of_node = kiln._kept_graphs.forward_of_node
+
+    def recording_forward():
+        cm = forward_of_node()
+        kept = cm.__enter__()
+        made.append(weakref.ref(kept))
+        return _Wrapped(cm, kept)
+
+    class _Wrapped:
+        def __init__(self, cm, kept):
+            self.cm, self.kept = cm, kept
+
+        def __enter__(self):
+            return self.kept
+
+        def __exit__(self, *exc):
+            return self.cm.__exit__(*exc)
+
+    monkeypatch.setattr(kiln._kept_graphs, "forward_of_node", recording_forward)
+    torch.manual_seed(0)
+    model, reference = _Attention(), _Attention()
+    reference.load_state_dict(model.state_dict())
+    jitted = kiln.jit(model)
+    x = torch.randn(2, 8, 16)
+    for _ in range(2):  # the first call compiles; the second runs the compiled programs
+        model.zero_grad()
+        found.clear()
+        loss = jitted(x)
+        loss.backward(retain_graph=True)
+        loss.backward()
+    ref_loss = reference(x)
+    ref_loss.backward(retain_graph=True)
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss)
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, msg=lambda m: f"{name}: {m}")
+    assert _is_kiln_node(loss)
+    assert found == [True, True]
+    gc.collect()
+    assert made[-1]() is None, "the kept graphs outlived the backward"
+
+
+@pytest.mark.parametrize("returned", [False, True])
+def test_an_eager_steps_graph_is_kept_only_where_the_caller_does_not_get_its_output(returned, monkeypatch):
+    # cumsum runs as an eager step. Its result handed to the caller as it is may be written by
+    # the caller before the backward: then its graph is dropped and the vjp runs the op again.
+    found = _counting_kept_graphs(monkeypatch)
+
+    def f(x, w):
+        y = torch.cumsum(x * w, 0)
+        return ((y * y).sum(), y) if returned else (y * y).sum()
+
+    def loss_of(out):
+        return out[0] + out[1].sum() if returned else out
+
+    jitted = kiln.jit(f)
+    x, w = torch.randn(5, 3, requires_grad=True), torch.randn(3, requires_grad=True)
+    rx, rw = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    for _ in range(2):
+        found.clear()
+        loss_of(jitted(x, w)).backward()
+        loss_of(f(rx, rw)).backward()
+    torch.testing.assert_close(x.grad, rx.grad)
+    torch.testing.assert_close(w.grad, rw.grad)
+    assert kiln.last_stats(jitted)["differentiated"] and kiln.last_stats(jitted)["eager_steps"] == 1
+    assert found == [not returned]
+
+
+def test_a_kept_graph_is_used_only_over_the_memory_its_step_read():
+    # _kept_graphs' rules on their own: a graph whose inputs are not inside what the node saves,
+    # or whose outputs a returned result is over, is dropped when the forward returns; the vjp
+    # uses one only when its inputs are the step's inputs at the same address and layout.
+    from kiln import _kept_graphs
+
+    saved = torch.randn(4, 6)
+    q = saved[:, :3]  # the step's input: a view of a saved tensor
+    copy = q.clone()  # the same values elsewhere
+
+    def graphs_after(returned, saved_list):
+        kept = _kept_graphs.KeptGraphs()
+        out = torch.randn(4, 3)
+        kept.keep("step", [out], [q.detach().requires_grad_()], [q])
+        kept.settle([out if returned else torch.randn(2)], saved_list)
+        return kept
+
+    assert list(graphs_after(False, [saved]).graphs) == ["step"]
+    assert not graphs_after(True, [saved]).graphs  # the caller holds the output
+    assert not graphs_after(False, [copy]).graphs  # the backward reads a copy of the input
+    kept = graphs_after(False, [saved])
+    with _kept_graphs.backward_of_node(kept.holder()):
+        assert _kept_graphs.kept_for("step", [q]) is not None
+        assert _kept_graphs.kept_for("step", [copy]) is None
+        assert _kept_graphs.kept_for("step", [saved[:, 1:4]]) is None
+        assert _kept_graphs.kept_for("other step", [q]) is None
+    assert _kept_graphs.kept_for("step", [q]) is None  # outside that node's backward
+
+
 def test_a_saved_value_in_a_returned_tensors_memory_survives_a_write_to_it():
     # y and its view are returned (one fresh storage, handed out as it is) and kiln saves y for
     # sin's backward: the saved y would be the caller's memory. The caller then writes y in
