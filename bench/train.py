@@ -59,9 +59,10 @@ class LossOf(torch.nn.Module):
 
 
 def saved_bytes(step_forward) -> int:
-    """Bytes the forward saves for the backward, each storage counted once: the storages of the
-    saved tensors the graph still holds when the forward returns (a tensor saved by a graph the
-    forward dropped is freed, and its address may be another's)."""
+    """Bytes the forward saves for the backward, each byte counted once: the memory of the saved
+    tensors the graph still holds when the forward returns (a tensor saved by a graph the forward
+    dropped is freed, and its address may be another's), kiln's kept graphs of eager steps
+    (kiln/_kept_graphs.py) included."""
     saved: list[weakref.ref] = []
 
     def pack(t: torch.Tensor):
@@ -71,14 +72,21 @@ def saved_bytes(step_forward) -> int:
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = step_forward()
-    storages: dict[int, int] = {}
+    # Memory, not storage objects: a tensor kiln hands PyTorch is made over its own address (its
+    # storage starts at its first element), so the storages' byte ranges are merged.
+    spans = []
     for ref in saved:
         t = ref()
-        if t is not None:
+        if t is not None and t.untyped_storage().nbytes():
             s = t.untyped_storage()
-            storages[s.data_ptr()] = max(storages.get(s.data_ptr(), 0), s.nbytes())
+            spans.append((s.data_ptr(), s.data_ptr() + s.nbytes()))
     loss.backward()
-    return sum(storages.values())
+    total, reach = 0, 0
+    for start, end in sorted(spans):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def top_kernels(step, count: int) -> tuple[list[dict], dict]:

@@ -89,7 +89,7 @@ class CompiledFunction(torch.autograd.Function):
         ctx.plan = plan
         ctx.n_leaves = len(leaves)
         if kept.graphs:
-            kept.settle([results[i] for i in range(plan.own)], saved)
+            kept.settle([results[i] for i in range(plan.own)])
         ctx.kept_graphs = bool(kept.graphs)
         ctx.save_for_backward(*saved, *([kept.holder()] if kept.graphs else []))
         ctx.mark_non_differentiable(*[results[i] for i in plan.non_differentiable if isinstance(results[i], torch.Tensor)])

@@ -9,13 +9,14 @@ differentiates the kept graph.
 
 A kept graph is used only where it is the computation kiln's backward describes. Its saved
 tensors are the step's inputs, its outputs and tensors of its own (an eager step never returns a
-view of an argument), so:
-- a graph whose outputs are the memory of a result the caller gets is dropped when the forward
-  returns (the caller may write into a result before the backward);
-- so is one with an input kiln does not save for the backward as that very memory (a value the
-  caller's memory held and a later writeback changed is saved as a copy);
-- the vjp uses a graph only when every tensor it receives is the memory, at the address and with
-  the layout, the step read in the forward. Anything else runs the op again, as before.
+view of an argument). Its outputs are PyTorch's memory, which only kiln holds, so a graph whose
+outputs a result the caller gets is over is dropped when the forward returns (the caller may
+write into a result before the backward). Its inputs are views kiln made over its own memory,
+which they do not keep alive: the vjp uses the graph only when every tensor it receives is at
+the address, and has the layout, the step read in the forward. kiln hands the backward correct
+values, so the graph's saved inputs, which read that very memory, are correct too (even where
+the forward's buffer was freed and the backward's value took its place). Anything else runs the
+op again, as before.
 The graphs live with the node's saved tensors (KeptGraphs.holder is saved with them), so a
 backward without retain_graph frees them as it frees the node's, and one with it keeps them.
 """
@@ -70,24 +71,17 @@ class KeptGraphs:
     def keep(self, step: object, outs: list, xs: list, inputs: list) -> None:
         self.graphs[step] = KeptGraph(outs, xs, inputs)
 
-    def settle(self, returned: list, saved: list) -> None:
-        """Drops the graphs the backward may not use (see the module's docstring): `returned`,
-        the results the caller gets; `saved`, what the node saves for its backward."""
-        returned = [_span(t) for t in returned if isinstance(t, torch.Tensor) and t.numel()]
-        saved = [_storage_span(t) for t in saved if isinstance(t, torch.Tensor) and t.numel()]
+    def settle(self, returned: list) -> None:
+        """Drops the graphs whose outputs are the memory of a result the caller gets (`returned`):
+        the caller may write into it before the backward."""
+        spans = [_span(t) for t in returned if isinstance(t, torch.Tensor) and t.numel()]
 
-        def returned_over(t: torch.Tensor) -> bool:  # a result is over t's storage
+        def returned_over(t: torch.Tensor) -> bool:
             lo, hi = _storage_span(t)
-            return any(a < hi and lo < b for a, b in returned)
-
-        def saved_as_is(t: torch.Tensor) -> bool:  # t's elements are inside a saved storage
-            lo, hi = _span(t)
-            return any(a <= lo and hi <= b for a, b in saved)
+            return any(a < hi and lo < b for a, b in spans)
 
         for step, g in list(self.graphs.items()):
-            outs = [t for t in g.outs if isinstance(t, torch.Tensor) and t.numel()]
-            ins = [t for t in g.xs if isinstance(t, torch.Tensor) and t.numel()]
-            if any(returned_over(t) for t in outs) or not all(saved_as_is(t) for t in ins):
+            if any(returned_over(t) for t in g.outs if isinstance(t, torch.Tensor) and t.numel()):
                 del self.graphs[step]
 
     def holder(self) -> torch.Tensor:
