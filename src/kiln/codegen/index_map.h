@@ -49,7 +49,7 @@ struct IndexExpr {
   std::shared_ptr<const IndexExpr> exact_dividend = nullptr;
   int64_t exact_divisor = 0;
   int64_t modulus = 0, residue = 0;
-  std::string quotient;
+  std::string quotient = {};
 
   static IndexExpr number(int64_t v) { return {std::to_string(v), v, std::pair{v, v}}; }
   static IndexExpr var(std::string name) { return {std::move(name)}; }

@@ -153,7 +153,7 @@ struct IndexCheck {
   std::vector<DrawnInput> drawn_from;
   // Values the check lets pass as never selected (a check of a whole drawn input: its
   // DrawnInput::never_selected).
-  std::vector<int64_t> never_selected;
+  std::vector<int64_t> never_selected = {};
 };
 
 struct Kernel {
