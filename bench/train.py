@@ -17,7 +17,8 @@ GPT2LMHeadModel with random weights, dropout off) in bfloat16 at batch 8 x 1024 
 Systems: kiln.jit (kiln.jit(model)), eager (the model), compile (torch.compile(model)).
 --profile N prints, per system, the N kernels of one step that took the most device time
 (torch.profiler); --gaps N the device's idle time in one step and its N longest gaps with what
-the host was running then; with KILN_DUMP=kernels KILN_DUMP_DIR=dir, a kiln kernel's source is the file
+the host was running then; --steps N, for kiln.jit, the host time of its programs' steps by
+kind and the N costliest (on the CPU a step's whole time); with KILN_DUMP=kernels KILN_DUMP_DIR=dir, a kiln kernel's source is the file
 of dir whose name holds the kernel's symbol.
 """
 
@@ -146,7 +147,40 @@ def idle_gaps(device: list[tuple], host: list[tuple], count: int) -> dict:
     return {"idle_ms": sum(g[0] for g in gaps) / 1e3, "gaps": len(gaps), "over_50us": sum(g[0] > 50 for g in gaps), "longest": longest}
 
 
-def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int, profile: int = 0, gaps: int = 0) -> dict:
+def kiln_step_times(forward, step, count: int) -> dict:
+    """Host time of each step of kiln's forward and backward programs in one call of `step`
+    (kiln._C.set_step_times; on CUDA the host's part of a step: preparing, launching, a
+    synchronization): per program, the total by how a step ran and the `count` costliest."""
+    from kiln import _C, _jit
+
+    _C.set_step_times(True)
+    try:
+        step()
+    finally:
+        _C.set_step_times(False)
+    jitted = _jit._jitted(forward)
+    cache = _jit._last_cache(jitted)
+    programs = {"forward": cache.last_run_stats["step_times"]}
+    if cache is jitted._grad_cache:
+        programs["backward"] = cache.last_program.assemble.backward_cache.last_run_stats["step_times"]
+    out = {}
+    for part, times in programs.items():
+        by_how: dict[str, list] = {}
+        for _, how, seconds, _ in times:
+            total = by_how.setdefault(how, [0.0, 0])
+            total[0] += seconds * 1e3
+            total[1] += 1
+        costliest = sorted(times, key=lambda t: -t[2])[:count]
+        out[part] = {
+            "ms": sum(t[2] for t in times) * 1e3,
+            "by_how": {how: {"ms": ms, "steps": n} for how, (ms, n) in sorted(by_how.items(), key=lambda kv: -kv[1][0])},
+            "costliest": [{"step": s, "how": how, "ms": sec * 1e3, "ops": ops[:80]} for s, how, sec, ops in costliest],
+        }
+    return out
+
+
+def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], repeat: int, profile: int = 0, gaps: int = 0,
+               steps: int = 0) -> dict:
     model = copy.deepcopy(base)
     wrapped = LossOf(model)
     forward = {"kiln.jit": lambda: kiln.jit(wrapped), "eager": lambda: wrapped, "compile": lambda: torch.compile(wrapped)}[name]()
@@ -184,11 +218,13 @@ def run_system(name: str, base: torch.nn.Module, batches: list[torch.Tensor], re
         times.append(time.perf_counter() - start)
     kernels, device_totals = top_kernels(lambda: step(batches[0]), profile) if profile and device.type == "cuda" else ([], None)
     idle = device_idle_gaps(lambda: step(batches[0]), gaps) if gaps and device.type == "cuda" else None
+    step_times = kiln_step_times(forward, lambda: (step(batches[0]), sync()), steps) if steps and name == "kiln.jit" else None
     saved = saved_bytes(lambda: forward(batches[0]))
     opt.zero_grad(set_to_none=True)
     return {
         "top_kernels": kernels,
         "idle": idle,
+        "step_times": step_times,
         "device_totals": device_totals,
         "system": name,
         "step_ms": statistics.median(times) * 1e3,
@@ -220,6 +256,7 @@ def main() -> None:
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", type=int, default=0, help="kernels to list per system (CUDA)")
     parser.add_argument("--gaps", type=int, default=0, help="longest device idle gaps of a step to list per system (CUDA)")
+    parser.add_argument("--steps", type=int, default=0, help="kiln's costliest program steps (host time) to list, forward and backward")
     args = parser.parse_args()
     device = torch.device(args.device)
     dtype = torch.float32 if args.small else torch.bfloat16
@@ -228,7 +265,7 @@ def main() -> None:
     vocab = base.config.vocab_size
     gen = torch.Generator(device=device).manual_seed(1)
     batches = [torch.randint(0, vocab, (batch, seq), generator=gen, device=device) for _ in range(args.check)]
-    results = [run_system(name, base, batches, args.repeat, args.profile, args.gaps) for name in args.systems.split(",")]
+    results = [run_system(name, base, batches, args.repeat, args.profile, args.gaps, args.steps) for name in args.systems.split(",")]
     eager = next((r for r in results if r["system"] == "eager"), None)
     print(f"GPT-2 {'small test config' if args.small else '124M'} {str(dtype).removeprefix('torch.')} batch {batch}x{seq} on {device}")
     print("| system | step ms | vs eager | saved MB | largest loss difference from eager | kiln's node |")
@@ -256,6 +293,12 @@ def main() -> None:
             print(f"{r['system']}: device idle {i['idle_ms']:.2f} ms in {i['gaps']} gaps ({i['over_50us']} over 50 us) in one step; the longest:")
             for g in i["longest"]:
                 print(f"  {g['us']:8.0f} us after {g['after_kernel']!r} before {g['before_kernel']!r}; host: {g['host_innermost']} in {g['host_outermost']!r}")
+    for r in results:
+        for part, t in (r["step_times"] or {}).items():
+            hows = ", ".join(f"{how} {v['ms']:.2f} ms / {v['steps']}" for how, v in t["by_how"].items())
+            print(f"{r['system']} {part}: {t['ms']:.2f} ms of host time in its steps ({hows}); the costliest:")
+            for c in t["costliest"]:
+                print(f"  {c['ms']:8.3f} ms  step {c['step']:4d} {c['how']:8s} {c['ops']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": str(device), "dtype": str(dtype), "batch": [batch, seq], "results": results}, f, indent=2)

@@ -804,3 +804,33 @@ def test_a_buffer_written_in_place_is_read_later_where_its_kernel_stored_it(late
     jitted = check_against_eager(f, make_args)
     if not later_write:
         assert jitted._cache.last_run_stats["layout_copies"] == 0, kiln.last_traces(jitted)[-1]
+
+
+def test_step_times_are_recorded_only_when_asked():
+    # kiln._C.set_step_times(True): last_run_stats["step_times"] holds (step, how, seconds, ops)
+    # for each step of the run, for bench/train.py --steps; off by default, nothing is recorded.
+    from kiln import _C
+
+    def f(x, w):
+        y = torch.tanh(x) @ w
+        return torch.cumsum(y, 0).relu()
+
+    jitted = kiln.jit(f)
+    x, w = ar(4, 3), ar(3, 5)
+    jitted(x, w)
+    cache = kiln._jit._last_cache(jitted)
+    assert cache.last_run_stats["step_times"] == []
+    _C.set_step_times(True)
+    try:
+        jitted(x, w)
+    finally:
+        _C.set_step_times(False)
+    times = cache.last_run_stats["step_times"]
+    stats = kiln.last_stats(jitted)
+    assert len(times) == stats["kernels"] + stats["torch_steps"] + stats["eager_steps"] + stats["view_steps"] + stats["interpreted_steps"]
+    assert [s for s, *_ in times] == sorted(s for s, *_ in times)
+    assert {how for _, how, _, _ in times} <= {"kernel", "library", "eager", "view", "torch", "interpreted", "copy"}
+    assert all(seconds >= 0 for _, _, seconds, _ in times)
+    assert any("eager_call" in ops for *_, ops in times) and any("tanh" in ops for *_, ops in times)
+    jitted(x, w)
+    assert cache.last_run_stats["step_times"] == []

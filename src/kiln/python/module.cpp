@@ -347,6 +347,8 @@ NB_MODULE(_C, m) {
         d["caller_results"] = g.caller_results;
         return d;
       });
+  m.def("set_step_times", &call_profile::set_step_times, nb::arg("on"),
+        "Records each step's host seconds in last_run_stats['step_times'] (off by default).");
   m.def("call_phase_seconds", &call_profile::seconds,
         "Host seconds so far in each phase of kiln.jit calls, as (phase, seconds) pairs; counted "
         "only when KILN_PROFILE_CALLS is set (see src/kiln/support/call_profile.h).");
@@ -406,6 +408,16 @@ NB_MODULE(_C, m) {
         d["host_copy_bytes"] = s.host_copy_bytes;
         d["graph_captures"] = s.graph_captures;
         d["graph_replays"] = s.graph_replays;
+        // (step, how, seconds, its body's ops) per step, with kiln._C.set_step_times(True).
+        nb::list steps;
+        const std::vector<Step>& plan = c.last().program->compiled.plan.steps;
+        for (const ExecutionStats::StepTime& t : s.step_times) {
+          std::string ops;
+          for (const auto& n : plan.at(static_cast<size_t>(t.step)).body.nodes())
+            ops += (ops.empty() ? "" : " ") + n->op->name;
+          steps.append(nb::make_tuple(t.step, t.how, t.seconds, ops));
+        }
+        d["step_times"] = steps;
         return d;
       });
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -479,6 +480,10 @@ void ProgramRun::check_indices(size_t s, const codegen::Kernel& kernel,
 
 void ProgramRun::run_step(size_t s) {
   const Step& step = program_.plan.steps[s];
+  const bool timed = call_profile::step_times();
+  const auto start =
+      timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+  const char* how = "copy";
   std::vector<const Value*>& stored = step_stored_;  // writeback targets the kernel stored into
   auto was_stored = [&stored](const Value* target) {
     return std::find(stored.begin(), stored.end(), target) != stored.end();
@@ -490,21 +495,26 @@ void ProgramRun::run_step(size_t s) {
     if (is_eager_call(step)) {
       run_eager(step, inputs);
       ++stats_->eager_steps;
+      how = "eager";
     } else if (run_kernel(s, inputs, stored)) {
       ++stats_->kernel_steps;
       stats_->writebacks_in_kernel += static_cast<int>(stored.size());
+      how = "kernel";
     } else if (memory_.cuda() && step.kind == Step::Kind::kOpaque &&
                run_library_step(step, inputs, memory_,
                                 prepared_->any_layout.contains(step.outputs.at(0)), env_,
                                 *stats_)) {
       ++stats_->library_steps;
+      how = "library";
     } else if (only_views(step.body)) {
       std::vector<RtValue> outs = run_view_step(step, inputs, memory_, options_.capture);
       for (size_t k = 0; k < outs.size(); ++k)
         env_[step.outputs[k]] = detach(outs[k]);
       ++stats_->view_steps;
+      how = "view";
     } else {
       run_without_kernel(s, inputs);
+      how = options_.step_runner ? "torch" : "interpreted";
     }
   }
   for (const Step::Writeback& wb : step.writebacks) {
@@ -514,6 +524,10 @@ void ProgramRun::run_step(size_t s) {
   }
   step_inputs_.clear();
   step_stored_.clear();
+  if (timed)
+    stats_->step_times.push_back(
+        {static_cast<int>(s), how,
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()});
 }
 
 const codegen::Kernel* ProgramRun::kernel_of(size_t s) const {

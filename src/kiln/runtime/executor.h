@@ -58,6 +58,14 @@ struct ExecutionStats {
   // (then the counts above are those of the captured run).
   int graph_captures = 0;
   int graph_replays = 0;
+  // With call_profile::set_step_times(true): each step the run made, how (kernel, library,
+  // eager, view, torch, interpreted, copy: a step with only writebacks), and its host seconds.
+  struct StepTime {
+    int step = 0;
+    const char* how = "";
+    double seconds = 0;
+  };
+  std::vector<StepTime> step_times;
 };
 
 // Set while a call is captured into a CUDA graph (cuda/graph_replay.h), when nothing runs: the

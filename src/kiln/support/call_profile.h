@@ -28,6 +28,12 @@ enum class Phase : int {
 
 extern const bool kEnabled;
 
+// Per-step host times of each run (ExecutionStats::step_times, kiln._C.set_step_times): off
+// unless turned on, then a step costs two steady_clock reads. On the CPU a step's time is its
+// work; on CUDA it is the host's part of it (preparing and launching, or a synchronization).
+void set_step_times(bool on);
+bool step_times();
+
 void add(Phase phase, int64_t nanoseconds);
 
 // (phase name, seconds so far) for each phase.
