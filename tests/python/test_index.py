@@ -484,13 +484,14 @@ def test_index_writes_pytorch_runs_write_into_a_fresh_self_nothing_else_reads(re
     written = []
     for op, fn in list(_torch_steps.IN_PLACE.items()):
         monkeypatch.setitem(_torch_steps.IN_PLACE, op, lambda *a, _fn=fn, _op=op, **k: written.append(_op) or _fn(*a, **k))
-    i = torch.tensor([(7 * k) % 64 for k in range(40)])
-    s = ar(40, 8)
+    # The trace's tensors are on the CPU (whatever device the suite runs on).
+    i = torch.tensor([(7 * k) % 64 for k in range(40)], device="cpu")
+    s = ar(40, 8).cpu()
     j = i[:, None].expand(40, 8).contiguous()
     cache = _C.JitCache()
     got = cache.insert_and_run(3, [i, s, j], _FRESH_INDEX_WRITES.replace("RESULTS", results), 0.0, 1, None, 0)
     assert cache.last_run_stats["torch_steps"] >= 1
-    z = torch.zeros(64, 8)
+    z = torch.zeros(64, 8, device="cpu")
     t1 = z.index_add(0, i, s)
     t2 = t1.index_add(0, i, s, alpha=2)
     t3 = t2.scatter_add(0, j, s)
