@@ -745,25 +745,13 @@ def test_an_eager_steps_gradient_differentiates_the_graph_its_forward_kept(monke
 
     found = _counting_kept_graphs(monkeypatch)
     made = []
-    forward_of_node = kiln._kept_graphs.forward_of_node
 
-    def recording_forward():
-        cm = forward_of_node()
-        kept = cm.__enter__()
-        made.append(weakref.ref(kept))
-        return _Wrapped(cm, kept)
+    class Recorded(kiln._kept_graphs.KeptGraphs):
+        def __init__(self):
+            super().__init__()
+            made.append(weakref.ref(self))
 
-    class _Wrapped:
-        def __init__(self, cm, kept):
-            self.cm, self.kept = cm, kept
-
-        def __enter__(self):
-            return self.kept
-
-        def __exit__(self, *exc):
-            return self.cm.__exit__(*exc)
-
-    monkeypatch.setattr(kiln._kept_graphs, "forward_of_node", recording_forward)
+    monkeypatch.setattr(kiln._kept_graphs, "KeptGraphs", Recorded)
     torch.manual_seed(0)
     model, reference = _Attention(), _Attention()
     reference.load_state_dict(model.state_dict())
