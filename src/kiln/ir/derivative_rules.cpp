@@ -84,11 +84,24 @@ Value* zero_where_not(GradContext& c, Value* mask, Value* g) {
   return call(c, OpId::kWhere, {mask, g, 0.0});
 }
 
-// Eager's backward of these ops is one kernel (tanh_backward, sigmoid_backward, gelu_backward,
-// silu_backward) computing in float for half and bfloat16 and rounding once; the other ops'
-// formulas are composites of ops, each rounded.
-bool backward_in_opmath(OpId id) {
-  return id == OpId::kTanh || id == OpId::kSigmoid || id == OpId::kGelu || id == OpId::kSilu;
+// Whether eager's backward kernel of `id` computes half and bfloat16 in float and rounds once
+// (tanh_backward, sigmoid_backward, gelu_backward, silu_backward on the CPU; gelu and silu on
+// CUDA). Eager's CUDA tanh_backward and sigmoid_backward compute in the 16-bit type, each op
+// rounded (a * (1 - b * b), a * (1 - b) * b), as does its CPU sigmoid_backward for float16; the
+// other ops' backward formulas are composites of ops, each rounded.
+bool backward_rounds_once(OpId id, DType dtype, Device::Kind device) {
+  if (dtype != DType::kBFloat16 && dtype != DType::kFloat16) return false;
+  switch (id) {
+    case OpId::kGelu:
+    case OpId::kSilu:
+      return true;
+    case OpId::kTanh:
+      return device == Device::Kind::kCpu;
+    case OpId::kSigmoid:
+      return device == Device::Kind::kCpu && dtype == DType::kBFloat16;
+    default:
+      return false;
+  }
 }
 
 // d(op(a))/da as a factor of g, for the unary ops whose derivative is a function of a and y.
@@ -97,14 +110,12 @@ void unary(GradContext& c, const Node& n, std::span<Value* const> grads) {
   Value* a0 = n.input(0);
   if (!g || !c.needs(a0)) return;
   // As eager's: in float32 where eager's backward kernel computes in float (one rounding at the
-  // end, and no conversion between the formula's ops in a fused kernel).
-  // (Eager's CPU sigmoid_backward computes float16 in float16, its order kept below.)
-  const DType dtype = a0->tensor_type().dtype;
-  const bool cpu_half_sigmoid = n.id() == OpId::kSigmoid && dtype == DType::kFloat16 &&
-                                a0->tensor_type().device.kind == Device::Kind::kCpu;
-  const bool opmath = backward_in_opmath(n.id()) && !cpu_half_sigmoid &&
-                      (dtype == DType::kBFloat16 || dtype == DType::kFloat16) &&
-                      g->tensor_type().dtype == dtype;
+  // end, and no conversion between the formula's ops in a fused kernel); elsewhere each op of the
+  // formula rounded, in eager's order.
+  const TensorType& type = a0->tensor_type();
+  const DType dtype = type.dtype;
+  const bool opmath =
+      backward_rounds_once(n.id(), dtype, type.device.kind) && g->tensor_type().dtype == dtype;
   auto widened = [&](Value* v) { return opmath ? grad::cast_to(c.b, v, DType::kFloat32) : v; };
   if (opmath) g = widened(g);
   auto a = [&] { return widened(c.forward(a0)); };
