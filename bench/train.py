@@ -241,7 +241,7 @@ def _step_facts(stats: dict | None) -> dict | None:
     if not stats:
         return None
     keys = ["kernels", "eager_steps", "torch_steps", "view_steps", "interpreted_steps", "layout_copies", "layout_copy_bytes"]
-    keys += ["host_copies", "aligned_products", "alignment_copy_bytes", "cuda_graph", "cuda_graph_refused"]
+    keys += ["index_checks_first", "index_checks_at_steps", "host_copies", "host_copy_bytes", "aligned_products", "alignment_copy_bytes", "cuda_graph", "cuda_graph_refused"]
     forward = {k: stats[k] for k in keys if k in stats}
     return {"forward": forward, "backward": stats.get("backward")}
 

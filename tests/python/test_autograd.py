@@ -873,6 +873,10 @@ def test_an_lm_head_over_an_unaligned_vocabulary_runs_padded_with_eagers_gradien
     stats = kiln.last_stats(jitted)
     assert stats["aligned_products"] == 1
     assert stats["backward"]["aligned_products"] == 2  # grad_logits @ W and grad_logits.T @ h
+    # The kernel that computes grad_logits lays its rows out padded with zeros, so both products
+    # read it in place: the backward copies only W, padded to 208 rows (read and written once).
+    # grad_logits.T @ h's padded result is grad_W's buffer itself.
+    assert stats["backward"]["alignment_copy_bytes"] == 2 * 208 * 392 * dtype.itemsize
 
 
 @pytest.mark.parametrize(

@@ -121,3 +121,29 @@ def test_a_padded_products_result_reaches_every_reader_as_eagers(reader, dtype):
     jitted = check_against_eager(PADDED_READERS[reader], lambda: _lm_head(dtype), rtol=2e-2, atol=2e-2)
     if torch.get_default_device().type == "cuda":
         assert kiln.last_stats(jitted)["aligned_products"] >= 1
+
+
+# A kernel's 16-bit result with rows of 201 elements that only products and kernels read is laid
+# out on CUDA with its rows padded with zeros to 208 (src/kiln/runtime/prepared_program.cpp,
+# padded_rows), and a product whose reduced dim (or padded result dim) it is reads it in place.
+# Each reader must see eager's values: the product as A (k padded) and as A.T (n padded),
+# batched through a view, beside a fused reduction, and where the result is returned or a step
+# PyTorch runs reads it (then it keeps eager's layout).
+KERNEL_RESULT_READERS = {
+    "product": lambda x, w, h: (x * 2).tanh() @ w,
+    "product_of_transpose": lambda x, w, h: (x * 2).tanh().t() @ h,
+    "product_and_reduction": lambda x, w, h: (lambda y: (y @ w, y.float().sum(-1)))((x * 2).tanh()),
+    "batched_view": lambda x, w, h: (x * 2).tanh().view(4, 64, 201) @ w,
+    "returned": lambda x, w, h: (lambda y: (y, y @ w))((x * 2).tanh()),
+    "step_pytorch_runs": lambda x, w, h: torch.roll((x * 2).tanh(), 3, 0) @ w,
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("reader", KERNEL_RESULT_READERS, ids=str)
+def test_a_kernels_unaligned_result_reaches_every_reader_as_eagers(reader, dtype):
+    make = lambda: (_randn(256, 201, dtype=dtype, seed=0), _randn(201, 64, dtype=dtype, seed=1), _randn(256, 48, dtype=dtype, seed=2))
+    jitted = check_against_eager(KERNEL_RESULT_READERS[reader], make, rtol=2e-2, atol=2e-2)
+    if torch.get_default_device().type == "cuda" and reader == "product":
+        # Only w is copied, padded to 208 rows; tanh's result is read where the kernel stored it.
+        assert kiln.last_stats(jitted)["alignment_copy_bytes"] == 2 * 208 * 64 * dtype.itemsize

@@ -1,5 +1,6 @@
 #include "kiln/runtime/device_memory.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kiln/runtime/cuda/cuda_kernels.h"
@@ -40,6 +41,26 @@ TensorHandle DeviceMemoryOps::empty(DType dtype, const Shape& shape) const {
     return cuda::cuda_strided(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape),
                               device_, false, allocator_, stream_);
   return host_tensor(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape), false);
+}
+
+TensorHandle DeviceMemoryOps::empty_padded_rows(DType dtype, const Shape& shape,
+                                                int64_t row_pitch) const {
+  call_profile::Scope timed(call_profile::Phase::kAllocate);
+  KILN_ASSERT(cuda() && !shape.empty() && row_pitch >= shape.back())
+      << "padded rows of a " << shape.size() << "-dim tensor";
+  const int64_t row_length = shape.back(),
+                rows = shape_numel(shape) / std::max<int64_t>(row_length, 1);
+  Strides strides = contiguous_strides(shape);
+  for (size_t d = 0; d + 1 < shape.size(); ++d)
+    strides[d] = strides[d] / row_length * row_pitch;
+  TensorHandle out = cuda::cuda_strided(dtype, shape, strides, 0, rows * row_pitch, device_, false,
+                                        allocator_, stream_);
+  const auto el = static_cast<size_t>(dtype_size(dtype));
+  cuda::fill_zero_2d(out->storage->device_data + row_length * el, row_pitch * el,
+                     (row_pitch - row_length) * el, rows, device_.index, stream_);
+  out->storage->row_length = row_length;
+  out->storage->row_pitch = row_pitch;
+  return out;
 }
 
 TensorHandle DeviceMemoryOps::materialize(const RtTensor& value, const Geometry& g,

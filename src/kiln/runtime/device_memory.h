@@ -35,6 +35,10 @@ class DeviceMemoryOps {
   void copy(RtTensor& dst, const RtTensor& src) const;
   // A fresh contiguous tensor.
   TensorHandle empty(DType dtype, const Shape& shape) const;
+  // A fresh CUDA tensor whose rows (the last dim) are `row_pitch` elements apart, the elements
+  // between the end of a row and the next zeroed (Storage::row_length: a matrix product's
+  // operand read in place at tensor-core alignment).
+  TensorHandle empty_padded_rows(DType dtype, const Shape& shape, int64_t row_pitch) const;
   // A fresh tensor of this layout holding `value`'s elements (a layout may repeat elements).
   TensorHandle materialize(const RtTensor& value, const Geometry& g, int64_t storage_numel) const;
 

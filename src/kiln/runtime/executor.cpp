@@ -94,12 +94,6 @@ void with_eager_layouts(const Step& step, const std::set<const Value*>& any_layo
   }
 }
 
-bool only_views(const Trace& body) {
-  return !body.nodes().empty() &&
-         std::all_of(body.nodes().begin(), body.nodes().end(),
-                     [](const auto& n) { return n->op->kind == OpKind::kView; });
-}
-
 // A step that only views its inputs (the q, k and v an attention reads from one product, a
 // weight's gradient that is the transpose of a product) runs no kernel: its views are made on
 // the tensors where they are, as the interpreter makes them; a reshape no view expresses is
@@ -563,7 +557,10 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
   for (size_t j = 0; j < buffers.size(); ++j) {
     if (buffers[j]) continue;
     const codegen::KernelOutput& o = kernel->outputs[j];
-    buffers[j] = memory_.empty(o.dtype, o.shape);
+    auto padded = prepared_->padded_rows.find(step.outputs[j]);
+    buffers[j] = padded == prepared_->padded_rows.end()
+                     ? memory_.empty(o.dtype, o.shape)
+                     : memory_.empty_padded_rows(o.dtype, o.shape, padded->second);
   }
   bool ran = memory_.cuda() ? cuda::run_cuda_kernel(*prepared_->cuda.steps[s], inputs, buffers,
                                                     memory_.stream(), memory_.allocator())

@@ -1,5 +1,6 @@
 #include "kiln/runtime/library_step.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 
@@ -21,6 +22,12 @@ bool is_step_view(const Node& n) {
 }
 
 }  // namespace
+
+bool only_views(const Trace& body) {
+  return !body.nodes().empty() &&
+         std::all_of(body.nodes().begin(), body.nodes().end(),
+                     [](const auto& n) { return n->op->kind == OpKind::kView; });
+}
 
 bool is_library_body(const Trace& body) {
   if (body.outputs().size() != 1) return false;

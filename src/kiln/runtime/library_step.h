@@ -20,6 +20,9 @@ namespace kiln {
 // Whether `body` is a library step's: views, one opaque node, views of its result, one output.
 bool is_library_body(const Trace& body);
 
+// Whether `body` only views its inputs: a view step, which moves no data (executor.cpp).
+bool only_views(const Trace& body);
+
 // Runs a library step's body on `inputs`: the views in the interpreter (`device_copy` makes a
 // reshape's copy of a device tensor; unused on the CPU), the opaque node by `run_node` with its
 // operands in order (None for an absent one: a linear without a bias). Returns the body's

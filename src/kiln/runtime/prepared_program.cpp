@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 
 #include "kiln/analysis/integer_range.h"
 #include "kiln/runtime/cuda/cublas.h"
@@ -45,6 +46,67 @@ std::optional<std::vector<codegen::IndexCheck>> runner_index_checks(const Step& 
     checks.push_back(std::move(c));
   }
   return checks;
+}
+
+// PreparedKernels::padded_rows. A 16-bit kernel result of at least 64-element rows that are not
+// a multiple of 16 bytes, not a result of the program nor written anywhere, that only CUDA
+// kernels (which take any strides), cuBLAS's products and view steps of such readers read, at
+// least one product among them: its rows padded with zeros to 16 bytes, a product whose reduced
+// or result dim it is reads it in place at tensor-core speed. A language model's loss gradient
+// [tokens, vocabulary], read by the LM head's two products: at GPT-2's 50,257 words and 8,192
+// tokens, two 1.6 GB copies a training step otherwise.
+std::map<const Value*, int64_t> padded_rows(const CompiledProgram& program,
+                                            const PreparedKernels& p,
+                                            const std::set<const Value*>& layout_read,
+                                            const std::function<bool(const Step&)>& is_product) {
+  const std::vector<Step>& steps = program.plan.steps;
+  const Trace& trace = program.execution;
+  std::set<const Value*> excluded(trace.outputs().begin(), trace.outputs().end());
+  excluded.insert(layout_read.begin(), layout_read.end());
+  for (const auto& wb : trace.writebacks)
+    excluded.insert(wb.second);
+  for (const Step& step : steps)
+    for (const Step::Writeback& wb : step.writebacks)
+      excluded.insert(wb.value);
+  std::map<const Value*, std::vector<size_t>> readers;
+  for (size_t s = 0; s < steps.size(); ++s)
+    for (const Value* v : steps[s].inputs)
+      readers[v].push_back(s);
+  auto has_kernel = [&](size_t s) { return s < p.cuda.steps.size() && p.cuda.steps[s]; };
+  // Whether every reader of `v` reads it by its strides; `product` when a product reads it.
+  std::function<bool(const Value*, bool&)> read_by_strides = [&](const Value* v, bool& product) {
+    if (excluded.contains(v)) return false;
+    auto it = readers.find(v);
+    if (it == readers.end()) return true;
+    for (size_t s : it->second) {
+      const Step& step = steps[s];
+      if (is_product(step)) {
+        product = true;
+      } else if (has_kernel(s)) {
+        continue;
+      } else if (only_views(step.body)) {
+        for (const Value* out : step.outputs)
+          if (!read_by_strides(out, product)) return false;
+      } else {
+        return false;
+      }
+    }
+    return true;
+  };
+  std::map<const Value*, int64_t> padded;
+  for (size_t s = 0; s < steps.size(); ++s) {
+    if (!has_kernel(s)) continue;
+    for (const Value* v : steps[s].outputs) {
+      const TensorType& t = v->tensor_type();
+      if (t.dtype != DType::kBFloat16 && t.dtype != DType::kFloat16) continue;
+      constexpr int64_t kUnit = 16 / 2;  // 16-bit elements in 16 bytes
+      if (t.rank() < 2 || t.shape.back() < 64 || t.shape.back() % kUnit == 0) continue;
+      bool product = false;
+      if (read_by_strides(v, product) && product)
+        padded[v] = (t.shape.back() + kUnit - 1) / kUnit * kUnit;
+    }
+  }
+  return padded;
 }
 
 }  // namespace
@@ -110,6 +172,8 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
     for (const Step& step : steps)
       if (is_product(step) && !layout_read.contains(step.outputs[0]))
         p->any_layout.insert(step.outputs[0]);
+  if (device.kind == Device::Kind::kCuda)
+    p->padded_rows = padded_rows(program, *p, layout_read, is_product);
   p->runner_index_checks.resize(steps.size());
   for (size_t s = 0; s < steps.size(); ++s) {
     const bool kernel = device.kind == Device::Kind::kCuda

@@ -3,6 +3,7 @@
 // its values later steps read, where results may stay, what layout readers need.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <set>
 
@@ -31,6 +32,10 @@ struct PreparedKernels {
   // cuBLAS, the writebacks' copies; results are laid out for the caller at the end): a product
   // computed padded may stay in its padded buffer (cublas.h).
   std::set<const Value*> any_layout;
+  // CUDA kernels' 16-bit results that only matrix products and kernels read, laid out with
+  // their rows padded to tensor-core alignment (the row pitch in elements): the products read
+  // them in place instead of through a padded copy (cublas.cpp, reads_zero_padded).
+  std::map<const Value*, int64_t> padded_rows;
   // Per fusion step without a kernel (one PyTorch runs op by op): what decides its index ops'
   // indices before the first step, one IndexCheck per index drawn from the program's inputs
   // (none for an index known in range), or nullopt when an index is neither (its op checks it).

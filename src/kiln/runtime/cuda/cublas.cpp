@@ -175,6 +175,24 @@ bool tensor_core_aligned(const GemmOperand& o, const RtTensor& t, int64_t rows, 
          address % kTensorCoreBytes == 0;
 }
 
+// Whether `t`, read as `o` (a [rows, cols] matrix), is read in place as its [rows_p, cols_p]
+// padding by the zeros its storage holds after each row (Storage::row_length): its unit-stride
+// dim is whole rows of the storage from their first element, the zeros extend it to the padded
+// extent, its other dim is not padded, and the padded matrix is aligned for tensor cores. (A
+// loss's gradient [8192, 50257] laid out so by the kernel that computes it is the product's
+// operand as it is, instead of a 1.6 GB copy.)
+bool reads_zero_padded(const GemmOperand& o, const RtTensor& t, int64_t rows, int64_t cols,
+                       int64_t rows_p, int64_t cols_p) {
+  const Storage& s = *t.storage;
+  if (s.row_pitch == 0 || o.ld != s.row_pitch) return false;
+  const bool by_rows = o.op == kOpN;
+  const int64_t unit_dim = by_rows ? cols : rows, unit_p = by_rows ? cols_p : rows_p;
+  const int64_t other = by_rows ? rows : cols, other_p = by_rows ? rows_p : cols_p;
+  return unit_dim == s.row_length && unit_p <= s.row_pitch && other == other_p &&
+         o.offset % s.row_pitch == 0 && o.batch_stride % s.row_pitch == 0 &&
+         tensor_core_aligned(o, t, rows_p, cols_p);
+}
+
 bool broadcast_over_batches(const std::optional<GemmOperand>& o, int64_t batches) {
   return o && batches > 1 && o->batch_stride == 0;
 }
@@ -197,13 +215,15 @@ GemmPlan plan_gemm(GemmPlan p, int type, const RtTensor& a, const RtTensor& b,
   q.n_p = a_t ? round_up(p.n, unit) : p.n;
   q.k_p = !a_t || b_t ? round_up(p.k, unit) : p.k;
   q.m_p = round_up(p.m, unit);
-  auto copy_bytes = [&](bool fits, bool same_dims, bool broadcast, int64_t rows, int64_t cols) {
-    return fits && same_dims ? 0 : 2 * (broadcast ? 1 : p.batches) * rows * cols * el;
+  auto copy_bytes = [&](bool in_place, bool broadcast, int64_t rows, int64_t cols) {
+    return in_place ? 0 : 2 * (broadcast ? 1 : p.batches) * rows * cols * el;
   };
-  q.copy_bytes = copy_bytes(a_fits, q.n_p == p.n && q.k_p == p.k,
-                            broadcast_over_batches(ia, p.batches), q.n_p, q.k_p) +
-                 copy_bytes(b_fits, q.k_p == p.k && q.m_p == p.m,
-                            broadcast_over_batches(ib, p.batches), q.k_p, q.m_p) +
+  const bool a_in_place = (a_fits && q.n_p == p.n && q.k_p == p.k) ||
+                          (ia && reads_zero_padded(*ia, a, p.n, p.k, q.n_p, q.k_p));
+  const bool b_in_place = (b_fits && q.k_p == p.k && q.m_p == p.m) ||
+                          (ib && reads_zero_padded(*ib, b, p.k, p.m, q.k_p, q.m_p));
+  q.copy_bytes = copy_bytes(a_in_place, broadcast_over_batches(ia, p.batches), q.n_p, q.k_p) +
+                 copy_bytes(b_in_place, broadcast_over_batches(ib, p.batches), q.k_p, q.m_p) +
                  (q.result_padded() ? 2 * p.batches * p.n * p.m * el : 0);
   const int64_t flops = 2 * p.batches * p.n * p.m * p.k;
   return flops >= kFlopsPerCopiedByte * q.copy_bytes ? q : p;
@@ -391,6 +411,8 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
     const int64_t rows = g.sizes[g.sizes.size() - 2], cols = g.sizes.back();
     const bool same_dims = rows_p == rows && cols_p == cols;
     if (o && (!plan.aligned || (same_dims && tensor_core_aligned(*o, t, rows, cols))))
+      return std::pair{*o, element_at(t, o->offset)};
+    if (o && plan.aligned && reads_zero_padded(*o, t, rows, cols, rows_p, cols_p))
       return std::pair{*o, element_at(t, o->offset)};
     if (plan.aligned) {
       auto [po, buffer] = padded_copy(t, g, o && o->op == kOpT, broadcast_over_batches(o, batches),

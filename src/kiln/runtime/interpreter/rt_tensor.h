@@ -37,6 +37,11 @@ struct Storage {
   // element size). Its memory is that storage's (`borrowed` or `device_data` point there, and
   // this keeps it alive), so whose memory a tensor is asks memory_owner(), not the pointer.
   std::shared_ptr<Storage> reinterprets;
+  // A device storage of rows `row_pitch` elements apart whose elements [row_length, row_pitch)
+  // of every row are zero (0: no such rows): a kernel's 16-bit result laid out for a matrix
+  // product to read in place at tensor-core alignment (executor.cpp, padded_rows), the padding
+  // standing in for the product's zero padding of its reduced dim.
+  int64_t row_length = 0, row_pitch = 0;
 
   bool on_device() const { return device_owner != nullptr; }
   // The host elements (owned or borrowed); null for a device storage.
