@@ -217,11 +217,13 @@ def test_index_select_and_embedding():
     check_gradients(lambda x, i: (x.index_select(0, i) * 2, F.embedding(i, x)), _index_args((4, 3)))
 
 
-def test_an_embeddings_gradient_run_by_pytorch_has_its_indices_checked_first():
+def test_an_embeddings_gradient_needs_no_index_check_its_forward_made():
     # 40 positions: the gradient's index_add runs as PyTorch's op (a kernel scans at most 16 per
-    # element). Its index, the saved token ids, is an input of the backward program: read once
-    # before its first step (on CUDA no synchronization before the op); the positions arange is
-    # computed again in the backward (not saved), known in range.
+    # element). Its index, the saved token ids, is an input of the backward program that the
+    # forward checked against the same 50 rows (the forward raises on an id out of range before
+    # it returns): the backward declares it in range and reads nothing back to the host (on
+    # CUDA a synchronization). The positions arange is computed again in the backward (not
+    # saved), known in range.
     def f(w, t):
         pos = torch.arange(t.shape[1], device=t.device)
         return (F.embedding(t, w) + F.embedding(pos, w)).square().sum(-1)
@@ -230,8 +232,24 @@ def test_an_embeddings_gradient_run_by_pytorch_has_its_indices_checked_first():
         return [leaves((50, 8))()[0], (torch.arange(40) * 7 % 50).reshape(2, 20).to(torch.get_default_device())]
 
     jitted = check_gradients(f, make)
-    backward = kiln.last_stats(jitted)["backward"]
-    assert backward["torch_steps"] == 1 and backward["index_checks_first"] == 1
+    stats = kiln.last_stats(jitted)
+    assert stats["index_checks_first"] + stats["index_checks_at_steps"] == 1
+    backward = stats["backward"]
+    assert backward["torch_steps"] == 1
+    assert backward["index_checks_first"] == 0 and backward["index_checks_at_steps"] == 0
+
+
+def test_token_ids_changed_in_place_after_the_forward_fail_the_backward_as_in_eager():
+    # The backward's unchecked index rests on the saved ids being the ones the forward checked:
+    # PyTorch's saved-tensor version check raises when they were written in between, before
+    # the backward program runs (kiln saves them with save_for_backward).
+    w = torch.randn(50, 8, requires_grad=True)
+    ids = torch.arange(20).reshape(2, 10) * 2
+    loss = kiln.jit(lambda w, t: F.embedding(t, w).square().sum())(w, ids)
+    ids.add_(1000)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+    assert w.grad is None
 
 
 def test_gather():

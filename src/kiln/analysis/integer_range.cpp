@@ -47,8 +47,9 @@ class RangeOf {
     if (!is_integral(v->tensor_type().dtype, /*include_bool=*/false)) return std::nullopt;
     const Node* p = v->producer();
     if (!p) {
-      const Value* from = outer_ ? outer_(v) : nullptr;
-      return from ? of(from, depth + 1) : std::nullopt;
+      if (const Value* from = outer_ ? outer_(v) : nullptr) return of(from, depth + 1);
+      if (const auto& known = v->known_range()) return bounded(known->first, known->second);
+      return std::nullopt;
     }
     Range r = node_range(*p, depth);
     // A sum past int32's range wraps around in an int32 tensor: unknown.

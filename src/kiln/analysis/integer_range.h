@@ -7,7 +7,8 @@
 //
 // Requires: a verified trace (each value's producer, if any, is a node of it).
 // Ensures: a range is returned only when every element of `v` lies in it whatever the inputs
-// hold; otherwise nullopt (inputs, floating values, ops without a rule).
+// hold (an input's own range only where the trace declares it: Value::known_range); otherwise
+// nullopt (inputs, floating values, ops without a rule).
 #pragma once
 
 #include <cstdint>

@@ -174,6 +174,29 @@ class TraceParser {
     }
   }
 
+  // `# <name> in [lo, hi]` for an input <name>: its known range; nullopt for another comment.
+  std::optional<std::pair<std::string, std::pair<int64_t, int64_t>>> parse_input_range(
+      const Line& line, std::string_view t, const std::vector<std::string>& input_names) {
+    const size_t in = t.find(" in [");
+    if (in == std::string_view::npos) return std::nullopt;
+    std::string name(t.substr(2, in - 2));
+    if (std::find(input_names.begin(), input_names.end(), name) == input_names.end())
+      return std::nullopt;
+    std::string_view rest = t.substr(in + 5);
+    int64_t lo = 0, hi = 0;
+    auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), lo);
+    const std::string_view sep = ", ";
+    bool ok = ec == std::errc() && std::string_view(p, rest.data() + rest.size()).starts_with(sep);
+    if (ok) {
+      auto [q, ec2] = std::from_chars(p + sep.size(), rest.data() + rest.size(), hi);
+      ok = ec2 == std::errc() && std::string_view(q, rest.data() + rest.size()) == "]" && lo <= hi;
+    }
+    if (!ok)
+      error_at(line, static_cast<int>(indent(line.text) + in + 5),
+               "expected '# " + name + " in [<lo>, <hi>]' with integers lo <= hi");
+    return std::pair{name, std::pair{lo, hi}};
+  }
+
   Trace parse() {
     Trace trace;
     Builder b(trace);
@@ -187,11 +210,18 @@ class TraceParser {
     if (i >= lines_.size()) error_at(lines_.back(), 1, "expected 'def <name>(<inputs>):'");
     std::vector<std::string> input_names = parse_def(lines_[i], trace);
     i = skip_blank(i + 1);
-    // One type comment per input, in order.
+    // One type comment per input, in order; after it, optionally `# <name> in [lo, hi]` (the
+    // input's known range, Value::known_range).
     std::map<std::string, Type> input_types;
+    std::map<std::string, std::pair<int64_t, int64_t>> input_ranges;
     while (i < lines_.size()) {
       std::string_view t = trim(lines_[i].text);
       if (!t.starts_with("# ")) break;
+      if (auto range = parse_input_range(lines_[i], t, input_names)) {
+        input_ranges[range->first] = range->second;
+        i = skip_blank(i + 1);
+        continue;
+      }
       auto colon = t.find(": \"");
       if (colon == std::string_view::npos) break;
       std::string name(t.substr(2, colon - 2));
@@ -212,6 +242,8 @@ class TraceParser {
         error_at(lines_[def_line_], 1,
                  "input '" + name + "' has no type comment (# " + name + ": \"cpu f32[4]\")");
       values_[name] = on_line(lines_[def_line_], 1, [&] { return b.add_input(name, it->second); });
+      if (auto r = input_ranges.find(name); r != input_ranges.end())
+        values_[name]->set_known_range(r->second);
     }
     // Fresh names (a decomposition's temporaries) must not take a name the file defines later.
     for (size_t k = i; k < lines_.size(); ++k) {

@@ -67,7 +67,7 @@ std::string print_statement(const Node& node) {
   return s + args + ")";
 }
 
-std::string print_trace(const Trace& trace) {
+std::string print_signature(const Trace& trace) {
   char header[128];
   std::snprintf(header, sizeof header, "# Constructed by %s (%.2f ms)\n",
                 trace.constructed_by.c_str(), trace.construction_ms);
@@ -76,8 +76,17 @@ std::string print_trace(const Trace& trace) {
   for (size_t i = 0; i < trace.inputs().size(); ++i)
     out += (i ? ", " : "") + trace.inputs()[i]->name();
   out += "):\n";
-  for (Value* in : trace.inputs())
+  for (Value* in : trace.inputs()) {
     out += "  # " + in->name() + ": \"" + type_str(in->type()) + "\"\n";
+    if (const auto& r = in->known_range())
+      out += "  # " + in->name() + " in [" + std::to_string(r->first) + ", " +
+             std::to_string(r->second) + "]\n";
+  }
+  return out;
+}
+
+std::string print_trace(const Trace& trace) {
+  std::string out = print_signature(trace);
   for (const auto& node : trace.nodes())
     print_node(out, *node, 2);
   for (const std::string& note : trace.notes)

@@ -20,6 +20,9 @@
 namespace kiln {
 
 std::string print_trace(const Trace& trace);
+// The header and inputs: "# Constructed by ...", "def <name>(<inputs>):" and each input's type
+// comment (with its known range, `# ids in [0, 49]`, where it has one).
+std::string print_signature(const Trace& trace);
 // One statement without its trailing comment: "t1 = ltorch.mul(t0, t0)".
 std::string print_statement(const Node& node);
 

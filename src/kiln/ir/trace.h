@@ -7,7 +7,9 @@
 // is that handle with its new sizes and strides.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -32,6 +34,13 @@ class Value {
   const TensorType& tensor_type() const { return std::get<TensorType>(type_); }
   const ScalarType& scalar_type() const { return std::get<ScalarType>(type_); }
   Node* producer() const { return producer_; }  // nullptr for trace inputs
+  // An integer input whose every element lies in [first, second] (inclusive) whatever the
+  // caller passes: a backward program's saved index, which the forward program checked against
+  // the same dim before it ran (differentiate.cpp). Printed as `# <name> in [lo, hi]` after the
+  // input's type; analysis/integer_range.h reads it (index checks the forward made are not
+  // made again). Nullopt: nothing known.
+  const std::optional<std::pair<int64_t, int64_t>>& known_range() const { return known_range_; }
+  void set_known_range(std::optional<std::pair<int64_t, int64_t>> range) { known_range_ = range; }
 
  private:
   friend class Builder;
@@ -40,6 +49,7 @@ class Value {
   std::string name_;
   Type type_;
   Node* producer_ = nullptr;
+  std::optional<std::pair<int64_t, int64_t>> known_range_;
 };
 
 // One argument of a node: an SSA value, a constant, or a list of values (cat's tensors).

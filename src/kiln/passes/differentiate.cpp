@@ -31,6 +31,49 @@ std::string where(const Node& n) {
   return n.loc.empty() ? "" : " (" + n.loc.str() + ")";
 }
 
+// The forward values every element of which an index op of `forward` uses as an index, each with
+// the range the op requires of it: [0, size) of the dim it indexes, [-size, size) before a
+// wrap_index by that size, the same through views that keep every element (a reshape of the
+// token ids to the embedding's one dim). A forward program that completes has checked them (an
+// index out of range raises before any step writes), so the backward reads them saved in that
+// range (Value::known_range) and does not check its index ops on them again (on CUDA each
+// check reads the index back to the host, a synchronization: an embedding's gradient made one
+// a training step).
+std::unordered_map<const Value*, std::pair<int64_t, int64_t>> checked_indices(
+    const Trace& forward) {
+  std::unordered_map<const Value*, std::pair<int64_t, int64_t>> checked;
+  auto note = [&](const Value* v, int64_t lo, int64_t hi) {
+    auto [it, fresh] = checked.try_emplace(v, lo, hi);
+    if (!fresh) it->second = {std::max(lo, it->second.first), std::min(hi, it->second.second)};
+  };
+  for (const auto& n : forward.nodes()) {
+    if (n->op->kind != OpKind::kIndex || n->id() == OpId::kWrapIndex) continue;
+    const TensorType& self = n->input(0)->tensor_type();
+    const int64_t size =
+        self.rank() == 0
+            ? 1
+            : self.shape[static_cast<size_t>(wrap_dim(n->arg(1).as_int(), self.rank()))];
+    const Value* v = n->input(2);
+    int64_t lo = 0;
+    while (true) {
+      note(v, lo, size - 1);
+      const Node* p = v->producer();
+      if (!p || p->outputs.size() != 1) break;
+      const OpId id = p->id();
+      if (id == OpId::kWrapIndex && lo == 0 && p->arg(1).as_int() == size) {
+        lo = -size;
+      } else if (!(id == OpId::kView || id == OpId::kReshape || id == OpId::kPermute ||
+                   id == OpId::kTranspose || id == OpId::kT || id == OpId::kUnsqueeze ||
+                   id == OpId::kSqueeze || id == OpId::kFlatten || id == OpId::kUnflatten ||
+                   id == OpId::kDetach || id == OpId::kAlias)) {
+        break;
+      }
+      v = p->input(0);
+    }
+  }
+  return checked;
+}
+
 class Differentiator final : public GradContext {
  public:
   // `recompute`: forward values the backward computes again from other saved values instead of
@@ -40,7 +83,8 @@ class Differentiator final : public GradContext {
         forward_(forward),
         out_(out),
         builder_(out.backward),
-        recompute_(std::move(recompute)) {
+        recompute_(std::move(recompute)),
+        checked_(checked_indices(forward)) {
     out.backward.name = "backward";
     out.backward.constructed_by = "differentiate";
   }
@@ -112,6 +156,7 @@ class Differentiator final : public GradContext {
       got = builder_.call_bound(id, std::move(operands), p.loc).at(0);
     } else {
       got = builder_.add_input("s_" + v->name(), without_layout(v));
+      if (auto it = checked_.find(v); it != checked_.end()) got->set_known_range(it->second);
       out_.saved.push_back(v);
     }
     saved_.emplace(v, got);
@@ -204,6 +249,7 @@ class Differentiator final : public GradContext {
   std::unordered_map<Value*, Value*> grads_;  // forward value -> its gradient so far
   std::unordered_map<Value*, Value*> saved_;  // forward value -> backward input or recomputation
   std::unordered_set<Value*> recompute_;
+  std::unordered_map<const Value*, std::pair<int64_t, int64_t>> checked_;  // checked_indices
 };
 
 }  // namespace

@@ -18,13 +18,7 @@ std::string names(const std::vector<Value*>& vs) {
 }  // namespace
 
 std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
-  char header[128];
-  std::snprintf(header, sizeof header, "# Constructed by %s (%.2f ms)\n",
-                functional.constructed_by.c_str(), functional.construction_ms);
-  std::string out = header;
-  out += "def " + functional.name + "(" + names(functional.inputs()) + "):\n";
-  for (Value* in : functional.inputs())
-    out += "  # " + in->name() + ": \"" + type_str(in->type()) + "\"\n";
+  std::string out = print_signature(functional);
   for (const Step& step : plan.steps) {
     std::string line = "  ";
     if (!step.outputs.empty())
