@@ -133,14 +133,15 @@ Device device_of(const std::vector<RtValue>& args) {
 
 }  // namespace
 
-// On CUDA the index is read back to the host (a synchronization; an index is short).
-std::optional<int64_t> first_index_out_of_range(const codegen::IndexCheck& c, const RtTensor& t) {
-  TensorHandle host;
-  if (t.storage->on_device()) {
-    cuda::synchronize(t.device().index);
-    host = cuda::to_host(t);
-  }
-  std::vector<int64_t> values = to_int_vector(host ? *host : t);  // row-major
+// On CUDA the index is read back to the host (a synchronization; an index is short): only the
+// elements the tensor views, not the rest of its storage.
+std::vector<int64_t> index_values(const RtTensor& t) {
+  if (!t.storage->on_device()) return to_int_vector(t);  // row-major
+  return to_int_vector(*cuda::elements_to_host(t));
+}
+
+std::optional<int64_t> first_index_out_of_range(const codegen::IndexCheck& c,
+                                                const std::vector<int64_t>& values) {
   std::vector<int64_t> positions;
   if (c.view) positions = element_indices(c.view->sizes, c.view->strides, c.view->offset);
   for (size_t k = 0; k < (c.view ? positions.size() : values.size()); ++k) {
@@ -150,6 +151,10 @@ std::optional<int64_t> first_index_out_of_range(const codegen::IndexCheck& c, co
       return v;
   }
   return std::nullopt;
+}
+
+std::optional<int64_t> first_index_out_of_range(const codegen::IndexCheck& c, const RtTensor& t) {
+  return first_index_out_of_range(c, index_values(t));
 }
 
 void check_index_values(const codegen::IndexCheck& c, const RtTensor& t) {
@@ -236,6 +241,7 @@ class ProgramRun {
   // Whether every element of each input is in [negative ? -size : 0, size), read once a call.
   // (input, values it never selects, size, negative)
   std::map<std::tuple<const Value*, std::vector<int64_t>, int64_t, bool>, bool> drawn_in_range_;
+  std::map<const Value*, std::vector<int64_t>> drawn_values_;  // each input read once a call
   bool drawn_in_range(const std::vector<DrawnInput>& sources, int64_t size, bool negative);
   bool indices_in_range(size_t s);
 };
@@ -432,7 +438,12 @@ bool ProgramRun::drawn_in_range(const std::vector<DrawnInput>& sources, int64_t 
         whole.size = size;
         whole.negative = negative;
         whole.never_selected = source.never_selected;
-        ok = !first_index_out_of_range(whole, **t);
+        // One read of an input however many checks it decides (a language model's token ids
+        // are its labels too: one synchronization, not two).
+        auto values = drawn_values_.find(source.input);
+        if (values == drawn_values_.end())
+          values = drawn_values_.emplace(source.input, index_values(**t)).first;
+        ok = !first_index_out_of_range(whole, values->second);
       }
       it = drawn_in_range_.emplace(key, ok).first;
     }

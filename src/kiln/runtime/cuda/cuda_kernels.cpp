@@ -668,6 +668,21 @@ TensorHandle to_host(const RtTensor& d) {
   return t;
 }
 
+TensorHandle elements_to_host(const RtTensor& d) {
+  KILN_ASSERT(d.storage->on_device()) << "elements_to_host of a host tensor";
+  int64_t first = d.offset, last = d.offset;
+  for (size_t k = 0; k < d.sizes.size(); ++k)
+    if (d.sizes[k] > 0) last += (d.sizes[k] - 1) * d.strides[k];
+  const int64_t span = d.numel() == 0 ? 0 : last - first + 1;
+  TensorHandle t = make_strided(d.dtype(), d.sizes, d.strides, d.offset - first, span);
+  t->storage->device = d.device();  // a host copy, labelled with its device
+  synchronize(d.device().index);
+  const int64_t el = dtype_size(d.dtype());
+  copy_to_host(host_data(*t), d.storage->device_data + static_cast<uint64_t>(first * el),
+               static_cast<size_t>(span * el), d.device().index);
+  return t;
+}
+
 void cuda_copy_into(RtTensor& dst, const RtTensor& src, Stream stream) {
   if (&dst == &src) return;
   if (dst.storage == src.storage && dst.offset == src.offset && dst.strides == src.strides &&

@@ -79,6 +79,9 @@ TensorHandle cuda_strided(DType dtype, const Shape& shape, const std::vector<int
 // copy keeps the device label: Storage::on_device() tells them apart).
 TensorHandle to_device(const RtTensor& host, Device device);
 TensorHandle to_host(const RtTensor& device_tensor);
+// A host copy of only the storage span `device_tensor`'s elements lie in, laid out as they are
+// there (an index read back for its check: a few ids of a large buffer).
+TensorHandle elements_to_host(const RtTensor& device_tensor);
 // dst.copy_(src) on the device (both CUDA tensors of one device): broadcast, dtype conversion
 // and eager's overlap errors as copy_into; src is read whole before dst is written.
 void cuda_copy_into(RtTensor& dst, const RtTensor& src, Stream stream = nullptr);
