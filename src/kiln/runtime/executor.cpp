@@ -67,12 +67,12 @@ bool run_library_step(const Step& step, const std::vector<RtValue>& inputs,
   TensorHandle out = run_library_body(
       step.body, inputs,
       [&memory, &stats, any_layout](const Node& n, const std::vector<RtValue>& operands) {
-        int64_t alignment_bytes = 0;
-        TensorHandle product = cuda::run_matrix_product(
-            n, operands, memory.allocator(), memory.stream(), &alignment_bytes, any_layout);
-        if (product && alignment_bytes) {
+        cuda::ProductAlignment alignment;
+        TensorHandle product = cuda::run_matrix_product(n, operands, memory.allocator(),
+                                                        memory.stream(), &alignment, any_layout);
+        if (product && alignment.padded) {
           ++stats.aligned_products;
-          stats.alignment_copy_bytes += alignment_bytes;
+          stats.alignment_copy_bytes += alignment.copy_bytes;
         }
         return product;
       },

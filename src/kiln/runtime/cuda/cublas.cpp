@@ -320,7 +320,7 @@ bool cublas_available(std::string* why) {
 }
 
 TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& inputs,
-                                Allocator* allocator, Stream stream, int64_t* alignment_bytes,
+                                Allocator* allocator, Stream stream, ProductAlignment* alignment,
                                 bool any_layout) {
   const OpId id = node.id();
   if (!is_matrix_product(id)) return nullptr;
@@ -454,7 +454,8 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
                 : d + 2 == strides.size() ? plan.n_p
                                           : out_type.shape[d];
     }
-    if (alignment_bytes) *alignment_bytes = copied - 2 * batches * n * m * dtype_size(a.dtype());
+    if (alignment)
+      *alignment = {plan.aligned, copied - 2 * batches * n * m * dtype_size(a.dtype())};
     return make_view(c, out_type.shape, strides, 0);
   }
   if (plan.result_padded()) {
@@ -463,7 +464,7 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
     result.strides = {n * m, m, 1};
     cuda_copy_elements(result, corner, stream);
   }
-  if (alignment_bytes) *alignment_bytes = copied;
+  if (alignment) *alignment = {plan.aligned, copied};
   return out;
 }
 

@@ -26,15 +26,23 @@ inline bool is_matrix_product(OpId id) {
   return id == OpId::kMatmul || id == OpId::kBmm || id == OpId::kLinear;
 }
 
+// How a 16-bit product ran: padded to tensor-core alignment or as it was, and the bytes the
+// copies that padded its operands and result moved (none for an operand whose storage holds the
+// padding: Storage::row_length).
+struct ProductAlignment {
+  bool padded = false;
+  int64_t copy_bytes = 0;
+};
+
 // Runs the opaque node `node` (matmul, bmm or linear) on CUDA tensors `inputs` (the node's
 // operands in order) and returns its output; nullptr when cuBLAS cannot (no cuBLAS, an integral
-// dtype): the executor then runs the node in the interpreter on host copies. `alignment_bytes`,
-// when given, gets the bytes the copies that aligned the product moved (0: it ran as it was).
+// dtype): the executor then runs the node in the interpreter on host copies. `alignment`, when
+// given, gets how the product was aligned.
 // `any_layout`: the result may be returned with any strides (its readers index it through its
 // strides); a product computed padded then returns its padded buffer's [n, m] corner as a view,
 // without the copy out of it (GPT-2's [8192, 50257] logits: 1.6 GB a step not moved).
 TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& inputs,
                                 Allocator* allocator, Stream stream,
-                                int64_t* alignment_bytes = nullptr, bool any_layout = false);
+                                ProductAlignment* alignment = nullptr, bool any_layout = false);
 
 }  // namespace kiln::cuda
