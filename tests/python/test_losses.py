@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from test_autograd import check_gradients
+from gradient_check import check_gradients
 
 
 def _device():
