@@ -1,4 +1,4 @@
-"""Gradients against eager PyTorch, for the autograd tests (test_autograd.py, test_training.py,
+"""Gradients against eager PyTorch, for the autograd tests (test_autograd.py, test_autograd_training.py,
 test_losses.py): whether a result comes from kiln's node, and check_gradients, which compares a
 kiln.jit function's outputs, gradients and accumulated .grad with eager's."""
 

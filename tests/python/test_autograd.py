@@ -1,7 +1,7 @@
 """kiln's autograd (kiln._autograd, src/kiln/passes/differentiate.cpp) against eager PyTorch:
 gradients of a random weighting of every output with respect to every input that requires grad,
 `.grad` accumulation, in-place ops on views of intermediates, the refusals (which run eagerly and
-say why), retain_graph and its errors (training a model: test_training.py).
+say why), retain_graph and its errors (training a model: test_autograd_training.py).
 
 A program kiln differentiates runs as one autograd node (`CompiledFunctionBackward`); one it
 refuses runs eagerly, so its gradients are eager's by construction: the tests that matter check
