@@ -127,7 +127,8 @@ std::string KernelEmitter::compute_reg(DType d) const {
 }
 
 // The ops whose float32 result is the same computed in float as in double: one correctly rounded
-// float operation, or exp, which is exp_f32 of the float operand in both (scalar_math.h).
+// float operation, or exp and tanh, which are exp_f32 and tanh_f32 of the float operand in both
+// (scalar_math.h).
 bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
   auto unit_alpha = [&] {
     const Operand& a = node.arg("alpha");
@@ -160,6 +161,7 @@ bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
     case OpId::kCopy:
     case OpId::kTo:
     case OpId::kExp:
+    case OpId::kTanh:
       return true;
     default:
       return false;
