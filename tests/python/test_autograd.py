@@ -169,6 +169,21 @@ def test_an_embeddings_gradient_needs_no_index_check_its_forward_made():
     assert backward["index_checks_first"] == 0 and backward["index_checks_at_steps"] == 0
 
 
+def test_a_losss_masked_labels_are_saved_checked_not_computed_again():
+    # The loss's index is where(labels != -100, labels, 0), which the forward checks: the
+    # backward reads it saved, declared in range, instead of masking the saved labels again
+    # and checking them (on CUDA a synchronization at the start of every backward).
+    def f(logits, labels):
+        return F.cross_entropy(logits, labels)
+
+    def make():
+        return [leaves((6, 5))()[0], torch.tensor([3, -100, 0, 4, -100, 1], device=torch.empty(0).device)]
+
+    jitted = check_gradients(f, make)
+    backward = kiln.last_stats(jitted)["backward"]
+    assert backward["index_checks_first"] == 0 and backward["index_checks_at_steps"] == 0
+
+
 def test_token_ids_changed_in_place_after_the_forward_fail_the_backward_as_in_eager():
     # The backward's unchecked index rests on the saved ids being the ones the forward checked:
     # PyTorch's saved-tensor version check raises when they were written in between, before

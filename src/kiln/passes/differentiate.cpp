@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/analysis/integer_range.h"
 #include "kiln/ir/derivative_rules.h"
 #include "kiln/ir/dtype.h"
 #include "kiln/passes/save_or_recompute.h"
@@ -85,6 +86,19 @@ class Differentiator final : public GradContext {
         builder_(out.backward),
         recompute_(std::move(recompute)),
         checked_(checked_indices(forward)) {
+    // An index the forward checked is saved, where the backward reads it, not computed again:
+    // saved, it is declared in range; recomputed (a loss's labels masked where ignored), the
+    // backward would check it again. A view of a checked value stays recomputed (the view of
+    // the saved value is in range too: a reshape of the token ids), as does an index known in
+    // range whatever the inputs hold (an arange of positions).
+    for (const auto& [v, range] : checked_) {
+      const Node* p = v->producer();
+      const std::optional<IntegerRange> known = integer_range(v);
+      const bool view_of_checked =
+          p && p->op->kind == OpKind::kView && checked_.contains(p->input(0));
+      if (!view_of_checked && !(known && known->lo >= range.first && known->hi <= range.second))
+        recompute_.erase(const_cast<Value*>(v));
+    }
     out.backward.name = "backward";
     out.backward.constructed_by = "differentiate";
   }
