@@ -124,11 +124,4 @@ inline std::vector<RtValue> execute(const CompiledProgram& program,
   return execute(program, args, ExecuteOptions{nullptr, nullptr, stats});
 }
 
-// Raises IndexOutOfRange (naming the check's op and line) when an element of `index` that the
-// check covers is outside its dim; reads a device tensor back to the host (a synchronization).
-void check_index_values(const codegen::IndexCheck& check, const RtTensor& index);
-// The first value of `index` (in check.view's order) outside the check's range, if any.
-std::optional<int64_t> first_index_out_of_range(const codegen::IndexCheck& check,
-                                                const RtTensor& index);
-
 }  // namespace kiln

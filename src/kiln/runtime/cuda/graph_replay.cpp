@@ -9,6 +9,7 @@
 #include "kiln/codegen/kernel.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/cuda/driver.h"
+#include "kiln/runtime/index_checks.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
 #include "kiln/support/error.h"
 
