@@ -174,8 +174,9 @@ class ProgramRun {
   // (`stored`: their targets); false when there is none or it could not run.
   bool run_kernel(size_t s, const std::vector<RtValue>& inputs, std::vector<const Value*>& stored);
   void run_eager(const Step& step, std::vector<RtValue>& inputs);
-  // A step without a kernel: PyTorch's ops (the step runner) or the interpreter.
-  void run_without_kernel(size_t s, std::vector<RtValue>& inputs);
+  // A step without a kernel: PyTorch's ops (the step runner) or the interpreter; says which
+  // ("torch", "interpreted").
+  const char* run_without_kernel(size_t s, std::vector<RtValue>& inputs);
 
   // The trace's outputs, two of them never one fresh tensor.
   std::vector<RtValue> output_values();
@@ -488,8 +489,7 @@ void ProgramRun::run_step(size_t s) {
       ++stats_->view_steps;
       how = "view";
     } else {
-      run_without_kernel(s, inputs);
-      how = options_.step_runner ? "torch" : "interpreted";
+      how = run_without_kernel(s, inputs);
     }
   }
   for (const Step::Writeback& wb : step.writebacks) {
@@ -593,7 +593,7 @@ void ProgramRun::run_eager(const Step& step, std::vector<RtValue>& inputs) {
   }
 }
 
-void ProgramRun::run_without_kernel(size_t s, std::vector<RtValue>& inputs) {
+const char* ProgramRun::run_without_kernel(size_t s, std::vector<RtValue>& inputs) {
   const Step& step = program_.plan.steps[s];
   if (options_.capture) options_.capture->refuse("a step without a kernel");
   // PyTorch's ops or the interpreter: both read eager's layouts.
@@ -604,12 +604,13 @@ void ProgramRun::run_without_kernel(size_t s, std::vector<RtValue>& inputs) {
         (*options_.step_runner)(step.body, inputs, torch_indices_checked_.contains(s));
     for (size_t k = 0; k < outs.size(); ++k)
       env_[step.outputs[k]] = outs[k];
-  } else {
-    ++stats_->interpreted_steps;
-    std::vector<RtValue> outs = memory_.interpret_step(step.body, inputs, *stats_);
-    for (size_t k = 0; k < outs.size(); ++k)
-      env_[step.outputs[k]] = detach(outs[k]);
+    return "torch";
   }
+  ++stats_->interpreted_steps;
+  std::vector<RtValue> outs = memory_.interpret_step(step.body, inputs, *stats_);
+  for (size_t k = 0; k < outs.size(); ++k)
+    env_[step.outputs[k]] = detach(outs[k]);
+  return "interpreted";
 }
 
 std::vector<RtValue> ProgramRun::output_values() {
