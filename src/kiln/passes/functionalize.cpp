@@ -95,12 +95,15 @@ class Functionalizer {
       } else {
         base =
             b_.add_input(args[first]->name(), TensorType{t.dtype, t.shape, t.device, std::nullopt});
-        // The argument's known range is its base's when nothing else views that memory.
-        const bool alone = std::count_if(pattern_.inputs.begin(), pattern_.inputs.end(),
-                                         [&](const AliasPattern::Input& in) {
-                                           return in.group == static_cast<int>(g);
-                                         }) == 1;
-        if (alone) base->set_known_range(args[first]->known_range());
+        // The argument's known range is its base's when nothing else views that memory (counted
+        // only for an argument that has one: a count per group would be quadratic in the
+        // arguments of an optimizer's step).
+        if (args[first]->known_range() &&
+            std::count_if(pattern_.inputs.begin(), pattern_.inputs.end(),
+                          [&](const AliasPattern::Input& in) {
+                            return in.group == static_cast<int>(g);
+                          }) == 1)
+          base->set_known_range(args[first]->known_range());
         states_[static_cast<int>(g)] = {base, Geometry{t.shape, contiguous_strides(t.shape), 0},
                                         false};
       }
