@@ -391,7 +391,8 @@ def last_traces(fn: JitFunction) -> list[str]:
 
 def last_stats(fn: JitFunction) -> dict[str, Any]:
     """Facts about the last call. fusion_regions, writebacks_*: of the compiled program;
-    kernels: fusion steps the last call ran as compiled kernels (interpreted_steps: those it ran
+    kernels: kernel launches of the last call (fusion steps it ran as compiled kernels, a
+    multi-tensor kernel's launch once; multi_tensor_steps: the steps those ran; interpreted_steps: those it ran
     in kiln's reference interpreter; torch_steps: those without a kernel PyTorch ran op by op,
     on the device; view_steps: those that only view their inputs, made without moving data;
     eager_steps: torch ops PyTorch ran, as fallback_ops); cache_hits/cache_misses:
@@ -423,6 +424,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     return {
         "fusion_regions": p.fusion_regions,
         "kernels": run["kernel_steps"] + run["library_steps"],
+        "multi_tensor_steps": run["multi_tensor_steps"],
         "interpreted_steps": run["interpreted_steps"],
         "torch_steps": run["torch_steps"],
         "view_steps": run["view_steps"],

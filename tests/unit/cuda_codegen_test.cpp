@@ -72,8 +72,17 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << why;
   Corpus c = corpus(150);
-  int kernels = 0, regions = 0, vectorized = 0, row_nests = 0;
+  int kernels = 0, regions = 0, vectorized = 0, row_nests = 0, groups = 0;
   for (const auto& [from, program] : c.programs) {
+    for (const MultiTensorGroup& group : program.plan.multi_tensor_groups) {
+      codegen::MultiTensorLowering mt =
+          codegen::lower_multi_tensor(program.plan.steps[group.first], codegen::Target::kCuda);
+      ASSERT_TRUE(mt.kernel) << from << ": " << mt.why_not;
+      ++groups;
+      cuda::CompiledModule m = cuda::compile_cuda_source(mt.kernel->source, kH200);
+      EXPECT_FALSE(m.cubin.empty()) << from;
+      EXPECT_EQ(m.log, "") << from << ": NVRTC warned\n" << mt.kernel->source;
+    }
     for (const Step& step : program.plan.steps) {
       if (step.kind != Step::Kind::kFusion) continue;
       ++regions;
@@ -97,6 +106,7 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
   EXPECT_GT(kernels, 100) << "of " << regions << " regions";
   EXPECT_GT(vectorized, 20);
   EXPECT_GT(row_nests, 5);  // normalizations and other row statistics
+  EXPECT_GT(groups, 1);     // multi-tensor kernels (the lit corpus has optimizer steps)
 }
 
 // The strided copy every CUDA writeback through a temporary and every clone runs: not generated

@@ -14,8 +14,9 @@
 //   --alias="a: base0[4] strides=(1,) offset=0; b: ...; base0: f32[8]"
 //                                             compile for inputs that share memory this way
 //   kiln-opt seed.trace --pipeline --kernels  print the source of every fusion region's kernel,
-//                                             for the device the trace's types name (declare
-//                                             the inputs "cuda:0 f32[...]" for CUDA source)
+//                                             then of every multi-tensor group's, for the
+//                                             device the trace's types name (declare the
+//                                             inputs "cuda:0 f32[...]" for CUDA source)
 //   kiln-opt seed.trace --grad=x,w            differentiate with respect to inputs x and w: print
 //                                             the forward trace with its saved values and the
 //                                             backward trace (or why kiln refuses)
@@ -245,6 +246,19 @@ void print_kernels(const kiln::CompiledProgram& compiled) {
         step, device.kind == kiln::Device::Kind::kCuda ? kiln::codegen::Target::kCuda
                                                        : kiln::codegen::Target::kCpu);
     std::cout << "// ==== " << step.name << " (" << device.str() << ")\n";
+    if (lowered.kernel)
+      std::cout << lowered.kernel->source;
+    else
+      std::cout << "// no kernel: " << lowered.why_not << "\n";
+  }
+  for (const kiln::MultiTensorGroup& group : compiled.plan.multi_tensor_groups) {
+    const kiln::Step& first = compiled.plan.steps[group.first];
+    const kiln::Device device = first.outputs.at(0)->tensor_type().device;
+    kiln::codegen::MultiTensorLowering lowered = kiln::codegen::lower_multi_tensor(
+        first, device.kind == kiln::Device::Kind::kCuda ? kiln::codegen::Target::kCuda
+                                                        : kiln::codegen::Target::kCpu);
+    std::cout << "// ==== multi-tensor group of " << group.count << " steps from " << first.name
+              << " (" << device.str() << ")\n";
     if (lowered.kernel)
       std::cout << lowered.kernel->source;
     else

@@ -184,6 +184,45 @@ struct KernelLowering {
 
 KernelLowering lower_kernel(const Step& step, Target target);
 
+// A multi-tensor kernel (schedule_multi_tensor.cpp): the computation of one step of a
+// MultiTensorGroup (plan.h), run over all of the group's steps ("members") in one call, each
+// member's tensors dense (contiguous, any storage offset) and of the member's own size.
+//
+// CPU: a CpuKernelFn whose arrays hold every member's arguments, member after member: ins[m * NI +
+// i] the address of member m's input i's first element (null for a number), sd / si[m * NI + i]
+// a number input, outs[m * NO + j] the address of its output j's first element; in_meta[0] the
+// number of members, in_meta[1 + m] member m's elements. out_meta is not read.
+//
+// CUDA: one entry, <symbol>_mt, over at most `members_per_launch` members (its argument block,
+// multi_tensor_args_layout, is passed by value and stays within 4 KB); a launch has one block per
+// `block_elements` elements of each member, block b finding its member among first_block.
+struct MultiTensorKernel {
+  Target target = Target::kCpu;
+  std::string source;                 // named by KILN_KERNEL_NAME, as a Kernel's
+  std::vector<bool> input_is_tensor;  // per member input
+  std::vector<DType> input_dtypes;    // per member input (a number's: unused)
+  std::vector<DType> output_dtypes;   // per member output
+  int64_t members_per_launch = 0;     // CUDA
+  int64_t block_elements = 0;         // CUDA
+};
+
+// A CUDA multi-tensor kernel's argument block, in 8-byte words: ins[K * NI], outs[K * NO],
+// sd[K * NI], si[K * NI] (one word each when the members have no number inputs), numel[K],
+// first_block[K + 1], members, for K = members_per_launch.
+struct MultiTensorArgsLayout {
+  int64_t ins = 0, outs = 0, sd = 0, si = 0, numel = 0, first_block = 0, members = 0;
+  int64_t words = 0;
+};
+MultiTensorArgsLayout multi_tensor_args_layout(const MultiTensorKernel& kernel);
+
+struct MultiTensorLowering {
+  std::optional<MultiTensorKernel> kernel;
+  std::string why_not;
+};
+
+// The kernel for the group whose first step is `member` (any of its steps gives the same source).
+MultiTensorLowering lower_multi_tensor(const Step& member, Target target);
+
 // One translation unit with several kernels: the target's prelude, then each kernel's source
 // under its own symbol name.
 std::string module_source(Target target,

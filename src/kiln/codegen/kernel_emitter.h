@@ -215,6 +215,9 @@ class KernelEmitter {
  public:
   KernelEmitter(const Step& step, Target target) : step_(step), body_(step.body), target_(target) {}
   KernelLowering run();
+  // A multi-tensor kernel of a step whose tensors are all 1-D of one size (lower_multi_tensor
+  // flattens a group's step so).
+  MultiTensorLowering run_multi_tensor();
 
  private:
   // Types of the emitter's state and results.
@@ -248,6 +251,7 @@ class KernelEmitter {
 
   // lower_kernel.cpp: the driver: a nest per output shape, the kernel's declarations and layout
   Kernel lower();
+  void declare_arguments(Kernel& k);
   std::string cpu_source(const std::vector<Shape>& shapes, Kernel& k);
   std::string describe_step() const;
   void check_device(const Value* v) const;
@@ -325,6 +329,12 @@ class KernelEmitter {
                                               int64_t work) const;
   std::string cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last);
   static size_t flat_loop_split(const Shape& shape, const NestBody& body);
+
+  // schedule_multi_tensor.cpp: one step's elementwise computation over many members
+  MultiTensorKernel multi_tensor();
+  std::string cpu_multi_tensor_source(const Kernel& k, const NestBody& lane);
+  std::string cuda_multi_tensor_source(const Kernel& k, const NestBody& lane,
+                                       MultiTensorKernel& mt);
 
   // schedule_cpu_tiles.cpp: CPU nests in tiles, for an operand read transposed
   bool tiles_fit(const Shape& shape, const NestBody& body) const;

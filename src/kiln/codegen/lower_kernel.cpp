@@ -21,34 +21,7 @@ KernelLowering KernelEmitter::run() {
 Kernel KernelEmitter::lower() {
   if (step_.kind != Step::Kind::kFusion) not_lowered("not a fusion region");
   Kernel k;
-  k.target = target_;
-  // Inputs: where each tensor's layout sits in in_meta.
-  for (size_t i = 0; i < body_.inputs().size(); ++i) {
-    const Value* in = body_.inputs()[i];
-    input_index_[in] = i;
-    KernelInput ki;
-    ki.is_tensor = in->is_tensor();
-    if (ki.is_tensor) {
-      check_device(in);
-      ki.meta = static_cast<int>(k.in_meta_size);
-      k.in_meta_size += 1 + in->tensor_type().rank();
-    }
-    k.inputs.push_back(ki);
-  }
-  windows_.resize(k.inputs.size());
-  whole_storage_.assign(k.inputs.size(), false);
-  const std::vector<Value*>& outs = body_.outputs();
-  if (outs.empty()) not_lowered("the region has no outputs");
-  for (const Value* o : outs) {
-    if (!o->is_tensor()) not_lowered("an output of the region is a number");
-    check_device(o);
-    KernelOutput ko;
-    ko.dtype = o->tensor_type().dtype;
-    ko.shape = o->tensor_type().shape;
-    ko.meta = static_cast<int>(k.out_meta_size);
-    k.out_meta_size += 1 + static_cast<int64_t>(ko.shape.size());
-    k.outputs.push_back(ko);
-  }
+  declare_arguments(k);
   if (std::none_of(body_.nodes().begin(), body_.nodes().end(),
                    [](const auto& n) { return n->op->kind != OpKind::kView; })) {
     not_lowered("the region only views its inputs (no kernel needed)");
@@ -115,6 +88,39 @@ Kernel KernelEmitter::lower() {
     k.inputs[i].whole_storage = whole_storage_[i];
   }
   return k;
+}
+
+// The kernel's inputs and outputs: where each tensor's offset and strides sit in in_meta and
+// out_meta.
+void KernelEmitter::declare_arguments(Kernel& k) {
+  k.target = target_;
+  // Inputs: where each tensor's layout sits in in_meta.
+  for (size_t i = 0; i < body_.inputs().size(); ++i) {
+    const Value* in = body_.inputs()[i];
+    input_index_[in] = i;
+    KernelInput ki;
+    ki.is_tensor = in->is_tensor();
+    if (ki.is_tensor) {
+      check_device(in);
+      ki.meta = static_cast<int>(k.in_meta_size);
+      k.in_meta_size += 1 + in->tensor_type().rank();
+    }
+    k.inputs.push_back(ki);
+  }
+  windows_.resize(k.inputs.size());
+  whole_storage_.assign(k.inputs.size(), false);
+  const std::vector<Value*>& outs = body_.outputs();
+  if (outs.empty()) not_lowered("the region has no outputs");
+  for (const Value* o : outs) {
+    if (!o->is_tensor()) not_lowered("an output of the region is a number");
+    check_device(o);
+    KernelOutput ko;
+    ko.dtype = o->tensor_type().dtype;
+    ko.shape = o->tensor_type().shape;
+    ko.meta = static_cast<int>(k.out_meta_size);
+    k.out_meta_size += 1 + static_cast<int64_t>(ko.shape.size());
+    k.outputs.push_back(ko);
+  }
 }
 
 std::string KernelEmitter::cpu_source(const std::vector<Shape>& shapes, Kernel& k) {

@@ -12,6 +12,7 @@
 #include "kiln/passes/cse.h"
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fuse.h"
+#include "kiln/passes/group_multi_tensor.h"
 #include "kiln/passes/place_writebacks.h"
 #include "kiln/passes/sink_reshapes.h"
 #include "kiln/support/error.h"
@@ -68,8 +69,9 @@ ExecutionPlan fuse_for_fewest_launches(const Trace& functional) {
 }  // namespace
 
 const std::vector<std::string>& pipeline_passes() {
-  static const std::vector<std::string> passes = {"functionalize", "cse",  "dce",
-                                                  "sink_reshapes", "fuse", "place_writebacks"};
+  static const std::vector<std::string> passes = {"functionalize",     "cse",  "dce",
+                                                  "sink_reshapes",     "fuse", "place_writebacks",
+                                                  "group_multi_tensor"};
   return passes;
 }
 
@@ -129,6 +131,11 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
         p.stats.writebacks_with_temporary = c.with_temporary;
       },
       true);
+  if (stop_after == "place_writebacks") return p;
+  // After the order is final: which neighbouring steps may share one launch.
+  history.run(
+      "group_multi_tensor",
+      [&] { p.stats.multi_tensor_steps = group_multi_tensor(p.execution, p.plan); }, true);
   return p;
 }
 

@@ -25,6 +25,7 @@ struct CompileStats {
   int fusion_regions = 0;
   int writebacks_in_kernel = 0;
   int writebacks_with_temporary = 0;
+  int multi_tensor_steps = 0;  // steps in plan.multi_tensor_groups
 };
 
 struct CompiledProgram {

@@ -19,7 +19,13 @@ std::string names(const std::vector<Value*>& vs) {
 
 std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
   std::string out = print_signature(functional);
-  for (const Step& step : plan.steps) {
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const Step& step = plan.steps[s];
+    for (const MultiTensorGroup& g : plan.multi_tensor_groups)
+      if (g.first == s)
+        out += "  # multi-tensor group: " + step.name + " .. " +
+               plan.steps[g.first + g.count - 1].name + " (" + std::to_string(g.count) +
+               " steps, one kernel)\n";
     std::string line = "  ";
     if (!step.outputs.empty())
       line += "(" + names(step.outputs) + (step.outputs.size() == 1 ? ",) = " : ") = ");

@@ -48,8 +48,17 @@ struct Step {
   std::vector<Writeback> writebacks;
 };
 
+// Consecutive fusion steps [first, first + count) that may run as one multi-tensor kernel
+// (group_multi_tensor.h): the same elementwise computation over tensors of different sizes, none
+// reading or writing what another writes (an optimizer's update of each parameter).
+struct MultiTensorGroup {
+  size_t first = 0;
+  size_t count = 0;
+};
+
 struct ExecutionPlan {
   std::vector<Step> steps;
+  std::vector<MultiTensorGroup> multi_tensor_groups;  // disjoint, in step order
 };
 
 // The plan as Python-like text: each step a call `(outs) = kilnFusionN(ins)` with its nodes as

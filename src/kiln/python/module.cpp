@@ -391,6 +391,7 @@ NB_MODULE(_C, m) {
         const ExecutionStats& s = c.last().stats;
         nb::dict d;
         d["kernel_steps"] = s.kernel_steps;
+        d["multi_tensor_steps"] = s.multi_tensor_steps;
         d["library_steps"] = s.library_steps;
         d["interpreted_steps"] = s.interpreted_steps;
         d["eager_steps"] = s.eager_steps;

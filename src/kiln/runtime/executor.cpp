@@ -20,6 +20,7 @@
 #include "kiln/runtime/interpreter/reference_ops.h"
 #include "kiln/runtime/library_step.h"
 #include "kiln/runtime/prepared_program.h"
+#include "kiln/runtime/program_run.h"
 #include "kiln/runtime/store_in_caller.h"
 #include "kiln/runtime/value_slots.h"
 #include "kiln/support/call_profile.h"
@@ -51,12 +52,6 @@ AliasPattern alias_pattern_of(const std::vector<RtValue>& args) {
 }
 
 namespace {
-
-// Where each group's base starts in its caller storage.
-struct GroupBase {
-  TensorHandle caller;  // a caller tensor of the group
-  int64_t start = 0;    // storage index of the base's element 0
-};
 
 // An opaque step on CUDA through a library (cuBLAS for the matrix products; library_step.h): the
 // views around its one product on the device tensors, the product in the library; its output
@@ -134,88 +129,7 @@ Device device_of(const std::vector<RtValue>& args) {
 
 }  // namespace
 
-namespace {
-
-// One call of execute(): the trace's inputs bound to the caller's tensors, the functional trace's
-// values as the steps make them (env_), and the writebacks into the caller's memory.
-//
-//   ProgramRun run(program, args, options);   // checks the arguments, binds the inputs
-//   run.run_plan();                           // each step, then its writebacks
-//   return run.results();                     // outputs, metadata mutations, what is handed out
-class ProgramRun {
- public:
-  ProgramRun(const CompiledProgram& program, const std::vector<RtValue>& args,
-             const ExecuteOptions& options, ExecutionStats* stats);
-  // No plan (the pipeline stopped before fuse): the functional trace as one step.
-  void run_whole_trace();
-  void run_plan();
-  bool has_plan() const { return !program_.plan.steps.empty(); }
-  std::vector<RtValue> results();
-
- private:
-  void bind_inputs();
-  // A value that lives in the caller's memory (an input passed through, or a view of one) is
-  // copied before any writeback can change that memory.
-  RtValue detach(RtValue v) const;
-  size_t group_of(const Value* target) const;
-  // Where a writeback into `target` goes: the caller's tensor, or its group's storage extent.
-  TensorHandle destination(const Value* target) const;
-  // The part of `target` a writeback replaces (plan.h): its destination, through the window.
-  TensorHandle window_of(const Value* target, const std::vector<Step::Window>& window) const;
-  void write_back(const Value* target, const RtValue& value,
-                  const std::vector<Step::Window>& window = {});
-
-  // Index checks decided before the first step (check_drawn_indices) and at a kernel's step.
-  void check_drawn_indices();
-  void check_indices(size_t s, const codegen::Kernel& kernel, const std::vector<RtValue>& inputs);
-  void run_step(size_t s);
-  const codegen::Kernel* kernel_of(size_t s) const;
-  // The step's compiled kernel, storing the writebacks it can into the caller's memory
-  // (`stored`: their targets); false when there is none or it could not run.
-  bool run_kernel(size_t s, const std::vector<RtValue>& inputs, std::vector<const Value*>& stored);
-  void run_eager(const Step& step, std::vector<RtValue>& inputs);
-  // A step without a kernel: PyTorch's ops (the step runner) or the interpreter; says which
-  // ("torch", "interpreted").
-  const char* run_without_kernel(size_t s, std::vector<RtValue>& inputs);
-
-  // The trace's outputs, two of them never one fresh tensor.
-  std::vector<RtValue> output_values();
-  void update_metadata();
-  // Whether `value` is a buffer of the program's own (not the caller's), from the caller's
-  // allocator where it has one.
-  bool ours(const RtTensor& value) const;
-
-  const CompiledProgram& program_;
-  const std::vector<RtValue>& args_;
-  const ExecuteOptions& options_;
-  ExecutionStats* stats_;
-  const AliasPattern& pattern_;
-  const Trace& trace_;
-  const DeviceMemoryOps memory_;
-  std::vector<GroupBase> bases_;
-  std::vector<RtValue> inputs_;
-  // One step's inputs, output buffers, which of those are the caller's memory, and the
-  // writeback targets its kernel stored into: arrays kept from step to step (a program of many
-  // small steps spent a tenth of its host time allocating them).
-  std::vector<RtValue> step_inputs_;
-  std::vector<TensorHandle> step_buffers_;
-  std::vector<bool> step_in_caller_;
-  std::vector<const Value*> step_stored_;
-  std::vector<const Storage*> caller_storages_;  // sorted (a set's node a tensor cost a malloc)
-  bool in_caller_memory(const Storage* s) const {
-    return std::binary_search(caller_storages_.begin(), caller_storages_.end(), s);
-  }
-  std::shared_ptr<const PreparedKernels> prepared_;
-  ValueSlots env_;
-  std::set<std::pair<size_t, size_t>> checked_first_;  // (step, its kernel's check) decided
-  std::set<size_t> torch_indices_checked_;  // steps without a kernel whose indices are known
-  // Whether every element of each input is in [negative ? -size : 0, size), read once a call.
-  // (input, values it never selects, size, negative)
-  std::map<std::tuple<const Value*, std::vector<int64_t>, int64_t, bool>, bool> drawn_in_range_;
-  std::map<const Value*, std::vector<int64_t>> drawn_values_;  // each input read once a call
-  bool drawn_in_range(const std::vector<DrawnInput>& sources, int64_t size, bool negative);
-  bool indices_in_range(size_t s);
-};
+namespace detail {
 
 ProgramRun::ProgramRun(const CompiledProgram& program, const std::vector<RtValue>& args,
                        const ExecuteOptions& options, ExecutionStats* stats)
@@ -361,8 +275,15 @@ void ProgramRun::run_whole_trace() {
 // (cpu_kernels.h, cuda_kernels.h), else through PyTorch or in the interpreter.
 void ProgramRun::run_plan() {
   check_drawn_indices();
-  for (size_t s = 0; s < program_.plan.steps.size(); ++s)
+  const std::vector<MultiTensorGroup>& groups = program_.plan.multi_tensor_groups;
+  size_t g = 0;
+  for (size_t s = 0; s < program_.plan.steps.size(); ++s) {
+    if (g < groups.size() && groups[g].first == s && run_multi_tensor(g++)) {
+      s += groups[g - 1].count - 1;
+      continue;
+    }
     run_step(s);
+  }
 }
 
 // An index the program draws from its inputs (IndexCheck::drawn_from: token ids, a language
@@ -518,10 +439,25 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
                             std::vector<const Value*>& stored) {
   const codegen::Kernel* kernel = kernel_of(s);
   if (!kernel) return false;
-  const Step& step = program_.plan.steps[s];
   check_indices(s, *kernel, inputs);
-  std::vector<TensorHandle>& buffers = step_buffers_;
-  std::vector<bool>& in_caller = step_in_caller_;
+  kernel_buffers(s, *kernel, inputs, step_buffers_, step_in_caller_, stored);
+  bool ran = memory_.cuda()
+                 ? cuda::run_cuda_kernel(*prepared_->cuda.steps[s], inputs, step_buffers_,
+                                         memory_.stream(), memory_.allocator())
+                 : cpu::run_cpu_kernel(*prepared_->cpu.steps[s], inputs, step_buffers_);
+  if (!ran) {
+    stored.clear();
+    return false;
+  }
+  bind_kernel_results(s, step_buffers_, step_in_caller_, stored);
+  return true;
+}
+
+void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
+                                const std::vector<RtValue>& inputs,
+                                std::vector<TensorHandle>& buffers, std::vector<bool>& in_caller,
+                                std::vector<const Value*>& stored) {
+  const Step& step = program_.plan.steps[s];
   buffers.assign(step.outputs.size(), nullptr);
   in_caller.assign(step.outputs.size(), false);
   for (const Step::Writeback& wb : step.writebacks) {
@@ -530,26 +466,25 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
       ++j;
     if (j == step.outputs.size()) continue;
     TensorHandle dest = window_of(wb.target, wb.window);
-    if (!can_store_in_kernel(*kernel, j, *dest, inputs)) continue;
+    if (!can_store_in_kernel(kernel, j, *dest, inputs)) continue;
     buffers[j] = dest;
     in_caller[j] = true;
     stored.push_back(wb.target);
   }
   for (size_t j = 0; j < buffers.size(); ++j) {
     if (buffers[j]) continue;
-    const codegen::KernelOutput& o = kernel->outputs[j];
+    const codegen::KernelOutput& o = kernel.outputs[j];
     auto padded = prepared_->padded_rows.find(step.outputs[j]);
     buffers[j] = padded == prepared_->padded_rows.end()
                      ? memory_.empty(o.dtype, o.shape)
                      : memory_.empty_padded_rows(o.dtype, o.shape, padded->second);
   }
-  bool ran = memory_.cuda() ? cuda::run_cuda_kernel(*prepared_->cuda.steps[s], inputs, buffers,
-                                                    memory_.stream(), memory_.allocator())
-                            : cpu::run_cpu_kernel(*prepared_->cpu.steps[s], inputs, buffers);
-  if (!ran) {
-    stored.clear();
-    return false;
-  }
+}
+
+void ProgramRun::bind_kernel_results(size_t s, const std::vector<TensorHandle>& buffers,
+                                     const std::vector<bool>& in_caller,
+                                     const std::vector<const Value*>& stored) {
+  const Step& step = program_.plan.steps[s];
   // Values read after the step that makes them: a value a kernel stored only into the caller's
   // memory is bound (copied out of it) when, and only when, it is one of these, or written back
   // by a copy after all.
@@ -573,7 +508,6 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
     else if (bound(v))
       env_[v] = detach(buffers[j]);
   }
-  return true;
 }
 
 // PyTorch runs it, on the tensors where they are (device memory included): the interpreter only
@@ -720,13 +654,13 @@ std::vector<RtValue> ProgramRun::results() {
   return results;
 }
 
-}  // namespace
+}  // namespace detail
 
 std::vector<RtValue> execute(const CompiledProgram& program, const std::vector<RtValue>& args,
                              const ExecuteOptions& options) {
   call_profile::Scope timed(call_profile::Phase::kExecute);
   ExecutionStats local;
-  ProgramRun run(program, args, options, options.stats ? options.stats : &local);
+  detail::ProgramRun run(program, args, options, options.stats ? options.stats : &local);
   if (run.has_plan())
     run.run_plan();
   else

@@ -29,7 +29,10 @@ AliasPattern alias_pattern_of(const std::vector<RtValue>& args);
 
 // What one execute call did, for tests and tools.
 struct ExecutionStats {
-  int kernel_steps = 0;          // fusion steps run as compiled kernels (CPU or CUDA)
+  // Fusion steps run as compiled kernels (CPU or CUDA), a multi-tensor kernel's launch counting
+  // once, whatever the steps it runs (multi_tensor_steps: those steps).
+  int kernel_steps = 0;
+  int multi_tensor_steps = 0;
   int library_steps = 0;         // opaque steps run by a library (cuBLAS)
   int interpreted_steps = 0;     // steps run in the reference interpreter (for CUDA: on the host)
   int eager_steps = 0;           // torch ops run by PyTorch (eager_call)

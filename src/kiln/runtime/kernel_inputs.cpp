@@ -24,4 +24,14 @@ bool kernel_can_read(const codegen::KernelInput& input, const RtTensor& t) {
           t.storage->numel() == t.sizes[0]);
 }
 
+bool dense(const RtTensor& t) {
+  int64_t expected = 1;
+  for (size_t d = t.sizes.size(); d-- > 0;) {
+    if (t.sizes[d] == 1) continue;
+    if (t.strides[d] != expected) return false;
+    expected *= t.sizes[d];
+  }
+  return true;
+}
+
 }  // namespace kiln

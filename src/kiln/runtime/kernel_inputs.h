@@ -11,4 +11,15 @@ namespace kiln {
 
 bool kernel_can_read(const codegen::KernelInput& input, const RtTensor& t);
 
+// Whether t's elements lie one after the other in its storage from its offset, in row-major
+// order (a dim of size 1 may have any stride): how a multi-tensor kernel reads and writes each
+// member's tensors (codegen::MultiTensorKernel).
+bool dense(const RtTensor& t);
+
+// One member of a multi-tensor kernel's call: its step's inputs and output buffers, dense.
+struct MultiTensorMember {
+  const std::vector<RtValue>* inputs = nullptr;
+  const std::vector<TensorHandle>* outputs = nullptr;
+};
+
 }  // namespace kiln

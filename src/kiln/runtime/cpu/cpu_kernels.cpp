@@ -38,10 +38,33 @@ PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache) {
   }
   for (size_t s : at)
     sources.push_back(&pk.steps[s]->kernel.source);
+  // The groups whose steps all have kernels (a step's own is the fallback).
+  pk.groups.resize(plan.multi_tensor_groups.size());
+  std::vector<size_t> groups_at;
+  for (size_t g = 0; g < plan.multi_tensor_groups.size(); ++g) {
+    const MultiTensorGroup& group = plan.multi_tensor_groups[g];
+    bool all = true;
+    for (size_t s = group.first; s < group.first + group.count; ++s)
+      all = all && pk.steps[s].has_value();
+    if (!all) continue;
+    codegen::MultiTensorLowering lowered =
+        codegen::lower_multi_tensor(plan.steps[group.first], codegen::Target::kCpu);
+    if (!lowered.kernel) {
+      dump("kernels", "group" + std::to_string(g) + "-not-lowered.txt", lowered.why_not + "\n");
+      continue;
+    }
+    dump("kernels", "group" + std::to_string(g) + ".cpp", lowered.kernel->source);
+    pk.groups[g] = MultiTensorStepKernel{std::move(*lowered.kernel), nullptr};
+    groups_at.push_back(g);
+  }
+  for (size_t g : groups_at)
+    sources.push_back(&pk.groups[g]->kernel.source);
   if (sources.empty()) return pk;
   std::vector<codegen::CpuKernelFn> fns = cache.get(sources);
   for (size_t i = 0; i < at.size(); ++i)
     pk.steps[at[i]]->fn = fns[i];
+  for (size_t i = 0; i < groups_at.size(); ++i)
+    pk.groups[groups_at[i]]->fn = fns[at.size() + i];
   return pk;
 }
 
@@ -51,6 +74,12 @@ void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans, KernelCach
     for (const Step& step : plan->steps) {
       if (step.kind != Step::Kind::kFusion) continue;
       codegen::KernelLowering lowered = codegen::lower_kernel(step, codegen::Target::kCpu);
+      if (lowered.kernel) sources.push_back(std::move(lowered.kernel->source));
+    }
+  for (const ExecutionPlan* plan : plans)
+    for (const MultiTensorGroup& group : plan->multi_tensor_groups) {
+      codegen::MultiTensorLowering lowered =
+          codegen::lower_multi_tensor(plan->steps[group.first], codegen::Target::kCpu);
       if (lowered.kernel) sources.push_back(std::move(lowered.kernel->source));
     }
   std::vector<const std::string*> refs;
@@ -116,6 +145,57 @@ bool run_cpu_kernel(const StepKernel& k, const std::vector<RtValue>& inputs,
   }
   k.fn(ins.data(), in_meta.data(), sd.data(), si.data(), outs.data(), out_meta.data());
   return true;
+}
+
+void run_cpu_multi_tensor(const MultiTensorStepKernel& k,
+                          const std::vector<MultiTensorMember>& members) {
+  const codegen::MultiTensorKernel& kernel = k.kernel;
+  const size_t ni = kernel.input_is_tensor.size(), no = kernel.output_dtypes.size();
+  thread_local struct {
+    std::vector<void*> ins, outs;
+    std::vector<int64_t> in_meta, si;
+    std::vector<double> sd;
+  } args;
+  auto& [ins, outs, in_meta, si, sd] = args;
+  ins.assign(members.size() * ni, nullptr);
+  outs.assign(members.size() * no, nullptr);
+  sd.assign(members.size() * ni, 0);
+  si.assign(members.size() * ni, 0);
+  in_meta.assign(1 + members.size(), 0);
+  in_meta[0] = static_cast<int64_t>(members.size());
+  auto first_element = [](const RtTensor& t) -> void* {
+    return t.numel() == 0
+               ? nullptr
+               : reinterpret_cast<char*>(t.storage->data()) + t.offset * dtype_size(t.dtype());
+  };
+  for (size_t m = 0; m < members.size(); ++m) {
+    const std::vector<RtValue>& inputs = *members[m].inputs;
+    const std::vector<TensorHandle>& outputs = *members[m].outputs;
+    KILN_ASSERT(inputs.size() == ni && outputs.size() == no && !outputs.empty())
+        << "a multi-tensor member with " << inputs.size() << " inputs and " << outputs.size()
+        << " outputs";
+    in_meta[1 + m] = outputs[0]->numel();
+    for (size_t i = 0; i < ni; ++i) {
+      if (kernel.input_is_tensor[i]) {
+        const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
+        KILN_ASSERT(dense(t) && t.numel() == in_meta[1 + m] && t.dtype() == kernel.input_dtypes[i])
+            << "a multi-tensor member's input is not dense or not of its size";
+        ins[m * ni + i] = first_element(t);
+      } else {
+        const RtScalar& s = std::get<RtScalar>(inputs[i]);
+        sd[m * ni + i] = scalar_to_double(s);
+        si[m * ni + i] = scalar_to_int(s);
+      }
+    }
+    for (size_t j = 0; j < no; ++j) {
+      const RtTensor& t = *outputs[j];
+      KILN_ASSERT(dense(t) && t.numel() == in_meta[1 + m] && t.dtype() == kernel.output_dtypes[j])
+          << "a multi-tensor member's output buffer is not dense or not of its size";
+      outs[m * no + j] = first_element(t);
+    }
+  }
+  const int64_t unused_out_meta = 0;
+  k.fn(ins.data(), in_meta.data(), sd.data(), si.data(), outs.data(), &unused_out_meta);
 }
 
 }  // namespace kiln::cpu

@@ -14,6 +14,7 @@
 #include "kiln/passes/plan.h"
 #include "kiln/runtime/cpu/kernel_cache.h"
 #include "kiln/runtime/interpreter/rt_tensor.h"
+#include "kiln/runtime/kernel_inputs.h"
 
 namespace kiln::cpu {
 
@@ -26,9 +27,17 @@ struct StepKernel {
   codegen::CpuKernelFn fn = nullptr;
 };
 
+struct MultiTensorStepKernel {
+  codegen::MultiTensorKernel kernel;
+  codegen::CpuKernelFn fn = nullptr;
+};
+
 struct PlanKernels {
   std::vector<std::optional<StepKernel>> steps;  // one per plan step
   std::vector<std::string> why_not;              // per step without a kernel (fusion steps)
+  // One per plan.multi_tensor_groups: none where a step of the group has no kernel of its own
+  // (the executor falls back to those) or the group's does not lower.
+  std::vector<std::optional<MultiTensorStepKernel>> groups;
 };
 
 // Lowers every fusion step and gets its kernel from `cache`, compiling the missing ones together.
@@ -46,5 +55,10 @@ void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans,
 // interpreter then raises eager's error.
 bool run_cpu_kernel(const StepKernel& k, const std::vector<RtValue>& inputs,
                     const std::vector<TensorHandle>& outputs);
+
+// Runs the multi-tensor kernel over `members` (each member's tensors dense, its buffers of its
+// outputs' dtypes and shapes; kernel_inputs.h).
+void run_cpu_multi_tensor(const MultiTensorStepKernel& k,
+                          const std::vector<MultiTensorMember>& members);
 
 }  // namespace kiln::cpu

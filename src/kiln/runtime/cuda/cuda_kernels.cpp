@@ -137,8 +137,8 @@ void get_modules(std::vector<ModuleRequest>& requests, int device) {
   }
 }
 
-std::string symbol_for(const codegen::Kernel& kernel) {
-  return "kiln_cuda_" + content_hash(kernel.source).substr(0, 20);
+std::string symbol_for(const std::string& source) {
+  return "kiln_cuda_" + content_hash(source).substr(0, 20);
 }
 
 // ---- the strided copy kernel
@@ -459,8 +459,12 @@ CudaCacheStats cuda_cache_stats() {
 }
 
 CompiledModule compile_cuda_kernel(const codegen::Kernel& kernel, int arch) {
-  std::string symbol = symbol_for(kernel);
-  std::string source = codegen::module_source(codegen::Target::kCuda, {{symbol, &kernel.source}});
+  return compile_cuda_source(kernel.source, arch);
+}
+
+CompiledModule compile_cuda_source(const std::string& kernel_source, int arch) {
+  std::string symbol = symbol_for(kernel_source);
+  std::string source = codegen::module_source(codegen::Target::kCuda, {{symbol, &kernel_source}});
   NvrtcOutput out = nvrtc_compile(source, arch, symbol);
   return CompiledModule{std::move(out.cubin), std::move(out.log)};
 }
@@ -480,18 +484,43 @@ CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
       continue;
     }
     // Named by its symbol too, so that a profiler's kernel name finds its source.
-    dump("kernels", "step" + std::to_string(s) + "-" + symbol_for(*lowered.kernel) + ".cu",
+    dump("kernels", "step" + std::to_string(s) + "-" + symbol_for(lowered.kernel->source) + ".cu",
          lowered.kernel->source);
     pk.steps[s] = CudaStepKernel{std::move(*lowered.kernel), {}, device};
     at.push_back(s);
   }
-  if (at.empty()) return pk;
-  std::vector<ModuleRequest> requests(at.size());
-  std::vector<std::string> symbols(at.size());
+  // The groups whose steps all have kernels (a step's own is the fallback).
+  pk.groups.resize(plan.multi_tensor_groups.size());
+  std::vector<size_t> groups_at;
+  for (size_t g = 0; g < plan.multi_tensor_groups.size(); ++g) {
+    const MultiTensorGroup& group = plan.multi_tensor_groups[g];
+    bool all = true;
+    for (size_t s = group.first; s < group.first + group.count; ++s)
+      all = all && pk.steps[s].has_value();
+    if (!all) continue;
+    codegen::MultiTensorLowering lowered =
+        codegen::lower_multi_tensor(plan.steps[group.first], codegen::Target::kCuda);
+    if (!lowered.kernel) {
+      dump("kernels", "group" + std::to_string(g) + "-not-lowered.txt", lowered.why_not + "\n");
+      continue;
+    }
+    pk.groups[g] = CudaMultiTensorKernel{std::move(*lowered.kernel), nullptr, device};
+    groups_at.push_back(g);
+  }
+  if (at.empty() && groups_at.empty()) return pk;
+  std::vector<ModuleRequest> requests(at.size() + groups_at.size());
+  std::vector<std::string> symbols(requests.size());
   for (size_t i = 0; i < at.size(); ++i) {
     const codegen::Kernel& k = pk.steps[at[i]]->kernel;
-    symbols[i] = symbol_for(k);
+    symbols[i] = symbol_for(k.source);
     requests[i].source = codegen::module_source(codegen::Target::kCuda, {{symbols[i], &k.source}});
+  }
+  for (size_t i = 0; i < groups_at.size(); ++i) {
+    const std::string& source = pk.groups[groups_at[i]]->kernel.source;
+    const size_t r = at.size() + i;
+    symbols[r] = symbol_for(source);
+    dump("kernels", "group" + std::to_string(groups_at[i]) + "-" + symbols[r] + ".cu", source);
+    requests[r].source = codegen::module_source(codegen::Target::kCuda, {{symbols[r], &source}});
   }
   get_modules(requests, device);
   for (size_t i = 0; i < at.size(); ++i) {
@@ -507,6 +536,10 @@ CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
       }
       k.nests.push_back(e);
     }
+  }
+  for (size_t i = 0; i < groups_at.size(); ++i) {
+    const size_t r = at.size() + i;
+    pk.groups[groups_at[i]]->entry = get_function(requests[r].module, symbols[r] + "_mt");
   }
   return pk;
 }

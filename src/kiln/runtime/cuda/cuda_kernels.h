@@ -18,6 +18,7 @@
 #include "kiln/runtime/allocator.h"
 #include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/interpreter/rt_tensor.h"
+#include "kiln/runtime/kernel_inputs.h"
 
 namespace kiln::cuda {
 
@@ -32,9 +33,17 @@ struct CudaStepKernel {
   int device = 0;
 };
 
+struct CudaMultiTensorKernel {
+  codegen::MultiTensorKernel kernel;
+  Function entry = nullptr;  // <symbol>_mt
+  int device = 0;
+};
+
 struct CudaPlanKernels {
   std::vector<std::optional<CudaStepKernel>> steps;  // one per plan step
   std::vector<std::string> why_not;                  // per fusion step without a kernel
+  // One per plan.multi_tensor_groups, as cpu::PlanKernels::groups.
+  std::vector<std::optional<CudaMultiTensorKernel>> groups;
 };
 
 struct CudaCacheStats {
@@ -55,6 +64,8 @@ struct CompiledModule {
   std::string log;
 };
 CompiledModule compile_cuda_kernel(const codegen::Kernel& kernel, int arch);
+// The same for a kernel's source alone (a multi-tensor kernel's).
+CompiledModule compile_cuda_source(const std::string& kernel_source, int arch);
 // The module source of kiln_strided_copy, the copy kiln's CUDA writebacks and clones run (for
 // the test that compiles it).
 std::string copy_module_source();
@@ -66,6 +77,11 @@ std::string copy_module_source();
 bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs,
                      const std::vector<TensorHandle>& outputs, Stream stream = nullptr,
                      Allocator* allocator = nullptr);
+
+// Runs the multi-tensor kernel over `members` (as cpu::run_cpu_multi_tensor) on `stream`, in
+// launches of at most members_per_launch members; returns the number of launches.
+int run_cuda_multi_tensor(const CudaMultiTensorKernel& k,
+                          const std::vector<MultiTensorMember>& members, Stream stream = nullptr);
 
 // ---- device tensors -----------------------------------------------------------------------------
 

@@ -1,0 +1,137 @@
+"""Multi-tensor groups against eager PyTorch: an optimizer written as a loop over its parameters
+is one fusion region per parameter, which kiln runs as one multi-tensor kernel a call
+(passes/group_multi_tensor.h, codegen/schedule_multi_tensor.cpp). Values and every side effect
+must be eager's; steps that may not run at once (the same parameter twice, parameters that share
+memory, a parameter that is not dense) run one by one and still match eager.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kiln
+from test_jit import check_against_eager
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+# Sizes from one element to past the CPU's parallel threshold, 1-D and 2-D, odd and even.
+SHAPES = [(1,), (3,), (7, 5), (64,), (257,), (33, 65), (4099,), (70001,)]
+
+
+def _device():
+    return torch.empty(0).device
+
+
+def _randn(shape, dtype, seed):
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.randn(shape, generator=gen).to(dtype=dtype, device=_device())
+
+
+def sgd_momentum(params, grads, bufs):
+    for p, g, buf in zip(params, grads, bufs):
+        buf.mul_(0.9).add_(g)
+        p.add_(buf, alpha=-0.01)
+
+
+def _sgd_args(dtype, shapes=SHAPES):
+    def make():
+        return [[_randn(s, dtype, 3 * i + k) for i, s in enumerate(shapes)] for k in range(3)]
+
+    return make
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_sgd_over_parameters_of_every_size_is_one_kernel(dtype):
+    jitted = check_against_eager(sgd_momentum, _sgd_args(dtype))
+    stats = kiln.last_stats(jitted)
+    assert stats["fusion_regions"] == len(SHAPES)
+    assert stats["multi_tensor_steps"] == len(SHAPES)
+    assert stats["kernels"] <= 2  # CUDA launches at most members_per_launch members
+    assert stats["writebacks_in_kernel"] == 2 * len(SHAPES)
+    # A second call with the same tensors' sizes runs the same kernel again.
+    check_against_eager(sgd_momentum, _sgd_args(dtype), jitted=jitted)
+    assert kiln.last_stats(jitted)["multi_tensor_steps"] == len(SHAPES)
+
+
+def adam_step(params, grads, exp_avgs, exp_avg_sqs, lr, beta1, beta2, eps):
+    for p, g, m, v in zip(params, grads, exp_avgs, exp_avg_sqs):
+        m.lerp_(g, 1 - beta1)
+        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        p.addcdiv_(m, v.sqrt().add_(eps), value=-lr)
+
+
+def test_adam_with_number_arguments_matches_eager():
+    def make():
+        four = [[_randn(s, torch.float32, 10 * i + k) for i, s in enumerate(SHAPES)] for k in range(4)]
+        four[3] = [v.abs() for v in four[3]]
+        return [*four, 1e-3, 0.9, 0.999, 1e-8]
+
+    jitted = check_against_eager(adam_step, make)
+    stats = kiln.last_stats(jitted)
+    assert stats["multi_tensor_steps"] == len(SHAPES)
+    # Another learning rate: the numbers are arguments of the kernel, or the program is keyed
+    # on them; either way eager's values.
+    def make_other():
+        args = make()
+        args[4] = 3e-4
+        return args
+
+    check_against_eager(adam_step, make_other, jitted=jitted)
+
+
+def test_the_same_parameter_twice_runs_in_order():
+    # Two regions writing one tensor: not independent, never run at once.
+    def make():
+        p = _randn((6,), torch.float32, 1)
+        q = _randn((9,), torch.float32, 2)
+        g = [_randn((6,), torch.float32, 3), _randn((9,), torch.float32, 4), _randn((6,), torch.float32, 5)]
+        b = [_randn((6,), torch.float32, 6), _randn((9,), torch.float32, 7), _randn((6,), torch.float32, 8)]
+        return [[p, q, p], g, b]
+
+    jitted = check_against_eager(sgd_momentum, make)
+    assert kiln.last_stats(jitted)["multi_tensor_steps"] < 3
+
+
+def test_parameters_that_share_memory_match_eager():
+    # Two views of one storage are one alias group: each write reaches the other's memory.
+    def make():
+        flat = _randn((30,), torch.float32, 1)
+        params = [flat[:10], flat[10:30].view(4, 5)]
+        grads = [_randn((10,), torch.float32, 2), _randn((4, 5), torch.float32, 3)]
+        bufs = [_randn((10,), torch.float32, 4), _randn((4, 5), torch.float32, 5)]
+        return [params, grads, bufs]
+
+    check_against_eager(sgd_momentum, make)
+
+
+def test_a_parameter_that_is_not_dense_runs_step_by_step():
+    # Every tensor of a multi-tensor kernel is dense; a strided parameter sends the group's steps
+    # to their own kernels, with eager's values all the same.
+    def make():
+        params = [_randn((8, 6), torch.float32, 1)[:, ::2], _randn((5,), torch.float32, 2)]
+        grads = [_randn((8, 3), torch.float32, 3), _randn((5,), torch.float32, 4)]
+        bufs = [_randn((8, 3), torch.float32, 5), _randn((5,), torch.float32, 6)]
+        return [params, grads, bufs]
+
+    jitted = check_against_eager(sgd_momentum, make)
+    stats = kiln.last_stats(jitted)
+    assert stats["multi_tensor_steps"] == 0
+    assert stats["kernels"] == 2
+
+
+def test_outputs_of_grouped_steps_are_returned_as_eager_returns_them():
+    # Results a caller sees (fresh tensors, and an input returned after its in-place update).
+    def fn(xs, ys):
+        outs = []
+        for x, y in zip(xs, ys):
+            x.mul_(2)
+            outs.append(x * y + 1)
+        return outs, xs[0]
+
+    def make():
+        return [[_randn(s, torch.float32, i) for i, s in enumerate(SHAPES[:5])],
+                [_randn(s, torch.float32, 20 + i) for i, s in enumerate(SHAPES[:5])]]
+
+    jitted = check_against_eager(fn, make)
+    assert kiln.last_stats(jitted)["multi_tensor_steps"] == 5
