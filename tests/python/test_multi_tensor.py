@@ -15,8 +15,9 @@ from test_jit import check_against_eager
 
 pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
 
-# Sizes from one element to past the CPU's parallel threshold, 1-D and 2-D, odd and even.
-SHAPES = [(1,), (3,), (7, 5), (64,), (257,), (33, 65), (4099,), (70001,)]
+# Sizes from one element to past the CPU's parallel threshold, 1-D and 2-D, odd and even; the
+# last makes the CPU run the group as one kernel (codegen::kCpuMultiTensorElements).
+SHAPES = [(1,), (3,), (7, 5), (64,), (257,), (33, 65), (4099,), (70001,), (1 << 20,)]
 
 
 def _device():
@@ -130,8 +131,19 @@ def test_outputs_of_grouped_steps_are_returned_as_eager_returns_them():
         return outs, xs[0]
 
     def make():
-        return [[_randn(s, torch.float32, i) for i, s in enumerate(SHAPES[:5])],
-                [_randn(s, torch.float32, 20 + i) for i, s in enumerate(SHAPES[:5])]]
+        shapes = [*SHAPES[:5], SHAPES[-1]]
+        return [[_randn(s, torch.float32, i) for i, s in enumerate(shapes)],
+                [_randn(s, torch.float32, 20 + i) for i, s in enumerate(shapes)]]
 
     jitted = check_against_eager(fn, make)
-    assert kiln.last_stats(jitted)["multi_tensor_steps"] == 5
+    assert kiln.last_stats(jitted)["multi_tensor_steps"] == 6
+
+
+def test_a_small_group_on_the_cpu_runs_step_by_step():
+    # Below kCpuMultiTensorElements in all, each step's own kernel is as fast: the CPU keeps them.
+    jitted = check_against_eager(sgd_momentum, _sgd_args(torch.float32, SHAPES[:-1]))
+    stats = kiln.last_stats(jitted)
+    if _device().type == "cpu":
+        assert (stats["multi_tensor_steps"], stats["kernels"]) == (0, len(SHAPES) - 1)
+    else:
+        assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(SHAPES) - 1, 1)

@@ -22,12 +22,13 @@ namespace kiln::codegen {
 namespace {
 
 // The length every tensor of the flattened step has (it appears in no kernel source).
-constexpr int64_t kPlaceholderLength = int64_t{1} << 20;
+constexpr int64_t kPlaceholderLength = 1000003;
 // CUDA: vectors a thread takes in a block's span.
 constexpr int64_t kUnroll = 4;
 // CUDA: the argument block's bound, in 8-byte words (4 KB: every device and driver takes it).
 constexpr int64_t kArgumentWords = 512;
-// The CPU's shares: at most this many, each at least kShareElements elements.
+// The CPU's shares: at most this many, each at least kShareElements elements, and one below
+// kParallelIterations in all.
 constexpr int64_t kMostShares = 64;
 constexpr int64_t kShareElements = 4096;
 

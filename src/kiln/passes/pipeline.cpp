@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "kiln/analysis/storage_analysis.h"
 #include "kiln/ir/printer.h"
@@ -132,10 +133,13 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
       },
       true);
   if (stop_after == "place_writebacks") return p;
-  // After the order is final: which neighbouring steps may share one launch.
-  history.run(
-      "group_multi_tensor",
-      [&] { p.stats.multi_tensor_steps = group_multi_tensor(p.execution, p.plan); }, true);
+  // After the order is final: which neighbouring steps may share one launch. (KILN_MULTI_TENSOR=0
+  // leaves each step its own kernel: for side-by-side comparisons.)
+  const char* multi_tensor = std::getenv("KILN_MULTI_TENSOR");
+  if (!multi_tensor || std::string(multi_tensor) != "0")
+    history.run(
+        "group_multi_tensor",
+        [&] { p.stats.multi_tensor_steps = group_multi_tensor(p.execution, p.plan); }, true);
   return p;
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <tuple>
 
 #include "kiln/runtime/cpu/cpu_kernels.h"
@@ -455,7 +456,7 @@ bool ProgramRun::run_kernel(size_t s, const std::vector<RtValue>& inputs,
 
 void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
                                 const std::vector<RtValue>& inputs,
-                                std::vector<TensorHandle>& buffers, std::vector<bool>& in_caller,
+                                std::vector<TensorHandle>& buffers, std::vector<char>& in_caller,
                                 std::vector<const Value*>& stored) {
   const Step& step = program_.plan.steps[s];
   buffers.assign(step.outputs.size(), nullptr);
@@ -481,9 +482,9 @@ void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
   }
 }
 
-void ProgramRun::bind_kernel_results(size_t s, const std::vector<TensorHandle>& buffers,
-                                     const std::vector<bool>& in_caller,
-                                     const std::vector<const Value*>& stored) {
+void ProgramRun::bind_kernel_results(size_t s, std::span<const TensorHandle> buffers,
+                                     std::span<const char> in_caller,
+                                     std::span<const Value* const> stored) {
   const Step& step = program_.plan.steps[s];
   // Values read after the step that makes them: a value a kernel stored only into the caller's
   // memory is bound (copied out of it) when, and only when, it is one of these, or written back

@@ -4,6 +4,8 @@
 // in the interpreter instead, which raises eager's error or computes the case.
 #pragma once
 
+#include <span>
+
 #include "kiln/codegen/kernel.h"
 #include "kiln/runtime/interpreter/rt_tensor.h"
 
@@ -18,8 +20,8 @@ bool dense(const RtTensor& t);
 
 // One member of a multi-tensor kernel's call: its step's inputs and output buffers, dense.
 struct MultiTensorMember {
-  const std::vector<RtValue>* inputs = nullptr;
-  const std::vector<TensorHandle>* outputs = nullptr;
+  std::span<const RtValue> inputs;
+  std::span<const TensorHandle> outputs;
 };
 
 }  // namespace kiln

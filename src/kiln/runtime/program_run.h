@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -61,23 +62,28 @@ class ProgramRun {
   // A kernel's output buffers: the caller's memory for each writeback the kernel may store
   // (its target recorded in `stored`), else fresh ones.
   void kernel_buffers(size_t s, const codegen::Kernel& kernel, const std::vector<RtValue>& inputs,
-                      std::vector<TensorHandle>& buffers, std::vector<bool>& in_caller,
+                      std::vector<TensorHandle>& buffers, std::vector<char>& in_caller,
                       std::vector<const Value*>& stored);
   // Binds what the kernel of step s made into env_ (kernel_buffers' buffers, after it ran).
-  void bind_kernel_results(size_t s, const std::vector<TensorHandle>& buffers,
-                           const std::vector<bool>& in_caller,
-                           const std::vector<const Value*>& stored);
+  void bind_kernel_results(size_t s, std::span<const TensorHandle> buffers,
+                           std::span<const char> in_caller, std::span<const Value* const> stored);
   // multi_tensor_steps.cpp: the steps of plan.multi_tensor_groups[g] as one multi-tensor
   // kernel, their writebacks included; false, with nothing run, where it cannot (a tensor that
   // is not dense, no kernel).
   bool run_multi_tensor(size_t g);
-  struct MultiTensorMemberRun {
+  // A group's steps' inputs, buffers, their in_caller flags and stored targets, one after the
+  // other (a vector each per step cost hundreds of allocations a call: 50 parameters, +12%).
+  struct GroupRun {
     std::vector<RtValue> inputs;
     std::vector<TensorHandle> buffers;
-    std::vector<bool> in_caller;
+    std::vector<char> in_caller;
     std::vector<const Value*> stored;
+    struct Member {
+      size_t inputs = 0, buffers = 0, stored = 0;  // where the step's start
+    };
+    std::vector<Member> members;  // one per step, then one past the last
   };
-  std::vector<MultiTensorMemberRun> multi_tensor_members_;  // kept from group to group
+  GroupRun group_run_;
   void run_eager(const Step& step, std::vector<RtValue>& inputs);
   // A step without a kernel: PyTorch's ops (the step runner) or the interpreter; says which
   // ("torch", "interpreted").
@@ -104,7 +110,7 @@ class ProgramRun {
   // small steps spent a tenth of its host time allocating them).
   std::vector<RtValue> step_inputs_;
   std::vector<TensorHandle> step_buffers_;
-  std::vector<bool> step_in_caller_;
+  std::vector<char> step_in_caller_;
   std::vector<const Value*> step_stored_;
   std::vector<const Storage*> caller_storages_;  // sorted (a set's node a tensor cost a malloc)
   bool in_caller_memory(const Storage* s) const {

@@ -44,9 +44,12 @@ PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache) {
   for (size_t g = 0; g < plan.multi_tensor_groups.size(); ++g) {
     const MultiTensorGroup& group = plan.multi_tensor_groups[g];
     bool all = true;
-    for (size_t s = group.first; s < group.first + group.count; ++s)
+    int64_t elements = 0;
+    for (size_t s = group.first; s < group.first + group.count; ++s) {
       all = all && pk.steps[s].has_value();
-    if (!all) continue;
+      elements += plan.steps[s].outputs.at(0)->tensor_type().numel();
+    }
+    if (!all || elements < codegen::kCpuMultiTensorElements) continue;
     codegen::MultiTensorLowering lowered =
         codegen::lower_multi_tensor(plan.steps[group.first], codegen::Target::kCpu);
     if (!lowered.kernel) {
@@ -78,6 +81,10 @@ void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans, KernelCach
     }
   for (const ExecutionPlan* plan : plans)
     for (const MultiTensorGroup& group : plan->multi_tensor_groups) {
+      int64_t elements = 0;
+      for (size_t s = group.first; s < group.first + group.count; ++s)
+        elements += plan->steps[s].outputs.at(0)->tensor_type().numel();
+      if (elements < codegen::kCpuMultiTensorElements) continue;
       codegen::MultiTensorLowering lowered =
           codegen::lower_multi_tensor(plan->steps[group.first], codegen::Target::kCpu);
       if (lowered.kernel) sources.push_back(std::move(lowered.kernel->source));
@@ -169,8 +176,8 @@ void run_cpu_multi_tensor(const MultiTensorStepKernel& k,
                : reinterpret_cast<char*>(t.storage->data()) + t.offset * dtype_size(t.dtype());
   };
   for (size_t m = 0; m < members.size(); ++m) {
-    const std::vector<RtValue>& inputs = *members[m].inputs;
-    const std::vector<TensorHandle>& outputs = *members[m].outputs;
+    const std::span<const RtValue> inputs = members[m].inputs;
+    const std::span<const TensorHandle> outputs = members[m].outputs;
     KILN_ASSERT(inputs.size() == ni && outputs.size() == no && !outputs.empty())
         << "a multi-tensor member with " << inputs.size() << " inputs and " << outputs.size()
         << " outputs";

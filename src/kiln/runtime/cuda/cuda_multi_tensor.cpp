@@ -42,8 +42,8 @@ int run_cuda_multi_tensor(const CudaMultiTensorKernel& k,
     int64_t blocks = 0;
     for (size_t c = 0; c < count; ++c) {
       const auto m = static_cast<int64_t>(c);
-      const std::vector<RtValue>& inputs = *members[from + c].inputs;
-      const std::vector<TensorHandle>& outputs = *members[from + c].outputs;
+      const std::span<const RtValue> inputs = members[from + c].inputs;
+      const std::span<const TensorHandle> outputs = members[from + c].outputs;
       KILN_ASSERT(static_cast<int64_t>(inputs.size()) == ni &&
                   static_cast<int64_t>(outputs.size()) == no && !outputs.empty())
           << "a multi-tensor member with " << inputs.size() << " inputs and " << outputs.size()
