@@ -141,9 +141,10 @@ def test_outputs_of_grouped_steps_are_returned_as_eager_returns_them():
 
 def test_a_small_group_on_the_cpu_runs_step_by_step():
     # Below kCpuMultiTensorElements in all, each step's own kernel is as fast: the CPU keeps them.
-    jitted = check_against_eager(sgd_momentum, _sgd_args(torch.float32, SHAPES[:-1]))
+    small = SHAPES[:-2]
+    jitted = check_against_eager(sgd_momentum, _sgd_args(torch.float32, small))
     stats = kiln.last_stats(jitted)
     if _device().type == "cpu":
-        assert (stats["multi_tensor_steps"], stats["kernels"]) == (0, len(SHAPES) - 1)
+        assert (stats["multi_tensor_steps"], stats["kernels"]) == (0, len(small))
     else:
-        assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(SHAPES) - 1, 1)
+        assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(small), 1)

@@ -220,13 +220,15 @@ struct MultiTensorLowering {
   std::string why_not;
 };
 
-// The CPU runs a group as one kernel only from this many elements in all; below, each step's own
-// kernel, which was as fast or faster there. On this project's 2-core VM (2026-12-05, bench.py's
-// SGD over 50 parameters / AdamW over 10, float32, us a call, group kernel against step by step):
-// 2^16 elements in all 55 / 46 against 52 / 44, 2^18 83 / 137 against 75 / 112, just under
-// 2^20 124 / 270 against 139 / 327, 2^22 560 / 1084 against 572 / 1095. (On CUDA a launch costs
-// microseconds of its own, and a group is always one kernel.)
-constexpr int64_t kCpuMultiTensorElements = int64_t{1} << 19;
+// The CPU runs a group as one kernel only from this many elements in all, where the kernel shares
+// them among the cores (kParallelIterations); below, each step's own kernel, serial either way,
+// is a little faster (its sizes compiled in). On this project's 2-core VM (2026-12-05, bench.py's
+// SGD over 50 parameters / AdamW over 10, float32, us a call, the group's kernel against step by
+// step): just under 2^16 elements in all 51.6 / 45.0 against 49.1 / 43.9; 2^18 67.1 / 78.1
+// against 74.6 / 111.0; just under 2^20 130.4 / 272.1 against 150.6 / 330.5; 2^22 529.5 / 1090.5
+// against 521.7 / 1094.2. (On CUDA a launch costs microseconds of its own: a group is always one
+// kernel.)
+constexpr int64_t kCpuMultiTensorElements = int64_t{1} << 16;
 
 // The kernel for the group whose first step is `member` (any of its steps gives the same source).
 MultiTensorLowering lower_multi_tensor(const Step& member, Target target);

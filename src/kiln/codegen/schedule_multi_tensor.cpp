@@ -31,6 +31,9 @@ constexpr int64_t kArgumentWords = 512;
 // kParallelIterations in all.
 constexpr int64_t kMostShares = 64;
 constexpr int64_t kShareElements = 4096;
+static_assert(
+    kCpuMultiTensorElements == detail::kParallelIterations,
+    "the CPU groups exactly where the group's kernel shares its elements among the cores");
 
 // `body` with every tensor 1-D of kPlaceholderLength elements (its ops elementwise over one shape:
 // group_multi_tensor.h).
