@@ -148,3 +148,77 @@ def test_a_small_group_on_the_cpu_runs_step_by_step():
         assert (stats["multi_tensor_steps"], stats["kernels"]) == (0, len(small))
     else:
         assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(small), 1)
+
+
+def _random_update(rng):
+    """One of a few per-parameter updates an optimizer or a user loop writes (in place, with or
+    without a result per parameter)."""
+    kind = rng.choice(["momentum", "adam", "scale_shift", "returned"])
+    a, b = rng.choice([0.5, 0.9, -1.25]), rng.choice([0.1, 2.0, -0.01])
+
+    def fn(xs, ys, zs):
+        outs = []
+        for x, y, z in zip(xs, ys, zs):
+            if kind == "momentum":
+                z.mul_(a).add_(y)
+                x.add_(z, alpha=b)
+            elif kind == "adam":
+                # (a denominator kept away from 0: near it, rounding differences of one ulp in z
+                # between any two correct implementations become large ones in x)
+                z.mul_(abs(a)).addcmul_(y, y, value=0.5)
+                x.addcdiv_(y, z.abs().sqrt().add_(0.5), value=b)
+            elif kind == "scale_shift":
+                x.mul_(a).add_(y * b)
+            else:
+                x.add_(y, alpha=a)
+                outs.append(x * z + b)
+        return outs
+
+    return kind, fn
+
+
+@pytest.mark.parametrize("seed", range(int(__import__("os").environ.get("KILN_MULTI_TENSOR_PROGRAMS", "40"))))
+def test_random_parameter_loops_match_eager(seed):
+    # Random loops over parameters of random sizes, dtypes and layouts, some sharing memory (views
+    # of one storage, the same tensor twice, a strided view): whatever kiln groups, eager's values
+    # and side effects.
+    import random
+
+    rng = random.Random(seed)
+    kind, fn = _random_update(rng)
+    count = rng.randint(2, 7)
+    # (float32 and float64: eager's own CPU 16-bit add with an alpha rounds its vector body and its
+    # scalar tail differently, which a cancellation turns into a large relative difference.)
+    dtype = rng.choice([torch.float32, torch.float32, torch.float64])
+    shapes = [tuple(rng.randint(1, 12) for _ in range(rng.randint(1, 3))) for _ in range(count)]
+    if rng.random() < 0.4:  # enough elements in all for the CPU's group kernel
+        shapes[rng.randrange(count)] = (rng.randint(66000, 70000),)
+    sharing = rng.choice(["none", "none", "views of one storage", "same tensor twice", "strided"])
+    shared_state = kind != "returned" and rng.random() < 0.3  # one state tensor for two parameters
+    if sharing == "same tensor twice" and count >= 3:
+        shapes[2] = shapes[0]
+
+    def make():
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+
+        def randn(shape):
+            return torch.randn(shape, generator=gen).to(dtype=dtype, device=_device())
+
+        xs = [randn(s) for s in shapes]
+        if sharing == "views of one storage":
+            sizes = [int(torch.Size(s).numel()) for s in shapes]
+            flat = randn((sum(sizes),))
+            starts = [sum(sizes[:i]) for i in range(count)]
+            xs = [flat[st:st + n].view(s) for st, n, s in zip(starts, sizes, shapes)]
+        elif sharing == "same tensor twice" and count >= 3:
+            xs[2] = xs[0]
+        elif sharing == "strided":
+            s = shapes[0]
+            xs[0] = randn((*s[:-1], 2 * s[-1]))[..., ::2]
+        ys = [randn(s) for s in shapes]
+        zs = [randn(s).abs() if kind == "adam" else randn(s) for s in shapes]
+        if shared_state and shapes[-1] == shapes[0]:
+            zs[-1] = zs[0]
+        return [xs, ys, zs]
+
+    check_against_eager(fn, make)
