@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from test_jit import check_against_eager
+from against_eager import check_against_eager
 
 pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
 

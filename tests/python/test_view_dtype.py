@@ -13,7 +13,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import kiln
-from test_jit import _tensors, _whole_storage, check_against_eager
+from against_eager import check_against_eager, tensors, whole_storage
 
 pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
 
@@ -45,9 +45,9 @@ def check_bits(fn, make_args, arithmetic: tuple = ()) -> kiln.JitFunction:
         if isinstance(w, torch.Tensor) and i not in arithmetic:
             assert g.dtype == w.dtype, f"output {i}"
             assert torch.equal(_bits(g), _bits(w)), f"output {i}: bits differ"
-    for k, (a, e) in enumerate(zip(_tensors(args), _tensors(eager_args))):
+    for k, (a, e) in enumerate(zip(tensors(args), tensors(eager_args))):
         assert torch.equal(_bits(a), _bits(e)), f"input {k} afterwards: bits differ"
-        assert torch.equal(_bits(_whole_storage(a)), _bits(_whole_storage(e))), f"storage of input {k}: bits differ"
+        assert torch.equal(_bits(whole_storage(a)), _bits(whole_storage(e))), f"storage of input {k}: bits differ"
     return jitted
 
 

@@ -1,0 +1,231 @@
+"""Writes into part of an input and results a kernel stores where the caller sees them, against
+eager: a write through a strided view, a value scattered into a slice or a row of an input (by
+the kernel that computes it, or by a copy after it, and never more of the input than eager
+writes), rows normalized in place, and a buffer a kernel stored into that later steps read.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import kiln
+from against_eager import check_against_eager
+from test_cases import ar
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+
+def test_write_through_a_strided_view_is_one_kernel_that_stores_in_place():
+    def view(x):
+        v = x[:, ::2]
+        v.mul_(0.5)
+        return x * 2 + 1
+
+    jitted = check_against_eager(view, lambda: [ar(5, 8)])
+    stats = kiln.last_stats(jitted)
+    assert (stats["fusion_regions"], stats["kernels"], stats["writebacks_in_kernel"]) == (1, 1, 1)
+    assert jitted._cache.last_run_stats["writebacks_copied"] == 0
+
+
+def _window_writes(jitted) -> list[str]:
+    # The plan's writes into part of an input: "... # writes x[slice 1, 0:2] <- t8", by the region
+    # that computes the value or by a copy step (writeback(t8)).
+    lines = kiln.last_traces(jitted)[-1].splitlines()
+    return [line.strip() for line in lines if re.search(r"# writes \w+\[", line)]
+
+
+@pytest.mark.parametrize(
+    "name, fn, make_args, in_kernel",
+    [
+        # the row's passes read x[i, :2] before the row stores into it (row-local loads)
+        ("softmax into a slice", lambda x: x.__setitem__((slice(None), slice(None, 2)), torch.softmax(x[:, :2], -1)), lambda: [ar(4, 8)], True),
+        # the kernel reads x[i, j] and would store x[i, 6 + j]: copied after it
+        ("negative start", lambda x: x.__setitem__((slice(None), slice(-2, None)), x[:, :2].tanh()), lambda: [ar(4, 8)], False),
+        ("strided rows and columns", lambda x, y: x.__setitem__((slice(1, None), slice(None, None, 4)), torch.softmax(y, 0)), lambda: [ar(4, 16), ar(3, 4)], True),
+        ("a selected row", lambda x: x.__setitem__(2, x[0].sin()), lambda: [ar(4, 8)], False),
+        # x is a synthetic base (a transposed view): the kernel reads a copy of its storage
+        ("a column of a transposed input", lambda x: x.__setitem__((slice(None), 1), x[:, 0] * 2), lambda: [ar(8, 4).t()], True),
+    ],
+)
+def test_a_write_into_part_of_an_input_writes_only_that_part(name, fn, make_args, in_kernel):
+    # The region of slice_scatter / select_scatter nodes alone is not run (it would rewrite all of
+    # x): the region that computes the new values stores them into the part of x they replace,
+    # where its loads of x allow (kernel.h, row-local loads), else they are copied there after it.
+    # (Not yet on CUDA, where every one of these is copied: place_writebacks.cpp.)
+    jitted = check_against_eager(fn, make_args)
+    trace = kiln.last_traces(jitted)[-1]
+    assert len(_window_writes(jitted)) == 1, trace
+    assert "_scatter" not in trace, trace
+    stats = jitted._cache.last_run_stats
+    in_kernel = in_kernel and torch.get_default_device().type == "cpu"
+    assert (stats["writebacks_in_kernel"], stats["writebacks_copied"]) == ((1, 0) if in_kernel else (0, 1)), trace
+
+
+def test_a_write_into_part_of_an_input_through_an_aliasing_argument():
+    # y is a view of x's storage: the writeback goes to the group's base, the window inside it.
+    def f(x, y):
+        x[:, :2] = y[:, :2].exp()
+
+    def make_args():
+        x = ar(4, 8)
+        return [x, x[:, 4:]]
+
+    jitted = check_against_eager(f, make_args)
+    assert len(_window_writes(jitted)) == 1, kiln.last_traces(jitted)[-1]
+
+
+def test_a_write_of_an_argument_into_part_of_another_one_that_it_then_changes():
+    # The copies run last; y's old contents are gone by then (its own writeback), so the write of
+    # y into x stays in the region that reads y first.
+    def f(x, y):
+        x[-1] = y
+        y.tanh_()
+        return y, x
+
+    jitted = check_against_eager(f, lambda: [ar(3, 4), ar(4)])
+    assert _window_writes(jitted) == []
+
+
+@pytest.mark.parametrize("aliased", [False, True], ids=["separate", "one storage"])
+def test_a_tensor_written_in_part_and_then_copied_whole_into_another(aliased):
+    # One value is the writeback of two targets: b's (its last row changed) and a's (all of the
+    # new b). The write of b's window alone must not stand for a's copy: a once kept its old
+    # contents without an error (a fresh seed of the C++ random programs, 2026-12-04).
+    def f(a, b):
+        b[-1] = -2.5
+        a.copy_(b)
+
+    def make_args():
+        if not aliased:
+            return [ar(5, 2), ar(5, 2) + 100]
+        buf = ar(30)
+        return [buf[20:].view(5, 2), buf[10:20].view(5, 2)]
+
+    check_against_eager(f, make_args)
+
+
+def test_a_written_slice_whose_whole_result_is_also_read_is_not_narrowed():
+    # The new x is read after the write (by the sum and through the aliasing y): the region that
+    # makes it stays, and stores all of x.
+    def f(x, y):
+        x[:, :2] = y[:, :2].exp()
+        return x.sum(-1), y * 1
+
+    def make_args():
+        x = ar(4, 8)
+        return [x, x[:, 4:]]
+
+    jitted = check_against_eager(f, make_args)
+    assert _window_writes(jitted) == []
+
+
+@pytest.mark.parametrize("length", [600, 2048, 3000, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_row_statistics_over_rows_of_many_lengths(length, dtype):
+    # On CUDA the rows run a block of 128 or 256 threads each, hold up to 16 elements a thread in
+    # registers, and may not fill their last trip (600, 3000); at 5000 a thread has too many
+    # elements to hold. (The std's and amax's [3, 1] nests are rows with one element.)
+    def f(x, w, b):
+        y = x - x.mean(-1, keepdim=True)
+        y.mul_(w).add_(b)
+        return y, x.softmax(-1), x.std(-1), x.amax(-1, keepdim=True), (x * x).sum(-1, keepdim=True)
+
+    def make_args():
+        g = torch.Generator().manual_seed(length)
+        x, w, b = (torch.randn(s, generator=g, device="cpu") for s in ((3, length), (length,), (length,)))
+        return [t.to(device=torch.get_default_device(), dtype=dtype) for t in (x, w, b)]
+
+    check_against_eager(f, make_args)
+
+
+@pytest.mark.parametrize("length", [512, 1024])
+def test_row_statistics_of_rows_that_are_not_aligned_or_contiguous(length):
+    # x's rows start at odd offsets and w's elements are strided: on CUDA the row cache then loads
+    # them element by element instead of as vectors; the result x - mean is stored into x itself.
+    def f(x, w):
+        y = x * w
+        x.sub_(y.mean(-1, keepdim=True))
+        return y.softmax(-1)
+
+    def make_args():
+        g = torch.Generator().manual_seed(length)
+        base = torch.randn(5, length + 1, generator=g, device="cpu").to(torch.get_default_device())
+        w = torch.randn(length, 2, generator=g, device="cpu").to(torch.get_default_device())
+        return [base[:, 1:], w[:, 1]]
+
+    check_against_eager(f, make_args)
+
+
+@pytest.mark.parametrize("length", [8, 512, 1024, 3000, 5000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_softmax_stored_into_the_slice_it_reads(length, dtype):
+    # The bench's softmax slice at several row lengths: one kernel reads each row of x[:, :length]
+    # in its max and sum passes and stores the softmax into that slice, in place (a warp a row up
+    # to 512 elements, a block of 128 or 256 threads above; at 5000 the row is not held in
+    # registers, so the last loop loads x again at the element it stores). Many rows, so that
+    # rows run at once; the columns after the slice must keep their values. (Not yet on CUDA,
+    # where the slice is copied, or a second region stores all of x: place_writebacks.cpp.)
+    def f(x):
+        x[:, :length] = torch.softmax(x[:, :length], -1)
+
+    def make_args():
+        g = torch.Generator().manual_seed(length)
+        x = torch.randn(300, length + 24, generator=g, device="cpu")
+        return [x.to(device=torch.get_default_device(), dtype=dtype)]
+
+    jitted = check_against_eager(f, make_args)
+    stats = jitted._cache.last_run_stats
+    assert stats["interpreted_steps"] == 0
+    if torch.get_default_device().type == "cpu":
+        assert (stats["kernel_steps"], stats["writebacks_in_kernel"], stats["writebacks_copied"]) == (1, 1, 0)
+
+
+@pytest.mark.parametrize(
+    "name, fn",
+    [
+        ("center", lambda x: x.sub_(x.mean(-1, keepdim=True))),
+        ("standardize", lambda x: x.sub_(x.mean(-1, keepdim=True)).div_(x.std(-1, keepdim=True))),
+        ("softmax in place", lambda x: x.copy_(torch.softmax(x * 2, -1))),
+        ("rms norm in place", lambda x: x.mul_(torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))),
+    ],
+)
+def test_a_row_normalized_in_place_is_stored_by_its_kernel(name, fn):
+    # Every reduction reads the row it normalizes, before the row stores anything: on the CPU the
+    # kernel stores into x itself (place_writebacks' row-local rule), with no copy after it. (Not
+    # yet on CUDA, where the value is copied into x: place_writebacks.cpp.)
+    def make_args():
+        g = torch.Generator().manual_seed(7)
+        return [torch.randn(64, 300, generator=g, device="cpu").to(torch.get_default_device())]
+
+    jitted = check_against_eager(fn, make_args)
+    stats = jitted._cache.last_run_stats
+    assert stats["interpreted_steps"] == 0
+    if torch.get_default_device().type == "cpu":
+        assert (stats["writebacks_in_kernel"], stats["writebacks_copied"]) == (1, 0), kiln.last_traces(jitted)[-1]
+
+
+@pytest.mark.parametrize("later_write", [False, True])
+def test_a_buffer_written_in_place_is_read_later_where_its_kernel_stored_it(later_write):
+    # A KV cache after its index_copy_ is read by the attention's product, a later step: the
+    # kernel stored it into the caller's cache, and the product reads it there (a copy of the
+    # whole cache per layer and token, before). Where a later step writes the cache again, the
+    # product must still see the value it read in eager.
+    def f(cache, pos, k, q):
+        cache.index_copy_(0, pos, k * 2)
+        scores = q @ cache.t()
+        if later_write:
+            cache.mul_(scores.mean())
+        return scores.softmax(-1)
+
+    def make_args():
+        g = torch.Generator().manual_seed(3)
+        args = [torch.randn(16, 32, generator=g, device="cpu"), torch.tensor([5], device="cpu"),
+                torch.randn(1, 32, generator=g, device="cpu"), torch.randn(4, 32, generator=g, device="cpu")]
+        return [a.to(torch.get_default_device()) for a in args]
+
+    jitted = check_against_eager(f, make_args)
+    if not later_write:
+        assert jitted._cache.last_run_stats["layout_copies"] == 0, kiln.last_traces(jitted)[-1]
