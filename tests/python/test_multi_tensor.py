@@ -222,3 +222,73 @@ def test_random_parameter_loops_match_eager(seed):
         return [xs, ys, zs]
 
     check_against_eager(fn, make)
+
+
+# ---- foreach ops: each the per-tensor op it applies, so a foreach optimizer fuses too ----------
+
+
+def sgd_foreach(params, grads, bufs):
+    torch._foreach_mul_(bufs, 0.9)
+    torch._foreach_add_(bufs, grads)
+    torch._foreach_add_(params, bufs, alpha=-0.01)
+
+
+def adamw_foreach(params, grads, exp_avgs, exp_avg_sqs):
+    lr, wd, beta1, beta2, eps = 1e-3, 1e-2, 0.9, 0.999, 1e-8
+    torch._foreach_mul_(params, 1 - lr * wd)
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_add_(denom, eps)
+    torch._foreach_addcdiv_(params, exp_avgs, denom, [-lr] * len(params))
+
+
+@pytest.mark.parametrize("fn", [sgd_foreach, adamw_foreach], ids=["sgd", "adamw"])
+def test_a_foreach_optimizer_step_is_one_kernel(fn):
+    def make():
+        tensors = [[_randn(s, torch.float32, 10 * i + k) for i, s in enumerate(SHAPES)] for k in range(4)]
+        tensors[3] = [v.abs() for v in tensors[3]]
+        return tensors[: 3 if fn is sgd_foreach else 4]
+
+    jitted = check_against_eager(fn, make)
+    stats = kiln.last_stats(jitted)
+    assert (stats["eager_steps"], stats["multi_tensor_steps"], stats["kernels"]) == (0, len(SHAPES), 1)
+
+
+def test_foreach_results_and_arguments_as_eager():
+    # In-place forms return their list, the others tuples of new tensors; per-tensor numbers, one
+    # tensor for all.
+    def fn(xs, ys, s):
+        same = torch._foreach_mul_(xs, [0.5, 2.0, -1.0])
+        torch._foreach_add_(xs, s)
+        powers = torch._foreach_pow(ys, 2.0)
+        mixed = torch._foreach_maximum(xs, ys)
+        torch._foreach_zero_(ys)
+        torch._foreach_copy_(ys, powers)
+        return same is xs, powers, mixed, torch._foreach_neg(xs)
+
+    def make():
+        return [[_randn((4,), torch.float32, 1), _randn((2, 3), torch.float32, 2), _randn((5,), torch.float32, 3)],
+                [_randn((4,), torch.float32, 4), _randn((2, 3), torch.float32, 5), _randn((5,), torch.float32, 6)],
+                _randn((), torch.float32, 7)]
+
+    jitted = check_against_eager(fn, make)
+    assert kiln.last_stats(jitted)["eager_steps"] == 0
+
+
+def test_foreach_lists_of_different_lengths_raise_like_eager():
+    xs = [_randn((2,), torch.float32, 1), _randn((3,), torch.float32, 2)]
+    with pytest.raises(RuntimeError, match="Tensor lists must have the same number of tensors, got 2 and 1"):
+        torch._foreach_add_(xs, xs[:1])
+    with pytest.raises(RuntimeError, match="Tensor lists must have the same number of tensors, got 2 and 1"):
+        kiln.jit(lambda a, b: torch._foreach_add_(a, b))(xs, xs[:1])
+
+
+def test_a_foreach_op_without_a_per_tensor_form_runs_eagerly():
+    def fn(xs):
+        torch._foreach_mul_(xs, 2.0)
+        return torch._foreach_norm(xs)
+
+    jitted = check_against_eager(fn, lambda: [[_randn((4,), torch.float32, 1), _randn((3, 3), torch.float32, 2)]])
+    assert kiln.last_stats(jitted)["eager_steps"] >= 1
