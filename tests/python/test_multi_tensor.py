@@ -292,3 +292,21 @@ def test_a_foreach_op_without_a_per_tensor_form_runs_eagerly():
 
     jitted = check_against_eager(fn, lambda: [[_randn((4,), torch.float32, 1), _randn((3, 3), torch.float32, 2)]])
     assert kiln.last_stats(jitted)["eager_steps"] >= 1
+
+
+def test_steps_that_read_0d_tensors_are_one_kernel():
+    # Each parameter's update reads 0-d tensors at every element: its own step size, and one
+    # scale all share. The group forms; every element reads the member's own values.
+    def fn(params, grads, step_sizes, scale):
+        for p, g, s in zip(params, grads, step_sizes):
+            p.sub_(g * s * scale)
+
+    def make():
+        return [[_randn(s, torch.float32, i) for i, s in enumerate(SHAPES)],
+                [_randn(s, torch.float32, 20 + i) for i, s in enumerate(SHAPES)],
+                [_randn((), torch.float32, 40 + i) for i in range(len(SHAPES))],
+                _randn((), torch.float32, 60)]
+
+    jitted = check_against_eager(fn, make)
+    stats = kiln.last_stats(jitted)
+    assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(SHAPES), 1)

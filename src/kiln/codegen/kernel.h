@@ -186,7 +186,8 @@ KernelLowering lower_kernel(const Step& step, Target target);
 
 // A multi-tensor kernel (schedule_multi_tensor.cpp): the computation of one step of a
 // MultiTensorGroup (plan.h), run over all of the group's steps ("members") in one call, each
-// member's tensors dense (contiguous, any storage offset) and of the member's own size.
+// member's tensors dense (contiguous, any storage offset) and of the member's own size, or 0-d
+// (an input every element reads: input_is_scalar).
 //
 // CPU: a CpuKernelFn whose arrays hold every member's arguments, member after member: ins[m * NI +
 // i] the address of member m's input i's first element (null for a number), sd / si[m * NI + i]
@@ -200,6 +201,7 @@ struct MultiTensorKernel {
   Target target = Target::kCpu;
   std::string source;                 // named by KILN_KERNEL_NAME, as a Kernel's
   std::vector<bool> input_is_tensor;  // per member input
+  std::vector<bool> input_is_scalar;  // a 0-d tensor: every element reads its one element
   std::vector<DType> input_dtypes;    // per member input (a number's: unused)
   std::vector<DType> output_dtypes;   // per member output
   int64_t members_per_launch = 0;     // CUDA

@@ -332,7 +332,8 @@ class KernelEmitter {
 
   // schedule_multi_tensor.cpp: one step's elementwise computation over many members
   MultiTensorKernel multi_tensor();
-  std::string cpu_multi_tensor_source(const Kernel& k, const NestBody& lane);
+  std::string cpu_multi_tensor_source(const Kernel& k, const NestBody& lane,
+                                      const MultiTensorKernel& mt);
   std::string cuda_multi_tensor_source(const Kernel& k, const NestBody& lane,
                                        MultiTensorKernel& mt);
 

@@ -35,13 +35,13 @@ static_assert(
     kCpuMultiTensorElements == detail::kParallelIterations,
     "the CPU groups exactly where the group's kernel shares its elements among the cores");
 
-// `body` with every tensor 1-D of kPlaceholderLength elements (its ops elementwise over one shape:
-// group_multi_tensor.h).
+// `body` with every tensor 1-D of kPlaceholderLength elements, but for its 0-d ones (its ops
+// elementwise over one shape: group_multi_tensor.h).
 void flatten_into(const Trace& body, Trace& flat) {
   Builder b(flat);
   std::map<const Value*, Value*> to;
   auto flat_type = [](const Value* v) -> Type {
-    if (!v->is_tensor()) return v->type();
+    if (!v->is_tensor() || v->tensor_type().rank() == 0) return v->type();
     TensorType t = v->tensor_type();
     t.shape = {kPlaceholderLength};
     t.layout.reset();
@@ -131,27 +131,30 @@ MultiTensorKernel KernelEmitter::multi_tensor() {
   mt.target = target_;
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     const Value* in = body_.inputs()[i];
+    const bool scalar = in->is_tensor() && in->tensor_type().rank() == 0;
     mt.input_is_tensor.push_back(k.inputs[i].is_tensor);
+    mt.input_is_scalar.push_back(scalar);
     mt.input_dtypes.push_back(in->is_tensor() ? in->tensor_type().dtype : DType::kInt64);
     if (!k.inputs[i].is_tensor) continue;
     if (raw_loads_[i] || !windows_[i].empty() || whole_storage_[i] ||
         std::any_of(loads_[i].begin(), loads_[i].end(),
-                    [&](const std::string& key) { return key != identity; }))
+                    [&](const std::string& key) { return !scalar && key != identity; }))
       not_lowered("input " + std::to_string(i) + " is read at another element than its own");
-    lanes.inputs.insert(i);
+    if (!scalar) lanes.inputs.insert(i);
   }
   if (!index_checks_.empty()) not_lowered("the step checks indices");
   for (const KernelOutput& o : k.outputs)
     mt.output_dtypes.push_back(o.dtype);
   NestBody lane = emit_body(shape, k, /*is_last=*/true, NestMode::kFlat, &lanes);
-  mt.source = target_ == Target::kCpu ? cpu_multi_tensor_source(k, lane)
+  mt.source = target_ == Target::kCpu ? cpu_multi_tensor_source(k, lane, mt)
                                       : cuda_multi_tensor_source(k, lane, mt);
   KILN_ASSERT(mt.source.find(std::to_string(kPlaceholderLength)) == std::string::npos)
       << "a multi-tensor kernel's source names the placeholder length";
   return mt;
 }
 
-std::string KernelEmitter::cpu_multi_tensor_source(const Kernel& k, const NestBody& lane) {
+std::string KernelEmitter::cpu_multi_tensor_source(const Kernel& k, const NestBody& lane,
+                                                   const MultiTensorKernel& mt) {
   const std::string ni = std::to_string(k.inputs.size()), no = std::to_string(k.outputs.size());
   std::string src =
       "extern \"C\" void KILN_KERNEL_NAME(void* const* ins, const int64_t* in_meta, "
@@ -182,10 +185,14 @@ std::string KernelEmitter::cpu_multi_tensor_source(const Kernel& k, const NestBo
   src += "      if (lo >= hi) continue;\n";
   src += "      [[maybe_unused]] const double* const sd = sd_all + m * " + ni + ";\n";
   src += "      [[maybe_unused]] const int64_t* const si = si_all + m * " + ni + ";\n";
-  for (size_t i = 0; i < k.inputs.size(); ++i)
-    if (k.inputs[i].is_tensor)
-      src += "      const char* const lane_in" + std::to_string(i) +
-             " = static_cast<const char*>(ins[m * " + ni + " + " + std::to_string(i) + "]);\n";
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    const std::string n = std::to_string(i), at = "ins[m * " + ni + " + " + n + "]";
+    if (mt.input_is_scalar[i])
+      src += "      const void* const in" + n + " = " + at + ";\n      const int64_t o" + n +
+             " = 0;\n";
+    else if (k.inputs[i].is_tensor)
+      src += "      const char* const lane_in" + n + " = static_cast<const char*>(" + at + ");\n";
+  }
   for (size_t j = 0; j < k.outputs.size(); ++j)
     src += "      char* const lane_out" + std::to_string(j) + " = static_cast<char*>(outs[m * " +
            no + " + " + std::to_string(j) + "]);\n";
@@ -243,6 +250,11 @@ std::string KernelEmitter::cuda_multi_tensor_source(const Kernel& k, const NestB
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     if (!k.inputs[i].is_tensor) continue;
     const std::string n = std::to_string(i);
+    if (mt.input_is_scalar[i]) {  // read by every element where the body loads it
+      src += "  const void* const in" + n + " = a.ins[m * " + NI + " + " + n +
+             "];\n  const int64_t o" + n + " = 0;\n";
+      continue;
+    }
     src += "  const char* const p_in" + n + " = static_cast<const char*>(a.ins[m * " + NI + " + " +
            n + "]);\n";
     aligned += " && reinterpret_cast<unsigned long long>(p_in" + n + ") % " +
@@ -264,7 +276,7 @@ std::string KernelEmitter::cuda_multi_tensor_source(const Kernel& k, const NestB
   src += "    if (base >= n) break;\n";
   std::string vector_loads, element_loads, vector_stores, element_stores;
   for (size_t i = 0; i < k.inputs.size(); ++i) {
-    if (!k.inputs[i].is_tensor) continue;
+    if (!k.inputs[i].is_tensor || mt.input_is_scalar[i]) continue;
     const std::string n = std::to_string(i), type = storage_type(mt.input_dtypes[i]);
     src += "    alignas(16) " + type + " lane_in" + n + "[" + w + "];\n";
     vector_loads += "      vector_load<" + vector_bytes(mt.input_dtypes[i]) + ">(lane_in" + n +

@@ -14,7 +14,8 @@ bool all_elementwise(const std::vector<std::unique_ptr<Node>>& nodes) {
   });
 }
 
-// Rule 1: the shape every tensor of the step has, or nullopt.
+// Rule 1: the shape every tensor of the step has (an input or an intermediate value may also be
+// a 0-d tensor, which every element reads: AdamW's step size from its step count), or nullopt.
 std::optional<Shape> uniform_shape(const Step& step) {
   if (step.kind != Step::Kind::kFusion || step.body.outputs().empty()) return std::nullopt;
   if (!all_elementwise(step.body.nodes())) return std::nullopt;
@@ -27,14 +28,17 @@ std::optional<Shape> uniform_shape(const Step& step) {
     if (!shape) shape = s;
     return *shape == s;
   };
-  for (const Value* in : step.body.inputs())
-    if (!agrees(in)) return std::nullopt;
-  for (const auto& n : step.body.nodes())
-    for (const Value* out : n->outputs)
-      if (!out->is_tensor() || !agrees(out)) return std::nullopt;
   for (const Value* out : step.body.outputs())
     if (!out->is_tensor() || !agrees(out)) return std::nullopt;
   if (!shape || shape_numel(*shape) == 0) return std::nullopt;
+  auto scalar_or_agrees = [&](const Value* v) {
+    return !v->is_tensor() || v->tensor_type().rank() == 0 || v->tensor_type().shape == *shape;
+  };
+  for (const Value* in : step.body.inputs())
+    if (!scalar_or_agrees(in)) return std::nullopt;
+  for (const auto& n : step.body.nodes())
+    for (const Value* out : n->outputs)
+      if (!out->is_tensor() || !scalar_or_agrees(out)) return std::nullopt;
   return shape;
 }
 
@@ -50,13 +54,14 @@ std::map<const Value*, Position> positions(const Trace& body) {
   return at;
 }
 
-// The value's type with its shape left out (rule 2 compares everything else).
+// The value's type with its shape left out (rule 2 compares everything else), except whether it
+// is 0-d: a 0-d input of one step is read by every element, of the other element by element.
 bool same_type_but_shape(const Value* a, const Value* b) {
   if (a->is_tensor() != b->is_tensor()) return false;
   if (!a->is_tensor()) return a->type() == b->type();
   const TensorType& ta = a->tensor_type();
   const TensorType& tb = b->tensor_type();
-  return ta.dtype == tb.dtype && ta.device == tb.device;
+  return ta.dtype == tb.dtype && ta.device == tb.device && (ta.rank() == 0) == (tb.rank() == 0);
 }
 
 // Rule 2.

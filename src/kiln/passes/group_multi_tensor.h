@@ -10,8 +10,9 @@
 //
 // A step joins the run before it when
 //   1. it is elementwise over one shape: every node (and subsymbol) an elementwise op, every
-//      tensor it reads or makes of that shape (numbers allowed), with at least one element, and
-//      none of its writebacks into part of a tensor;
+//      result of that shape, with at least one element, every other tensor it reads or makes of
+//      that shape or 0-d (a value every element reads; numbers allowed too), and none of its
+//      writebacks into part of a tensor;
 //   2. it is the run's first step's computation up to that shape: the same ops with the same
 //      constants, the same dtypes, devices and number types, wired the same way;
 //   3. it is independent of every step of the run: it reads no value one of them makes, and no

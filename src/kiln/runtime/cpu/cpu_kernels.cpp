@@ -185,7 +185,8 @@ void run_cpu_multi_tensor(const MultiTensorStepKernel& k,
     for (size_t i = 0; i < ni; ++i) {
       if (kernel.input_is_tensor[i]) {
         const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
-        KILN_ASSERT(dense(t) && t.numel() == in_meta[1 + m] && t.dtype() == kernel.input_dtypes[i])
+        const int64_t elements = kernel.input_is_scalar[i] ? 1 : in_meta[1 + m];
+        KILN_ASSERT(dense(t) && t.numel() == elements && t.dtype() == kernel.input_dtypes[i])
             << "a multi-tensor member's input is not dense or not of its size";
         ins[m * ni + i] = first_element(t);
       } else {

@@ -53,7 +53,8 @@ int run_cuda_multi_tensor(const CudaMultiTensorKernel& k,
         const RtValue& in = inputs[static_cast<size_t>(i)];
         if (kernel.input_is_tensor[static_cast<size_t>(i)]) {
           const RtTensor& t = *std::get<TensorHandle>(in);
-          KILN_ASSERT(dense(t) && t.numel() == numel &&
+          const int64_t elements = kernel.input_is_scalar[static_cast<size_t>(i)] ? 1 : numel;
+          KILN_ASSERT(dense(t) && t.numel() == elements &&
                       t.dtype() == kernel.input_dtypes[static_cast<size_t>(i)])
               << "a multi-tensor member's input is not dense or not of its size";
           word(layout.ins + m * ni + i) = first_element(t);
