@@ -151,6 +151,11 @@ def _elementwise(op: str) -> Callable[[Call], Any]:
     def rule(call: Call) -> Any:
         result = call.run_meta()
         if not isinstance(call.args[0] if call.args else call.kwargs.get("input"), Proxy) and op != "where":
+            if op == "pow" and len(call.args) == 2 and isinstance(call.args[1], Proxy):
+                # torch.pow(number, exponent) is eager's `number ** exponent` (torch/_tensor.py's
+                # __rpow__ calls it): the number as a tensor of the result's dtype (_reflected)
+                filled = _full_like_number(call, call.args[1], call.args[0], result.dtype)
+                return call.emit("pow", [filled, call.args[1]], {}, result)
             raise call.unsupported(f"kiln's {op} needs a tensor as its first argument, not a number.")
         if op.endswith("_"):
             _check_write(call, call.args[0])

@@ -310,3 +310,56 @@ def test_steps_that_read_0d_tensors_are_one_kernel():
     jitted = check_against_eager(fn, make)
     stats = kiln.last_stats(jitted)
     assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(SHAPES), 1)
+
+
+# ---- torch.optim through torch.compile(backend=kiln) ----------------------------------------------
+
+
+def test_pow_with_a_number_base_is_eagers_rpow():
+    # torch.pow(number, tensor) (AdamW's bias corrections: torch._foreach_pow(beta1, steps)) in
+    # the exponent's dtype, float and integer exponents, as eager.
+    def fn(x, n):
+        return torch.pow(0.9, x), torch.pow(2, n), torch.pow(1.5, n)
+
+    def make():
+        return [torch.tensor([0.0, 1.0, 2.5, -3.0, float("nan"), 40.0], device=_device()),
+                torch.tensor([0, 1, 5, 12], device=_device())]
+
+    jitted = check_against_eager(fn, make)
+    assert kiln.last_stats(jitted)["eager_steps"] == 0
+
+
+def test_torch_optim_adamw_step_through_the_backend_matches_eager():
+    # The optimizer's own foreach step compiled by kiln (Dynamo's graph of AdamW.step): the same
+    # parameters and state as eager's after every step, and every write stored by a kernel but
+    # the 0-d step counts'.
+    import copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to(_device())
+    reference = copy.deepcopy(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=True)
+    ref_opt = torch.optim.AdamW(reference.parameters(), lr=1e-2, foreach=True)
+    compiled_step = torch.compile(opt.step, backend=kiln.backend)
+    x = torch.randn(5, 16, device=_device())
+    kiln.clear_backend_graphs()
+    for _ in range(4):
+        for m, o, step in ((model, opt, compiled_step), (reference, ref_opt, ref_opt.step)):
+            o.zero_grad()
+            m(x).pow(2).sum().backward()
+        # the same gradients for both: the compared quantity is the step alone
+        for p, q in zip(model.parameters(), reference.parameters()):
+            p.grad.copy_(q.grad)
+        compiled_step()
+        ref_opt.step()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+            for key in ("exp_avg", "exp_avg_sq", "step"):
+                torch.testing.assert_close(opt.state[p][key], ref_opt.state[q][key], rtol=1e-5, atol=1e-7)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            p.data.copy_(q.data)  # the next step starts from eager's parameters
+    graphs = kiln.backend_graphs()
+    assert graphs, "the step ran eagerly"
+    stats = kiln.last_stats(graphs[-1])
+    assert stats["eager_steps"] == 0
+    assert stats["writebacks_in_kernel"] == 3 * len(list(model.parameters()))

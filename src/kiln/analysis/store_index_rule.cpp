@@ -497,7 +497,13 @@ StoreIndexRule store_index_rule(const Trace& body, const Value* target, const Va
       continue;
     }
     std::optional<StorePath> p = store_path(out);
-    if (!p || p->producer->tensor_type().shape != domain) return StoreIndexRule::kNone;
+    if (!p || p->producer->tensor_type().shape != domain) {
+      // An output over another domain (another nest of the kernel) that never reads the target
+      // cannot see the store: AdamW's 0-d step count beside its parameter's update.
+      std::set<const Value*> seen;
+      if (reaches_avoiding(out, target, nullptr, seen)) return StoreIndexRule::kNone;
+      continue;
+    }
     if (!tracer.visit(p->producer, identity_index(r, r + 1))) return StoreIndexRule::kNone;
   }
   if (in_pass && !tracer.visit(pass->reduction->input(0), identity_index(r, r + 1)))

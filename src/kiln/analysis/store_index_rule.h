@@ -12,7 +12,8 @@
 //
 // Requires: `body` a region's trace (a fusion step's), `target` one of its inputs, `stored` one of
 // its outputs. Ensures: kSameIndex or kRowLocal only where the rule holds for every output of the
-// region; kNone whenever a map is not affine (a temporary is always safe).
+// region over the store's domain, and no output over another domain (another nest) reads the
+// target; kNone whenever a map is not affine (a temporary is always safe).
 // Tests: tests/lit/passes/place_writebacks*.trace.
 #pragma once
 
