@@ -317,3 +317,14 @@ def test_strided_writes_before_a_row_reduction(step, start, end, length, reducti
         return [_randn(12, length, seed=1), _randn(12, count, seed=2)]
 
     check_against_eager(fn, make, rtol=1e-5, atol=1e-5)
+
+
+def test_the_variance_of_equal_elements_is_exactly_zero():
+    # A CPU kernel's mean summed in float chunks left a constant row's deviations off 0: its
+    # variance came out tiny, `v / v` 1 where eager's is 0 / 0 (kiln_fuzz, 2026-12-05).
+    def fn(x):
+        v = x.expm1().var(correction=0)
+        s = x.expm1().std(dim=-1)
+        return v / v, s / s
+
+    check_against_eager(fn, lambda: [torch.full((4, 9), -1.5, device=torch.get_default_device())])

@@ -346,7 +346,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     case OpId::kProd: {
       bool prod = id == OpId::kProd;
       const char* op = prod ? "prod" : "sum";
-      if (std::optional<std::string> before = prod ? std::nullopt : summed_before(acc_type)) {
+      // (a variance's sum, element by element, serves as well: kept below)
+      std::optional<std::string> before;
+      if (!prod) before = summed_before(acc_type + " element by element");
+      if (!prod && !before) before = summed_before(acc_type);
+      if (before) {
         acc = *before;
       } else {
         emit(depth, acc_type + " " + acc + " = " + (prod ? "1" : "0") + ";", acc);
@@ -399,15 +403,21 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     case OpId::kStd: {
       Number correction = number(node.arg("correction"));
       const std::string& vt = element_type;  // float on CUDA for short ones, else double
-      if (std::optional<std::string> before = summed_before(vt)) {
+      // On the CPU the mean's sum takes each element into the double accumulator, never a
+      // float chunk's sum (cpu_float_chunks): with a rounded sum, the deviations of a constant
+      // row are not 0, and `v / v` of its variance was 1 where the interpreter's, and eager's,
+      // is 0 / 0 (kiln_fuzz, 2026-12-05). A sum kept for sharing says which it is.
+      const bool exact = target_ == Target::kCpu;
+      const std::string kept = exact ? vt + " element by element" : vt;
+      if (std::optional<std::string> before = summed_before(kept)) {
         acc = *before;
       } else {
         emit(depth, vt + " " + acc + " = 0;", acc);
         pass([&](const std::string& x,
                  const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
-             "reduction(+:" + acc + ")", {{acc, vt, "0"}}, true);
+             "reduction(+:" + acc + ")", {{acc, vt, "0"}}, !exact);
         finish("sum");
-        note_sum(vt, acc);
+        note_sum(kept, acc);
       }
       std::string mean = fresh("mean");
       declare(vt, mean, acc + " / " + vt + "(" + std::to_string(count) + ".0)");
