@@ -253,6 +253,7 @@ class KernelEmitter {
   Kernel lower();
   void declare_arguments(Kernel& k);
   std::string cpu_source(const std::vector<Shape>& shapes, Kernel& k);
+  static std::string cpu_entry(const std::string& sd, const std::string& si);
   std::string describe_step() const;
   void check_device(const Value* v) const;
   // Whether the nest over `nest` stores an output of shape `output`: the same shape, or on CUDA

@@ -129,16 +129,21 @@ std::string KernelEmitter::cpu_source(const std::vector<Shape>& shapes, Kernel& 
     bool is_last = s + 1 == shapes.size();
     nests += emit_nest(shapes[s], k, is_last);
   }
-  std::string src =
-      "extern \"C\" void KILN_KERNEL_NAME(void* const* ins, const int64_t* in_meta, "
-      "const double* sd, const int64_t* si, void* const* outs, const int64_t* "
-      "out_meta) {\n";
-  src += "  using namespace kiln;\n  using namespace kiln::kernel;\n";
+  std::string src = cpu_entry("sd", "si");
   src += "  (void)ins; (void)in_meta; (void)sd; (void)si;\n";
   src += "  // " + describe_step() + "\n";
   src += layout_decls(k, "", "int64_t");
   src += nests + "}\n";
   return src;
+}
+
+// The opening of a CPU kernel function (CpuKernelFn), its number arrays named `sd` and `si`.
+std::string KernelEmitter::cpu_entry(const std::string& sd, const std::string& si) {
+  return "extern \"C\" void KILN_KERNEL_NAME(void* const* ins, const int64_t* in_meta, "
+         "const double* " +
+         sd + ", const int64_t* " + si +
+         ", void* const* outs, const int64_t* out_meta) {\n"
+         "  using namespace kiln;\n  using namespace kiln::kernel;\n";
 }
 
 // The region's ops (not its name or value names: equal regions of different programs should

@@ -156,11 +156,7 @@ MultiTensorKernel KernelEmitter::multi_tensor() {
 std::string KernelEmitter::cpu_multi_tensor_source(const Kernel& k, const NestBody& lane,
                                                    const MultiTensorKernel& mt) {
   const std::string ni = std::to_string(k.inputs.size()), no = std::to_string(k.outputs.size());
-  std::string src =
-      "extern \"C\" void KILN_KERNEL_NAME(void* const* ins, const int64_t* in_meta, "
-      "const double* sd_all, const int64_t* si_all, void* const* outs, const int64_t* "
-      "out_meta) {\n";
-  src += "  using namespace kiln;\n  using namespace kiln::kernel;\n";
+  std::string src = cpu_entry("sd_all", "si_all");
   src += "  (void)out_meta; (void)sd_all; (void)si_all;\n";
   src += "  // multi-tensor " + describe_step() + "\n";
   src += "  // schedule: multi-tensor, the members' elements in shares of at least " +

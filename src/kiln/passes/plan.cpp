@@ -17,6 +17,13 @@ std::string names(const std::vector<Value*>& vs) {
 }
 }  // namespace
 
+int64_t group_elements(const ExecutionPlan& plan, const MultiTensorGroup& group) {
+  int64_t elements = 0;
+  for (size_t s = group.first; s < group.first + group.count; ++s)
+    elements += plan.steps[s].outputs.at(0)->tensor_type().numel();
+  return elements;
+}
+
 std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
   std::string out = print_signature(functional);
   for (size_t s = 0; s < plan.steps.size(); ++s) {

@@ -61,6 +61,9 @@ struct ExecutionPlan {
   std::vector<MultiTensorGroup> multi_tensor_groups;  // disjoint, in step order
 };
 
+// The elements a group's kernel computes: each step's own (the shape of its outputs).
+int64_t group_elements(const ExecutionPlan& plan, const MultiTensorGroup& group);
+
 // The plan as Python-like text: each step a call `(outs) = kilnFusionN(ins)` with its nodes as
 // comments beneath and the writebacks it performs.
 std::string print_plan(const Trace& functional, const ExecutionPlan& plan);

@@ -44,12 +44,9 @@ PlanKernels prepare_cpu_kernels(const ExecutionPlan& plan, KernelCache& cache) {
   for (size_t g = 0; g < plan.multi_tensor_groups.size(); ++g) {
     const MultiTensorGroup& group = plan.multi_tensor_groups[g];
     bool all = true;
-    int64_t elements = 0;
-    for (size_t s = group.first; s < group.first + group.count; ++s) {
+    for (size_t s = group.first; s < group.first + group.count; ++s)
       all = all && pk.steps[s].has_value();
-      elements += plan.steps[s].outputs.at(0)->tensor_type().numel();
-    }
-    if (!all || elements < codegen::kCpuMultiTensorElements) continue;
+    if (!all || group_elements(plan, group) < codegen::kCpuMultiTensorElements) continue;
     codegen::MultiTensorLowering lowered =
         codegen::lower_multi_tensor(plan.steps[group.first], codegen::Target::kCpu);
     if (!lowered.kernel) {
@@ -81,10 +78,7 @@ void warm_cpu_kernels(const std::vector<const ExecutionPlan*>& plans, KernelCach
     }
   for (const ExecutionPlan* plan : plans)
     for (const MultiTensorGroup& group : plan->multi_tensor_groups) {
-      int64_t elements = 0;
-      for (size_t s = group.first; s < group.first + group.count; ++s)
-        elements += plan->steps[s].outputs.at(0)->tensor_type().numel();
-      if (elements < codegen::kCpuMultiTensorElements) continue;
+      if (group_elements(*plan, group) < codegen::kCpuMultiTensorElements) continue;
       codegen::MultiTensorLowering lowered =
           codegen::lower_multi_tensor(plan->steps[group.first], codegen::Target::kCpu);
       if (lowered.kernel) sources.push_back(std::move(lowered.kernel->source));
