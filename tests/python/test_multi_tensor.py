@@ -26,7 +26,7 @@ def _device():
 
 def _randn(shape, dtype, seed):
     gen = torch.Generator(device="cpu").manual_seed(seed)
-    return torch.randn(shape, generator=gen).to(dtype=dtype, device=_device())
+    return torch.randn(shape, generator=gen, device="cpu").to(dtype=dtype, device=_device())
 
 
 def sgd_momentum(params, grads, bufs):
@@ -202,7 +202,7 @@ def test_random_parameter_loops_match_eager(seed):
         gen = torch.Generator(device="cpu").manual_seed(seed)
 
         def randn(shape):
-            return torch.randn(shape, generator=gen).to(dtype=dtype, device=_device())
+            return torch.randn(shape, generator=gen, device="cpu").to(dtype=dtype, device=_device())
 
         xs = [randn(s) for s in shapes]
         if sharing == "views of one storage":

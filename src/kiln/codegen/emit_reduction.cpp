@@ -78,7 +78,15 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // short sums of half and bfloat16 values in float as eager's CPU kernels take them (a bf16 row
   // sum of rows of 4096 took 0.72 ms on 2 cores against eager's 0.37 with a double accumulator).
   const bool extreme = id == OpId::kAmax || id == OpId::kAmin;
-  const bool float_acc = fl && reg(held) == "float" &&
+  // A sum of the elements a variance of the region sums too goes into the variance's double
+  // accumulator, so one pass serves both (x.mean() and x.var() read x twice, not three times).
+  const bool variance_sum =
+      (id == OpId::kSum || id == OpId::kMean) && target_ == Target::kCuda && fl &&
+      std::any_of(body_.nodes().begin(), body_.nodes().end(), [&](const auto& n) {
+        return (n->id() == OpId::kVar || n->id() == OpId::kStd) && n->input(0) == self &&
+               reduction_dims(n->arg(1).as_optional_ints(), in.rank()) == reduced;
+      });
+  const bool float_acc = fl && reg(held) == "float" && !variance_sum &&
                          (target_ == Target::kCuda
                               ? extreme || serial <= 4096
                               : extreme || ((held == DType::kBFloat16 || held == DType::kFloat16) &&
@@ -327,9 +335,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     if (!is_reduced || keepdim) ++k;
   }
   const bool stores_in_pass = pass_stores_ && &node == pass_stores_->reduction;
+  // (Into a double accumulator every element enters exactly, whatever type it is taken in.)
   auto summed_key = [&](const std::string& accumulator) {
-    return std::to_string(self->id()) + "|" + suffix(out) + "|" + accumulator + "|" + element_type +
-           "|" + non_reduced;
+    const bool exact = accumulator.rfind("double", 0) == 0;
+    return std::to_string(self->id()) + "|" + suffix(out) + "|" + accumulator + "|" +
+           (exact ? "" : element_type) + "|" + non_reduced;
   };
   auto summed_before = [&](const std::string& accumulator) -> std::optional<std::string> {
     auto it = sums_.find(summed_key(accumulator));
@@ -403,24 +413,32 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     case OpId::kStd: {
       Number correction = number(node.arg("correction"));
       const std::string& vt = element_type;  // float on CUDA for short ones, else double
-      // On the CPU the mean's sum takes each element into the double accumulator, never a
-      // float chunk's sum (cpu_float_chunks): with a rounded sum, the deviations of a constant
-      // row are not 0, and `v / v` of its variance was 1 where the interpreter's, and eager's,
-      // is 0 / 0 (kiln_fuzz, 2026-12-05). A sum kept for sharing says which it is.
+      // The mean's sum is exact where the elements are equal: in double (on CUDA too, where
+      // the deviations are then taken in float), and on the CPU element by element, never a
+      // float chunk's sum (cpu_float_chunks). With a rounded sum the deviations of a constant
+      // row are not 0, and `v / v` of its variance was 1 where the interpreter's, and eager's
+      // (Welford's mean stays the element), is 0 / 0 (kiln_fuzz, 2026-12-05; CUDA, the H200
+      // suite). A sum kept for sharing says which it is.
       const bool exact = target_ == Target::kCpu;
-      const std::string kept = exact ? vt + " element by element" : vt;
+      const std::string kept = exact ? "double element by element" : "double";
       if (std::optional<std::string> before = summed_before(kept)) {
         acc = *before;
       } else {
-        emit(depth, vt + " " + acc + " = 0;", acc);
-        pass([&](const std::string& x,
-                 const std::string&) { return acc + " = red_sum(" + acc + ", " + x + ");"; },
-             "reduction(+:" + acc + ")", {{acc, vt, "0"}}, !exact);
+        emit(depth, "double " + acc + " = 0;", acc);
+        pass(
+            [&](const std::string& x, const std::string&) {
+              return acc + " = red_sum(" + acc + ", " +
+                     (vt == "double" ? x : "static_cast<double>(" + x + ")") + ");";
+            },
+            "reduction(+:" + acc + ")", {{acc, "double", "0"}}, !exact);
         finish("sum");
         note_sum(kept, acc);
       }
       std::string mean = fresh("mean");
-      declare(vt, mean, acc + " / " + vt + "(" + std::to_string(count) + ".0)");
+      declare(vt, mean,
+              vt == "double"
+                  ? acc + " / double(" + std::to_string(count) + ".0)"
+                  : "static_cast<" + vt + ">(" + acc + " / " + std::to_string(count) + ".0)");
       std::string m2 = fresh("acc");
       emit(depth, vt + " " + m2 + " = 0;", m2);
       pass(

@@ -76,8 +76,11 @@ std::vector<Value*> decompose_norm(Builder& b, const Node& n) {
   if (n.id() == OpId::kLayerNorm) {
     Value* mean = b.call1(OpId::kMean, {x, dims, true}, {}, loc);
     Value* centered = b.call1(OpId::kSub, {x, mean}, {}, loc);
-    Value* var =
-        b.call1(OpId::kVar, {x, dims}, {{"correction", int64_t{0}}, {"keepdim", true}}, loc);
+    // The variance as the mean of the centered squares, not a var node: its pass reads the
+    // centered row the output needs anyway, and the row's mean is summed once (a var node's own
+    // mean is summed exactly, in double on CUDA too: emit_reduction.cpp).
+    Value* squares = b.call1(OpId::kMul, {centered, centered}, {}, loc);
+    Value* var = b.call1(OpId::kMean, {squares, dims, true}, {}, loc);
     Value* shifted = b.call1(OpId::kAdd, {var, n.arg("eps")}, {}, loc);
     Value* r = b.call1(OpId::kRsqrt, {shifted}, {}, loc);
     y = b.call1(OpId::kMul, {centered, r}, {}, loc);
