@@ -312,6 +312,44 @@ def test_steps_that_read_0d_tensors_are_one_kernel():
     assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(SHAPES), 1)
 
 
+def test_steps_with_0d_results_are_one_kernel():
+    # AdamW's step count: each parameter's step adds one to its own 0-d count and reads the new
+    # count at every element. The count is a 0-d result of the member's step, stored once (and
+    # copied into its memory after the kernel: other elements read that memory meanwhile).
+    def fn(params, grads, steps):
+        for p, g, step in zip(params, grads, steps):
+            step.add_(1)
+            p.sub_(g * (0.9 ** step))
+
+    def make():
+        return [[_randn(s, torch.float32, i) for i, s in enumerate(SHAPES)],
+                [_randn(s, torch.float32, 20 + i) for i, s in enumerate(SHAPES)],
+                [torch.tensor(float(i), device=_device()) for i in range(len(SHAPES))]]
+
+    jitted = check_against_eager(fn, make)
+    stats = kiln.last_stats(jitted)
+    assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(SHAPES), 1)
+
+
+def test_steps_of_0d_tensors_alone_store_their_results():
+    # Every tensor 0-d (foreach step counts): a member is one element, its result stored by it.
+    # (CUDA groups these; the CPU, below its parallel threshold, runs them step by step. A group
+    # of them once stored nothing: its 1-D nest had no element of a 0-d result's shape.)
+    def fn(steps, scales):
+        torch._foreach_add_(steps, 1)
+        torch._foreach_mul_(scales, steps)
+        return [s * 2 for s in steps]
+
+    def make():
+        return [[torch.tensor(float(i), device=_device()) for i in range(9)],
+                [torch.tensor(0.5 + i, device=_device()) for i in range(9)]]
+
+    jitted = check_against_eager(fn, make)
+    stats = kiln.last_stats(jitted)
+    if _device().type == "cuda":
+        assert stats["multi_tensor_steps"] >= 18
+
+
 # ---- torch.optim through torch.compile(backend=kiln) ----------------------------------------------
 
 

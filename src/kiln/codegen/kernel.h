@@ -199,13 +199,14 @@ KernelLowering lower_kernel(const Step& step, Target target);
 // `block_elements` elements of each member, block b finding its member among first_block.
 struct MultiTensorKernel {
   Target target = Target::kCpu;
-  std::string source;                 // named by KILN_KERNEL_NAME, as a Kernel's
-  std::vector<bool> input_is_tensor;  // per member input
-  std::vector<bool> input_is_scalar;  // a 0-d tensor: every element reads its one element
-  std::vector<DType> input_dtypes;    // per member input (a number's: unused)
-  std::vector<DType> output_dtypes;   // per member output
-  int64_t members_per_launch = 0;     // CUDA
-  int64_t block_elements = 0;         // CUDA
+  std::string source;                  // named by KILN_KERNEL_NAME, as a Kernel's
+  std::vector<bool> input_is_tensor;   // per member input
+  std::vector<bool> input_is_scalar;   // a 0-d tensor: every element reads its one element
+  std::vector<DType> input_dtypes;     // per member input (a number's: unused)
+  std::vector<DType> output_dtypes;    // per member output
+  std::vector<bool> output_is_scalar;  // a 0-d result: stored once, by the member's first element
+  int64_t members_per_launch = 0;      // CUDA
+  int64_t block_elements = 0;          // CUDA
 };
 
 // A CUDA multi-tensor kernel's argument block, in 8-byte words: ins[K * NI], outs[K * NO],
@@ -216,6 +217,15 @@ struct MultiTensorArgsLayout {
   int64_t words = 0;
 };
 MultiTensorArgsLayout multi_tensor_args_layout(const MultiTensorKernel& kernel);
+
+// A member's elements: its results' of rank 1 or more, 1 where every result is 0-d (each output
+// buffer one per member output, in kernel order).
+template <class Buffers>
+int64_t multi_tensor_member_numel(const MultiTensorKernel& kernel, const Buffers& outputs) {
+  for (size_t j = 0; j < kernel.output_is_scalar.size(); ++j)
+    if (!kernel.output_is_scalar[j]) return outputs[j]->numel();
+  return 1;
+}
 
 struct MultiTensorLowering {
   std::optional<MultiTensorKernel> kernel;

@@ -152,6 +152,9 @@ struct Lanes {
 struct NestBody {
   std::vector<std::string> levels;
   std::string stores;
+  // A multi-tensor kernel's 0-d results, stored once a member, outside its loop (their values
+  // are: they depend on no element).
+  std::string stores_once;
   // A CPU nest's column block (cpu_column_block): the passes of its column reductions, run for a
   // block of consecutive positions of the last dim before the last loop runs over them.
   std::string column_block;
@@ -159,6 +162,15 @@ struct NestBody {
     std::string all;
     for (const std::string& l : levels)
       all += l;
+    return all;
+  }
+  // A 1-D nest's code outside its loop (what no element index reaches: 0-d loads and the math
+  // on them), and inside it.
+  std::string outside_loop() const { return levels.empty() ? "" : levels[0]; }
+  std::string inside_loop() const {
+    std::string all;
+    for (size_t l = 1; l < levels.size(); ++l)
+      all += levels[l];
     return all;
   }
 };

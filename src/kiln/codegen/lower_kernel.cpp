@@ -179,8 +179,18 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   // Each output at its own index: the nest's, with a trailing 0 more or less (nest_stores).
   std::vector<std::pair<size_t, Val>> values;
   std::vector<Index> output_at(k.outputs.size());
+  // A multi-tensor kernel's 0-d result (its lanes' nest is 1-D): stored once a member, outside
+  // its loop (NestBody::stores_once; schedule_multi_tensor.cpp).
+  auto stored_once = [&](const Shape& shape_j) {
+    return lanes && shape_j.empty() && !out_shape.empty();
+  };
   for (size_t j = 0; j < k.outputs.size(); ++j) {
     const Shape& shape_j = k.outputs[j].shape;
+    if (stored_once(shape_j)) {
+      k.outputs[j].in_last_nest = is_last;
+      values.emplace_back(j, eval(body_.outputs()[j], Index{}));
+      continue;
+    }
     if (!nest_stores(shape_j, out_shape)) continue;
     KILN_ASSERT(shape_j == out_shape || !lane_stores)
         << "a row nest's lanes store only outputs of its own shape";
@@ -191,9 +201,13 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
     values.emplace_back(j, eval(body_.outputs()[j], output_at[j]));
   }
   // Every value of the iteration is computed above; only now does it store.
-  std::string stores;
+  std::string stores, stores_once;
   for (const auto& [j, v] : values) {
     std::string n = std::to_string(j);
+    if (stored_once(k.outputs[j].shape)) {
+      stores_once += "st_" + suffix(k.outputs[j].dtype) + "(out" + n + ", 0, " + v.expr + ");\n";
+      continue;
+    }
     IndexExpr address = IndexExpr::var("oo" + n);
     for (size_t d = 0; d < output_at[j].size(); ++d)
       address = address + mul(output_at[j][d], "os" + n + "_" + std::to_string(d));
@@ -205,7 +219,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   }
   lanes_ = nullptr;
   levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
-  return NestBody{levels_, stores, column_block_};
+  return NestBody{levels_, stores, stores_once, column_block_};
 }
 
 bool KernelEmitter::nest_stores(const Shape& output, const Shape& nest) const {

@@ -144,8 +144,10 @@ MultiTensorKernel KernelEmitter::multi_tensor() {
     if (!scalar) lanes.inputs.insert(i);
   }
   if (!index_checks_.empty()) not_lowered("the step checks indices");
-  for (const KernelOutput& o : k.outputs)
+  for (const KernelOutput& o : k.outputs) {
     mt.output_dtypes.push_back(o.dtype);
+    mt.output_is_scalar.push_back(o.shape.empty());
+  }
   NestBody lane = emit_body(shape, k, /*is_last=*/true, NestMode::kFlat, &lanes);
   mt.source = target_ == Target::kCpu ? cpu_multi_tensor_source(k, lane, mt)
                                       : cuda_multi_tensor_source(k, lane, mt);
@@ -191,11 +193,17 @@ std::string KernelEmitter::cpu_multi_tensor_source(const Kernel& k, const NestBo
       src += "      const char* const lane_in" + n + " = static_cast<const char*>(" + at + ");\n";
   }
   for (size_t j = 0; j < k.outputs.size(); ++j)
-    src += "      char* const lane_out" + std::to_string(j) + " = static_cast<char*>(outs[m * " +
-           no + " + " + std::to_string(j) + "]);\n";
+    src += "      " +
+           std::string(mt.output_is_scalar[j] ? "void* const out" : "char* const lane_out") +
+           std::to_string(j) + " = static_cast<char*>(outs[m * " + no + " + " + std::to_string(j) +
+           "]);\n";
+  // The member's 0-d values once, not at every element (AdamW's bias corrections: pow).
+  src += indented(lane.outside_loop(), 3);
+  if (!lane.stores_once.empty())
+    src += "      if (lo == 0) {\n" + indented(lane.stores_once, 4) + "      }\n";
   src += "#pragma omp simd\n      for (int64_t l = lo; l < hi; ++l) {\n";
   src += "        [[maybe_unused]] const int64_t i0 = l;\n";
-  src += indented(lane.flat(), 4) + indented(lane.stores, 4) + "      }\n    }\n  }\n}\n";
+  src += indented(lane.inside_loop(), 4) + indented(lane.stores, 4) + "      }\n    }\n  }\n}\n";
   return src;
 }
 
@@ -259,6 +267,10 @@ std::string KernelEmitter::cuda_multi_tensor_source(const Kernel& k, const NestB
   }
   for (size_t j = 0; j < k.outputs.size(); ++j) {
     const std::string n = std::to_string(j);
+    if (mt.output_is_scalar[j]) {  // stored once, by the member's first element
+      src += "  void* const out" + n + " = a.outs[m * " + NO + " + " + n + "];\n";
+      continue;
+    }
     src +=
         "  char* const p_out" + n + " = static_cast<char*>(a.outs[m * " + NO + " + " + n + "]);\n";
     aligned += " && reinterpret_cast<unsigned long long>(p_out" + n + ") % " +
@@ -294,6 +306,7 @@ std::string KernelEmitter::cuda_multi_tensor_source(const Kernel& k, const NestB
                      "*>(p_in" + n + ")[base + l] : " + type + "{};\n";
   }
   for (size_t j = 0; j < k.outputs.size(); ++j) {
+    if (mt.output_is_scalar[j]) continue;
     const std::string n = std::to_string(j), type = storage_type(mt.output_dtypes[j]);
     lanes += "  alignas(16) " + type + " span_out" + n + "[" + U + "][" + w + "];\n";
     bind += "      " + type + " (&lane_out" + n + ")[" + w + "] = span_out" + n + "[u];\n";
@@ -306,12 +319,15 @@ std::string KernelEmitter::cuda_multi_tensor_source(const Kernel& k, const NestB
   auto body = [&](const std::string& base) {
     return "        using I [[maybe_unused]] = int64_t;\n"
            "        [[maybe_unused]] const int64_t i0 = " +
-           base + " + l;\n" + indented(lane.flat(), 4) + indented(lane.stores, 4);
+           base + " + l;\n" + indented(lane.inside_loop(), 4) + indented(lane.stores, 4);
   };
   auto each_vector = [&](const std::string& inner) {
     return "#pragma unroll\n    for (int u = 0; u < " + U + "; ++u) {\n" + inner + "    }\n";
   };
-  src += lanes;
+  // The member's 0-d values once a thread, not at every element (AdamW's bias corrections).
+  src += "  using I [[maybe_unused]] = int64_t;\n" + indented(lane.outside_loop(), 1) + lanes;
+  if (!lane.stores_once.empty())
+    src += "  if (start == 0 && threadIdx.x == 0) {\n" + indented(lane.stores_once, 2) + "  }\n";
   src += "  if (aligned && start + " + std::to_string(mt.block_elements) + " <= n) {\n";
   src += each_vector(span_loads);
   src += each_vector("      [[maybe_unused]] const int64_t base = " + span_base + ";\n" + bind +
@@ -326,7 +342,7 @@ std::string KernelEmitter::cuda_multi_tensor_source(const Kernel& k, const NestB
   src += "    const int valid = n - base < " + w + " ? static_cast<int>(n - base) : " + w + ";\n";
   src += "    for (int l = 0; l < " + w + "; ++l) {\n" + element_loads + "    }\n";
   src += "    for (int l = 0; l < valid; ++l) {\n" + body("base") + "    }\n";
-  src += "    for (int l = 0; l < valid; ++l) {\n" + element_stores + "    }\n  }\n";
+  src += "    for (int l = 0; l < valid; ++l) {\n" + element_stores + "    }\n  }\n}\n";
   src += "}  // namespace KILN_KERNEL_NAME\n";
   return src;
 }

@@ -8,37 +8,51 @@ namespace kiln {
 
 namespace {
 
+// Elementwise ops, and the creations that are elementwise too: a tensor like another filled
+// with one number (torch.pow(0.9, step) fills a 0-d 0.9 like the step), and 0-d fills.
 bool all_elementwise(const std::vector<std::unique_ptr<Node>>& nodes) {
   return std::all_of(nodes.begin(), nodes.end(), [](const std::unique_ptr<Node>& n) {
-    return n->op->kind == OpKind::kElementwise && all_elementwise(n->subsymbols);
+    const bool like =
+        n->id() == OpId::kFullLike || n->id() == OpId::kZerosLike || n->id() == OpId::kOnesLike;
+    const bool scalar_fill = n->op->kind == OpKind::kCreation && n->outputs.size() == 1 &&
+                             n->outputs[0]->is_tensor() && n->outputs[0]->tensor_type().rank() == 0;
+    return (n->op->kind == OpKind::kElementwise || like || scalar_fill) &&
+           all_elementwise(n->subsymbols);
   });
 }
 
-// Rule 1: the shape every tensor of the step has (an input or an intermediate value may also be
-// a 0-d tensor, which every element reads: AdamW's step size from its step count), or nullopt.
+// Rule 1: the shape every tensor of the step has (an input, an intermediate value or a result
+// may also be a 0-d tensor: a value every element reads, as AdamW's step size from its step
+// count, or a result the kernel stores once), or nullopt.
 std::optional<Shape> uniform_shape(const Step& step) {
   if (step.kind != Step::Kind::kFusion || step.body.outputs().empty()) return std::nullopt;
   if (!all_elementwise(step.body.nodes())) return std::nullopt;
   for (const Step::Writeback& wb : step.writebacks)
     if (!wb.window.empty()) return std::nullopt;
-  std::optional<Shape> shape;
-  auto agrees = [&](const Value* v) {
-    if (!v->is_tensor()) return true;
-    const Shape& s = v->tensor_type().shape;
-    if (!shape) shape = s;
-    return *shape == s;
+  auto rank = [](const Value* v) { return v->tensor_type().rank(); };
+  Shape shape;  // the first result's of rank 1 or more, else the 0-d one
+  for (const Value* out : step.body.outputs()) {
+    if (!out->is_tensor()) return std::nullopt;
+    if (rank(out) > 0) {
+      shape = out->tensor_type().shape;
+      break;
+    }
+  }
+  if (shape_numel(shape) == 0) return std::nullopt;
+  auto scalar_or_agrees = [&](const Value* v) {
+    return !v->is_tensor() || rank(v) == 0 || v->tensor_type().shape == shape;
   };
   for (const Value* out : step.body.outputs())
-    if (!out->is_tensor() || !agrees(out)) return std::nullopt;
-  if (!shape || shape_numel(*shape) == 0) return std::nullopt;
-  auto scalar_or_agrees = [&](const Value* v) {
-    return !v->is_tensor() || v->tensor_type().rank() == 0 || v->tensor_type().shape == *shape;
-  };
+    if (!scalar_or_agrees(out)) return std::nullopt;
   for (const Value* in : step.body.inputs())
     if (!scalar_or_agrees(in)) return std::nullopt;
   for (const auto& n : step.body.nodes())
     for (const Value* out : n->outputs)
       if (!out->is_tensor() || !scalar_or_agrees(out)) return std::nullopt;
+  // A 0-d result stored into its target by the kernel, while other elements may read it there.
+  if (shape_numel(shape) > 1)
+    for (const Step::Writeback& wb : step.writebacks)
+      if (wb.value->is_tensor() && wb.value->tensor_type().rank() == 0) return std::nullopt;
   return shape;
 }
 

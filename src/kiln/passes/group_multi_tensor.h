@@ -9,10 +9,13 @@
 //       kernel
 //
 // A step joins the run before it when
-//   1. it is elementwise over one shape: every node (and subsymbol) an elementwise op, every
-//      result of that shape, with at least one element, every other tensor it reads or makes of
-//      that shape or 0-d (a value every element reads; numbers allowed too), and none of its
-//      writebacks into part of a tensor;
+//   1. it is elementwise over one shape: every node (and subsymbol) an elementwise op, a fill
+//      like another tensor or a 0-d fill; every result of that shape, with at least one
+//      element, or 0-d (AdamW's step count: the kernel stores it once, at the member's first
+//      element); every other tensor it reads or makes of that shape or 0-d (a value every
+//      element reads; numbers allowed too); none of its writebacks into part of a tensor; and
+//      where it has more than one element, no 0-d result stored into its target by the kernel
+//      (other elements may read that memory meanwhile);
 //   2. it is the run's first step's computation up to that shape: the same ops with the same
 //      constants, the same dtypes, devices and number types, wired the same way;
 //   3. it is independent of every step of the run: it reads no value one of them makes, and no

@@ -19,8 +19,12 @@ std::string names(const std::vector<Value*>& vs) {
 
 int64_t group_elements(const ExecutionPlan& plan, const MultiTensorGroup& group) {
   int64_t elements = 0;
-  for (size_t s = group.first; s < group.first + group.count; ++s)
-    elements += plan.steps[s].outputs.at(0)->tensor_type().numel();
+  for (size_t s = group.first; s < group.first + group.count; ++s) {
+    int64_t most = 1;  // a step's elements: its largest result's (the others are 0-d)
+    for (const Value* out : plan.steps[s].outputs)
+      most = std::max(most, out->tensor_type().numel());
+    elements += most;
+  }
   return elements;
 }
 

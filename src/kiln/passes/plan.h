@@ -61,7 +61,8 @@ struct ExecutionPlan {
   std::vector<MultiTensorGroup> multi_tensor_groups;  // disjoint, in step order
 };
 
-// The elements a group's kernel computes: each step's own (the shape of its outputs).
+// The elements a group's kernel computes: each step's own (the shape of its results of rank 1
+// or more; 1 where all are 0-d).
 int64_t group_elements(const ExecutionPlan& plan, const MultiTensorGroup& group);
 
 // The plan as Python-like text: each step a call `(outs) = kilnFusionN(ins)` with its nodes as

@@ -175,7 +175,7 @@ void run_cpu_multi_tensor(const MultiTensorStepKernel& k,
     KILN_ASSERT(inputs.size() == ni && outputs.size() == no && !outputs.empty())
         << "a multi-tensor member with " << inputs.size() << " inputs and " << outputs.size()
         << " outputs";
-    in_meta[1 + m] = outputs[0]->numel();
+    in_meta[1 + m] = codegen::multi_tensor_member_numel(kernel, outputs);
     for (size_t i = 0; i < ni; ++i) {
       if (kernel.input_is_tensor[i]) {
         const RtTensor& t = *std::get<TensorHandle>(inputs[i]);
@@ -191,7 +191,8 @@ void run_cpu_multi_tensor(const MultiTensorStepKernel& k,
     }
     for (size_t j = 0; j < no; ++j) {
       const RtTensor& t = *outputs[j];
-      KILN_ASSERT(dense(t) && t.numel() == in_meta[1 + m] && t.dtype() == kernel.output_dtypes[j])
+      const int64_t elements = kernel.output_is_scalar[j] ? 1 : in_meta[1 + m];
+      KILN_ASSERT(dense(t) && t.numel() == elements && t.dtype() == kernel.output_dtypes[j])
           << "a multi-tensor member's output buffer is not dense or not of its size";
       outs[m * no + j] = first_element(t);
     }

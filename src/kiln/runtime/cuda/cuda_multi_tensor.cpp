@@ -48,7 +48,7 @@ int run_cuda_multi_tensor(const CudaMultiTensorKernel& k,
                   static_cast<int64_t>(outputs.size()) == no && !outputs.empty())
           << "a multi-tensor member with " << inputs.size() << " inputs and " << outputs.size()
           << " outputs";
-      const int64_t numel = outputs[0]->numel();
+      const int64_t numel = codegen::multi_tensor_member_numel(kernel, outputs);
       for (int64_t i = 0; i < ni; ++i) {
         const RtValue& in = inputs[static_cast<size_t>(i)];
         if (kernel.input_is_tensor[static_cast<size_t>(i)]) {
@@ -67,7 +67,8 @@ int run_cuda_multi_tensor(const CudaMultiTensorKernel& k,
       }
       for (int64_t j = 0; j < no; ++j) {
         const RtTensor& t = *outputs[static_cast<size_t>(j)];
-        KILN_ASSERT(dense(t) && t.numel() == numel &&
+        const int64_t elements = kernel.output_is_scalar[static_cast<size_t>(j)] ? 1 : numel;
+        KILN_ASSERT(dense(t) && t.numel() == elements &&
                     t.dtype() == kernel.output_dtypes[static_cast<size_t>(j)])
             << "a multi-tensor member's output buffer is not dense or not of its size";
         word(layout.outs + m * no + j) = first_element(t);
