@@ -153,13 +153,17 @@ def test_a_small_group_on_the_cpu_runs_step_by_step():
 def _random_update(rng):
     """One of a few per-parameter updates an optimizer or a user loop writes (in place, with or
     without a result per parameter)."""
-    kind = rng.choice(["momentum", "adam", "scale_shift", "returned"])
+    kind = rng.choice(["momentum", "adam", "scale_shift", "returned", "counted"])
     a, b = rng.choice([0.5, 0.9, -1.25]), rng.choice([0.1, 2.0, -0.01])
 
-    def fn(xs, ys, zs):
+    def fn(xs, ys, zs, counts):
         outs = []
-        for x, y, z in zip(xs, ys, zs):
-            if kind == "momentum":
+        for x, y, z, c in zip(xs, ys, zs, counts):
+            if kind == "counted":  # a 0-d count per parameter, as AdamW's step (a 0-d result)
+                c.add_(1)
+                x.sub_(y * (abs(a) ** c) * b)
+                z.mul_(c)
+            elif kind == "momentum":
                 z.mul_(a).add_(y)
                 x.add_(z, alpha=b)
             elif kind == "adam":
@@ -190,13 +194,17 @@ def test_random_parameter_loops_match_eager(seed):
     # (float32 and float64: eager's own CPU 16-bit add with an alpha rounds its vector body and its
     # scalar tail differently, which a cancellation turns into a large relative difference.)
     dtype = rng.choice([torch.float32, torch.float32, torch.float64])
-    shapes = [tuple(rng.randint(1, 12) for _ in range(rng.randint(1, 3))) for _ in range(count)]
+    # (0-d parameters too: a step of 0-d tensors alone)
+    shapes = [tuple(rng.randint(1, 12) for _ in range(rng.choice([0, 1, 1, 2, 2, 3]))) for _ in range(count)]
     if rng.random() < 0.4:  # enough elements in all for the CPU's group kernel
         shapes[rng.randrange(count)] = (rng.randint(66000, 70000),)
     sharing = rng.choice(["none", "none", "views of one storage", "same tensor twice", "strided"])
     shared_state = kind != "returned" and rng.random() < 0.3  # one state tensor for two parameters
+    shared_count = rng.random() < 0.3  # one count for two parameters: their steps are in order
     if sharing == "same tensor twice" and count >= 3:
         shapes[2] = shapes[0]
+    if sharing == "strided" and not shapes[0]:
+        shapes[0] = (5,)
 
     def make():
         gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -219,7 +227,10 @@ def test_random_parameter_loops_match_eager(seed):
         zs = [randn(s).abs() if kind == "adam" else randn(s) for s in shapes]
         if shared_state and shapes[-1] == shapes[0]:
             zs[-1] = zs[0]
-        return [xs, ys, zs]
+        counts = [torch.tensor(float(rng_counts), dtype=dtype, device=_device()) for rng_counts in range(count)]
+        if shared_count:
+            counts[1] = counts[0]
+        return [xs, ys, zs, counts]
 
     check_against_eager(fn, make)
 
