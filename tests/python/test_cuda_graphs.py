@@ -311,3 +311,33 @@ def test_steps_that_only_view_a_product_replay_in_the_graph_and_their_results_ou
     for got, want in held:
         for g, e in zip(got, want):
             close(g, e)
+
+
+def test_a_multi_tensor_optimizer_step_replays_as_a_graph():
+    # One launch of a multi-tensor kernel over every parameter (a 0-d step count each among its
+    # results): the graph saves the host's work per member. Parameters, state and counts stay at
+    # their addresses and are written in place each call, as eager's loop writes them.
+    def step(params, grads, bufs, counts):
+        for p, g, b, c in zip(params, grads, bufs, counts):
+            c.add_(1)
+            b.mul_(0.9).add_(g)
+            p.sub_(b * (0.5 ** c))
+
+    f = kiln.jit(step)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    shapes = [(3,), (64, 64), (4099,), (1,), (256, 3)]
+    tensors = [[torch.randn(s, device=DEVICE, generator=gen) for s in shapes] for _ in range(3)]
+    counts = [torch.zeros((), device=DEVICE) for _ in shapes]
+    want = [[t.clone() for t in ts] for ts in tensors]
+    want_counts = [c.clone() for c in counts]
+    for call in range(6):
+        f(*tensors, counts)
+        step(*want, want_counts)
+        for ts, ws in zip(tensors, want):
+            for t, w in zip(ts, ws):
+                close(t, w)
+        for c, w in zip(counts, want_counts):
+            assert c.item() == w.item()
+        stats = kiln.last_stats(f)
+        assert (stats["kernels"], stats["multi_tensor_steps"]) == (1, len(shapes))
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]

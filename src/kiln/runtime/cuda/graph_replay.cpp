@@ -70,7 +70,10 @@ std::string ineligible(const CompiledProgram& program, const ExecutionStats& s,
     return "a step PyTorch runs (eager_call), outside kiln's Python front end";
   if (s.torch_steps || s.interpreted_steps || s.host_copies) return "a step without a kernel";
   if (!program.interface.metadata.empty()) return "a metadata mutation of an argument";
-  if (s.kernel_steps + s.library_steps + s.eager_steps < 2) return "fewer than two launches";
+  // (A multi-tensor launch counts its steps: a replay also saves the host's work per member,
+  // which outweighs the one launch it saves.)
+  if (s.kernel_steps + s.library_steps + s.eager_steps + s.multi_tensor_steps < 2)
+    return "fewer than two launches";
   return "";
 }
 
