@@ -10,6 +10,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "kiln/python/aten_steps.h"
 #include "kiln/python/torch_values.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
 #include "kiln/runtime/library_step.h"
@@ -99,39 +100,15 @@ std::optional<std::vector<RtValue>> run_matrix_product(const Trace& body,
   return std::vector<RtValue>{out};
 }
 
-// Per node: whether PyTorch may run its in-place form (kiln._torch_steps' IN_PLACE). An index
-// write whose self is a fresh tensor this step made (a creation op's, or another index write's)
-// and that nothing else reads writes into it instead of into a copy: an embedding's gradient,
-// index_add(zeros(...), ...), spent as long copying the zeros as filling them.
-std::vector<bool> writes_in_place(const Trace& body) {
-  std::unordered_map<const Value*, int> uses;
-  for (const auto& node : body.nodes())
-    node->for_each_value_operand([&uses](const Value* v) { ++uses[v]; });
-  for (const Value* o : body.outputs())
-    ++uses[o];
-  auto index_write = [](OpId id) {
-    return id == OpId::kIndexAdd || id == OpId::kIndexCopy || id == OpId::kScatter;
-  };
-  std::vector<bool> in_place;
-  in_place.reserve(body.nodes().size());
-  for (const auto& node : body.nodes()) {
-    const Value* self = node->operands.empty() || !node->operands[0].is_value()
-                            ? nullptr
-                            : node->operands[0].value();
-    const Node* maker = self ? self->producer() : nullptr;
-    in_place.push_back(index_write(node->id()) && maker &&
-                       (maker->op->kind == OpKind::kCreation || index_write(maker->id())) &&
-                       uses[self] == 1);
-  }
-  return in_place;
-}
-
 }  // namespace
 
 std::vector<RtValue> run_step_with_torch(const Trace& body, const std::vector<RtValue>& inputs,
                                          bool indices_checked) {
   if (std::optional<std::vector<RtValue>> product = run_matrix_product(body, inputs))
     return *product;
+  if (std::optional<std::vector<RtValue>> results =
+          run_step_with_aten(body, inputs, indices_checked))
+    return *results;
   nb::gil_scoped_acquire gil;
   static nb::handle run_node =
       nb::object(nb::module_::import_("kiln._torch_steps").attr("run_node")).release();
