@@ -10,12 +10,13 @@
 // Requires: a CUDA program that ran without a step needing the host (no interpreted step, no
 // host copy; an eager_call step only where PyTorch joins the capture, options.eager_capture, and
 // its function was registered without a capture refusal), with no metadata mutation, at least
-// two launched steps (a multi-tensor launch counting its steps), and copies that cost little against the launches a replay saves (at most
-// 256 KiB of moving arguments and fresh results per launch). An argument the program writes must
-// keep its address (it is written in place; a moving one would need a copy back), and every index a
-// kernel checks must be a view of an argument the program does not write (its check runs
-// before the launch, on the caller's tensor). Anything else, or a capture the driver refuses,
-// leaves the program running through execute() (refused() says why).
+// two launched steps (a multi-tensor launch counting its steps), and copies that cost little
+// against the launches a replay saves (at most 256 KiB of moving arguments and fresh results per
+// launch). An argument the program writes must keep its address (it is written in place; a moving
+// one would need a copy back), and every index a kernel checks must be a view of an argument the
+// program does not write (its check runs before the launch, on the caller's tensor). Anything else,
+// or a capture the driver refuses, leaves the program running through execute() (refused() says
+// why).
 //
 // Ensures: the same results, writes into the caller's memory and errors as execute(): a replay
 // reads every argument's current contents, returns outputs in fresh memory (later replays never
