@@ -27,8 +27,8 @@ def positions_embedded(table, g, offset: int):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_a_position_embeddings_gradient_runs_as_eager(dtype):
     gen = torch.Generator(device="cpu").manual_seed(0)
-    table = torch.randn(1024, 16, generator=gen).to(dtype=dtype, device=_device())
-    g = torch.randn(40, 16, generator=gen).to(dtype=dtype, device=_device())
+    table = torch.randn(1024, 16, generator=gen, device="cpu").to(dtype=dtype, device=_device())
+    g = torch.randn(40, 16, generator=gen, device="cpu").to(dtype=dtype, device=_device())
     jitted = kiln.jit(positions_embedded)
     grads = []
     for f in (jitted, positions_embedded):

@@ -29,11 +29,10 @@ class Operands {
     return std::get<at::Tensor>(env_.at(node_.arg(name).value()));
   }
   // A tensor or a number operand (`other` of add: TS).
-  const AtValue& value(std::string_view name) const {
+  AtValue value(std::string_view name) const {
     const Operand& o = node_.arg(name);
     if (o.is_value()) return env_.at(o.value());
-    held_ = number(o.constant());
-    return held_;
+    return number(o.constant());
   }
   at::Scalar scalar(std::string_view name) const {
     const Operand& o = node_.arg(name);
@@ -71,64 +70,52 @@ class Operands {
   }
   std::unordered_map<const Value*, AtValue>& env_;
   const Node& node_;
-  mutable AtValue held_;
 };
 
 using OpRun = std::function<at::Tensor(const Operands&, bool in_place)>;
 
-at::Tensor binary(const Operands& a,
-                  const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& tt,
-                  const std::function<at::Tensor(const at::Tensor&, const at::Scalar&)>& ts) {
-  const AtValue& other = a.value("other");
-  if (const auto* t = std::get_if<at::Tensor>(&other)) return tt(a.tensor("self"), *t);
-  return ts(a.tensor("self"), std::get<at::Scalar>(other));
+// zeros, ones, full and their _like forms: the result's shape and options, filled with `value`
+// (full's fill_value where none).
+OpRun filled(std::optional<int64_t> value) {
+  return [value](const Operands& a, bool) {
+    return at::full(a.result_shape(), value ? at::Scalar(*value) : a.scalar("fill_value"),
+                    a.result_options());
+  };
+}
+
+// A binary op whose `other` is a tensor or a number: f(operands, self, other) with other an
+// at::Tensor or an at::Scalar (ATen overloads each op on both).
+template <class F>
+OpRun binary(F f) {
+  return [f](const Operands& a, bool) {
+    return std::visit([&](const auto& other) { return f(a, a.tensor("self"), other); },
+                      a.value("other"));
+  };
 }
 
 // The ops this runner takes, each as its ATen function (kiln's ops are torch's, with torch's
 // signatures: src/kiln/ir/ops.def).
 const std::unordered_map<OpId, OpRun>& aten_ops() {
   static const std::unordered_map<OpId, OpRun> ops = {
-      {OpId::kZeros,
-       [](const Operands& a, bool) { return at::zeros(a.result_shape(), a.result_options()); }},
-      {OpId::kOnes,
-       [](const Operands& a, bool) { return at::ones(a.result_shape(), a.result_options()); }},
-      {OpId::kZerosLike,
-       [](const Operands& a, bool) { return at::zeros(a.result_shape(), a.result_options()); }},
-      {OpId::kOnesLike,
-       [](const Operands& a, bool) { return at::ones(a.result_shape(), a.result_options()); }},
-      {OpId::kFull,
-       [](const Operands& a, bool) {
-         return at::full(a.result_shape(), a.scalar("fill_value"), a.result_options());
-       }},
-      {OpId::kFullLike,
-       [](const Operands& a, bool) {
-         return at::full(a.result_shape(), a.scalar("fill_value"), a.result_options());
-       }},
+      {OpId::kZeros, filled(0)},
+      {OpId::kZerosLike, filled(0)},
+      {OpId::kOnes, filled(1)},
+      {OpId::kOnesLike, filled(1)},
+      {OpId::kFull, filled(std::nullopt)},
+      {OpId::kFullLike, filled(std::nullopt)},
       {OpId::kArange,
        [](const Operands& a, bool) {
          return at::arange(a.scalar("start"), a.scalar("end"), a.scalar("step"),
                            a.result_options());
        }},
-      {OpId::kAdd,
-       [](const Operands& a, bool) {
-         const at::Scalar alpha = a.scalar("alpha");
-         return binary(
-             a, [&](const at::Tensor& x, const at::Tensor& y) { return at::add(x, y, alpha); },
-             [&](const at::Tensor& x, const at::Scalar& y) { return at::add(x, y, alpha); });
-       }},
-      {OpId::kSub,
-       [](const Operands& a, bool) {
-         const at::Scalar alpha = a.scalar("alpha");
-         return binary(
-             a, [&](const at::Tensor& x, const at::Tensor& y) { return at::sub(x, y, alpha); },
-             [&](const at::Tensor& x, const at::Scalar& y) { return at::sub(x, y, alpha); });
-       }},
+      {OpId::kAdd, binary([](const Operands& a, const at::Tensor& x, const auto& y) {
+         return at::add(x, y, a.scalar("alpha"));
+       })},
+      {OpId::kSub, binary([](const Operands& a, const at::Tensor& x, const auto& y) {
+         return at::sub(x, y, a.scalar("alpha"));
+       })},
       {OpId::kMul,
-       [](const Operands& a, bool) {
-         return binary(
-             a, [](const at::Tensor& x, const at::Tensor& y) { return at::mul(x, y); },
-             [](const at::Tensor& x, const at::Scalar& y) { return at::mul(x, y); });
-       }},
+       binary([](const Operands&, const at::Tensor& x, const auto& y) { return at::mul(x, y); })},
       {OpId::kReshape,
        [](const Operands& a, bool) { return at::reshape(a.tensor("self"), a.ints("shape")); }},
       {OpId::kView, [](const Operands& a, bool) { return a.tensor("self").view(a.ints("size")); }},
