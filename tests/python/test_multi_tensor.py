@@ -342,6 +342,29 @@ def test_steps_with_0d_results_are_one_kernel():
     assert (stats["multi_tensor_steps"], stats["kernels"]) == (len(SHAPES), 1)
 
 
+def test_0d_results_copied_after_the_kernel_land_in_their_own_elements():
+    # Each count is read at every element of its parameter's step, so its new value is copied
+    # after the kernel (on CUDA the copies of a run of single elements are one launch). Counts of
+    # two dtypes, several of them elements of one tensor (next to each other in memory), one
+    # count shared by two parameters: each element gets its own step's value, no other.
+    def fn(params, grads, counts):
+        for p, g, c in zip(params, grads, counts):
+            c.add_(1)
+            p.sub_(g * (0.5 ** c))
+
+    def make():
+        doubles = torch.arange(4, dtype=torch.float64, device=_device())
+        floats = torch.arange(3, dtype=torch.float32, device=_device()) + 10
+        shared = torch.tensor(2.0, device=_device())
+        counts = [doubles[0], floats[1], doubles[1], floats[0], shared, doubles[3], shared]
+        shapes = [SHAPES[k % len(SHAPES)] for k in (8, 2, 7, 4, 6, 3, 1)]
+        return [[_randn(s, torch.float32, i) for i, s in enumerate(shapes)],
+                [_randn(s, torch.float32, 20 + i) for i, s in enumerate(shapes)],
+                counts]
+
+    check_against_eager(fn, make)
+
+
 def test_steps_of_0d_tensors_alone_store_their_results():
     # Every tensor 0-d (foreach step counts): a member is one element, its results stored by it.
     # Each parameter's three ops are one region, so nine steps (CUDA groups them into one kernel;

@@ -109,7 +109,8 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
   EXPECT_GT(groups, 1);     // multi-tensor kernels (the lit corpus has optimizer steps)
 }
 
-// The strided copy every CUDA writeback through a temporary and every clone runs: not generated
+// The copy kernels every CUDA writeback through a temporary and every clone runs (strided, rows,
+// single elements): not generated
 // per program, so no region above compiles it.
 TEST(CudaCodegen, TheStridedCopyCompilesWithNvrtcForSm90WithoutWarnings) {
   std::string why;

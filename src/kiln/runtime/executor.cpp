@@ -283,6 +283,12 @@ void ProgramRun::run_plan() {
       s += groups[g - 1].count - 1;
       continue;
     }
+    if (memory_.cuda() && program_.plan.steps[s].kind == Step::Kind::kCopy) {
+      if (const size_t copied = run_element_copies(s)) {
+        s += copied - 1;
+        continue;
+      }
+    }
     run_step(s);
   }
 }

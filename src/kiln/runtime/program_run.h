@@ -71,6 +71,9 @@ class ProgramRun {
   // kernel, their writebacks included; false, with nothing run, where it cannot (a tensor that
   // is not dense, no kernel).
   bool run_multi_tensor(size_t g);
+  // element_copies.cpp: on CUDA, the run of single-element writeback copies from step s as one
+  // launch; returns how many steps it ran (0: none, run_step runs step s).
+  size_t run_element_copies(size_t s);
   // A group's steps' inputs, buffers, their in_caller flags and stored targets, one after the
   // other (a vector each per step cost hundreds of allocations a call: 50 parameters, +12%).
   struct GroupRun {

@@ -292,6 +292,27 @@ extern "C" __global__ void kiln_row_copy(const RowArgs a) {
     default: copy_rows<uint64_t>(a); break;
   }
 }
+// Single elements of one byte size each, from anywhere to anywhere, in one launch: a thread an
+// element. (A multi-tensor group's 0-d results, AdamW's step counts: one launch, not one copy
+// per parameter.)
+struct ElementCopies {
+  int64_t count;
+  uint64_t src[kMaxElementCopies];
+  uint64_t dst[kMaxElementCopies];
+  int64_t bytes[kMaxElementCopies];
+};
+extern "C" __global__ void kiln_element_copies(const ElementCopies a) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= a.count) return;
+  const void* s = reinterpret_cast<const void*>(a.src[i]);
+  void* d = reinterpret_cast<void*>(a.dst[i]);
+  switch (a.bytes[i]) {
+    case 1: *static_cast<uint8_t*>(d) = *static_cast<const uint8_t*>(s); break;
+    case 2: *static_cast<uint16_t*>(d) = *static_cast<const uint16_t*>(s); break;
+    case 4: *static_cast<uint32_t*>(d) = *static_cast<const uint32_t*>(s); break;
+    default: *static_cast<uint64_t*>(d) = *static_cast<const uint64_t*>(s); break;
+  }
+}
 }  // namespace kiln_copy
 )KILN";
 }
@@ -299,7 +320,8 @@ extern "C" __global__ void kiln_row_copy(const RowArgs a) {
 }  // namespace
 
 std::string copy_module_source() {
-  return std::string(codegen::cuda_kernel_prelude()) + copy_kernel_source();
+  return std::string(codegen::cuda_kernel_prelude()) + "#define kMaxElementCopies " +
+         std::to_string(kMaxElementCopies) + "\n" + copy_kernel_source();
 }
 
 namespace {
@@ -308,6 +330,12 @@ struct CopyArgs {
   uint64_t src, dst;
   int64_t numel, rank, src_dtype, dst_dtype, src_offset, dst_offset, narrow;
   int64_t sizes[kMaxCopyRank], src_strides[kMaxCopyRank], dst_strides[kMaxCopyRank];
+};
+
+struct ElementCopyArgs {
+  int64_t count;
+  uint64_t src[kMaxElementCopies], dst[kMaxElementCopies];
+  int64_t bytes[kMaxElementCopies];
 };
 
 struct RowCopyArgs {
@@ -736,6 +764,22 @@ void cuda_copy_into(RtTensor& dst, const RtTensor& src, Stream stream) {
 
 void cuda_copy_elements(RtTensor& dst, const RtTensor& src, Stream stream) {
   launch_copy(dst, src, stream);
+}
+
+void cuda_copy_single_elements(std::span<const ElementCopy> copies, int device, Stream stream) {
+  for (size_t from = 0; from < copies.size(); from += kMaxElementCopies) {
+    ElementCopyArgs a{};
+    a.count = static_cast<int64_t>(std::min<size_t>(copies.size() - from, kMaxElementCopies));
+    for (int64_t i = 0; i < a.count; ++i) {
+      const ElementCopy& c = copies[from + static_cast<size_t>(i)];
+      KILN_ASSERT(c.bytes == 1 || c.bytes == 2 || c.bytes == 4 || c.bytes == 8)
+          << "an element copy of " << c.bytes << " bytes";
+      a.src[i] = c.src;
+      a.dst[i] = c.dst;
+      a.bytes[i] = c.bytes;
+    }
+    launch(copy_function(device, "kiln_element_copies"), 1, kBlock, &a, sizeof a, stream);
+  }
 }
 
 TensorHandle cuda_clone(const RtTensor& t, Stream stream, Allocator* allocator) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,16 @@ void cuda_copy_into(RtTensor& dst, const RtTensor& src, Stream stream = nullptr)
 // The elements of src (broadcast to dst's shape) into dst's, with no overlap checks: dst may
 // repeat elements (every copy gets the same value); src must not share memory with dst.
 void cuda_copy_elements(RtTensor& dst, const RtTensor& src, Stream stream = nullptr);
+// Single elements (of 1, 2, 4 or 8 bytes each) copied from device address src to dst, all in one
+// launch (for up to kMaxElementCopies of them). Requires: no destination overlaps another copy's
+// source or destination.
+struct ElementCopy {
+  uint64_t src = 0, dst = 0;
+  int64_t bytes = 0;
+};
+constexpr size_t kMaxElementCopies = 128;  // 3 KiB of kernel parameters, of the 4 KiB a launch has
+void cuda_copy_single_elements(std::span<const ElementCopy> copies, int device,
+                               Stream stream = nullptr);
 // A contiguous copy on the device.
 TensorHandle cuda_clone(const RtTensor& t, Stream stream = nullptr, Allocator* allocator = nullptr);
 
