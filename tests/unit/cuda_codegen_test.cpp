@@ -110,8 +110,7 @@ TEST(CudaCodegen, EveryRegionCompilesWithNvrtcForSm90WithoutWarnings) {
 }
 
 // The copy kernels every CUDA writeback through a temporary and every clone runs (strided, rows,
-// single elements): not generated
-// per program, so no region above compiles it.
+// single elements): not generated per program, so no region above compiles them.
 TEST(CudaCodegen, TheStridedCopyCompilesWithNvrtcForSm90WithoutWarnings) {
   std::string why;
   if (!cuda::nvrtc_available(&why)) GTEST_SKIP() << why;
