@@ -67,6 +67,15 @@ constexpr int64_t kCpuTile = 16;
 // The most bytes of row buffers one CPU nest keeps (keep_in_row_buffer), on each thread's stack:
 // 256 KiB, within a core's L2, and far inside a thread's stack however many passes buffer.
 constexpr int64_t kMaxRowBufferBytes = int64_t{256} << 10;
+// A flat CPU loop of at least kCpuPrefetchElements runs in blocks of kCpuPrefetchBlock elements,
+// each block first asking for the memory of its lanes kCpuPrefetchAhead elements on
+// (cpu_prefetched_flat_loop). A loop that computes more than it loads (an exp, a tanh) left the
+// hardware's prefetchers behind: x.mul_(0.5).exp_() of 2^22 floats out of cache took 4.4 ms on 2
+// cores against 1.5 in cache; prefetched 16 KiB ahead, 1.7 (and 1.3 in cache). A loop that only
+// loads and stores (a scale, a copy) is as fast either way.
+constexpr int64_t kCpuPrefetchElements = int64_t{1} << 16;
+constexpr int64_t kCpuPrefetchBlock = 1024;
+constexpr int64_t kCpuPrefetchAhead = 4096;
 // The most pieces a CPU pass is split into at its guards' bounds (pieces_between_cuts).
 constexpr size_t kMaxPassPieces = 4;
 
@@ -341,6 +350,15 @@ class KernelEmitter {
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
                                               int64_t work) const;
   std::string cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last);
+  // The lanes' addresses (lane_in0, lane_out1, ...) and element sizes a prefetched loop asks for.
+  struct LaneMemory {
+    std::string pointer;
+    int64_t element_bytes = 0;
+    bool written = false;
+  };
+  static std::string cpu_prefetched_flat_loop(int64_t numel, const std::vector<LaneMemory>& lanes,
+                                              const std::string& body);
+  bool flat_loop_prefetched_ = false;  // the last cpu_flat_loop's (for the schedule comment)
   static size_t flat_loop_split(const Shape& shape, const NestBody& body);
 
   // schedule_multi_tensor.cpp: one step's elementwise computation over many members

@@ -59,7 +59,10 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
       tiled ? "tiles of " + std::to_string(kCpuTile) + " x " + std::to_string(kCpuTile)
       : !body.column_block.empty() ? "column blocks of " + std::to_string(kCpuColumnBlock)
                                    : "loops";
-  if (!flat.empty()) schedule += ", a flat loop where contiguous";
+  if (!flat.empty())
+    schedule += flat_loop_prefetched_ ? ", a flat loop where contiguous, prefetched blocks of " +
+                                            std::to_string(kCpuPrefetchBlock)
+                                      : ", a flat loop where contiguous";
   std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
                     shape_str(shape) + " (schedule: " + schedule + ")\n";
   if (!flat.empty()) out += flat + "  } else {\n";
@@ -197,20 +200,31 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     }
   };
   std::string text;
+  std::vector<LaneMemory> memory;
   for (size_t i : lanes.inputs) {
     std::string n = std::to_string(i);
     require_contiguous("s" + n + "_");
+    const int64_t size = dtype_size(body_.inputs()[i]->tensor_type().dtype);
     text += "    const char* const lane_in" + n + " = static_cast<const char*>(in" + n + ") + o" +
-            n + " * " + std::to_string(dtype_size(body_.inputs()[i]->tensor_type().dtype)) + ";\n";
+            n + " * " + std::to_string(size) + ";\n";
+    memory.push_back({"lane_in" + n, size, false});
   }
   for (size_t j : outs) {
     std::string n = std::to_string(j);
     require_contiguous("os" + n + "_");
+    const int64_t size = dtype_size(k.outputs[j].dtype);
     text += "    char* const lane_out" + n + " = static_cast<char*>(out" + n + ") + oo" + n +
-            " * " + std::to_string(dtype_size(k.outputs[j].dtype)) + ";\n";
+            " * " + std::to_string(size) + ";\n";
+    memory.push_back({"lane_out" + n, size, true});
   }
   const size_t split = flat_loop_split(shape, lane);
-  if (split == 0) {
+  flat_loop_prefetched_ = split == 0 && numel >= kCpuPrefetchElements;
+  if (flat_loop_prefetched_) {
+    text += cpu_prefetched_flat_loop(numel, memory,
+                                     "      [[maybe_unused]] const int64_t l = lin;\n" +
+                                         decompose(shape, "      ") + indented(lane.flat(), 3) +
+                                         indented(lane.stores, 3));
+  } else if (split == 0) {
     text += numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
     text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
     text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
@@ -237,6 +251,41 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
   }
   return "  if (" + (cond.empty() ? std::string("true") : cond) + ") {\n" +
          "    using I [[maybe_unused]] = int64_t;\n" + text;
+}
+
+// The flat loop in blocks, each block's iterations one vector loop after the prefetches of the
+// lanes' memory kCpuPrefetchAhead elements on (a hint, which never faults past the end):
+//   #pragma omp parallel for
+//   for (int64_t blk = 0; blk < N; blk += 1024) {
+//     if (blk + 5120 <= N)
+//       for (int64_t b = 0; b < 4096; b += 64) __builtin_prefetch(lane_in0 + (blk + 4096) * 4 + b,
+//       0);
+//     const int64_t end = ...;
+//     #pragma omp simd
+//     for (int64_t lin = blk; lin < end; ++lin) { body }
+//   }
+std::string KernelEmitter::cpu_prefetched_flat_loop(int64_t numel,
+                                                    const std::vector<LaneMemory>& lanes,
+                                                    const std::string& body) {
+  const std::string n = std::to_string(numel) + "LL", block = std::to_string(kCpuPrefetchBlock);
+  std::string text = numel >= kParallelIterations ? "#pragma omp parallel for\n" : "";
+  text += "    for (int64_t blk = 0; blk < " + n + "; blk += " + block + ") {\n";
+  // (Only blocks inside the tensors: an address past an array's end is not one to compute.)
+  text += "      if (blk + " + std::to_string(kCpuPrefetchAhead + kCpuPrefetchBlock) + " <= " + n +
+          ") {\n";
+  for (const LaneMemory& m : lanes) {
+    const std::string size = std::to_string(m.element_bytes);
+    text += "        for (int64_t b = 0; b < " +
+            std::to_string(kCpuPrefetchBlock * m.element_bytes) + "; b += 64) __builtin_prefetch(" +
+            m.pointer + " + (blk + " + std::to_string(kCpuPrefetchAhead) + ") * " + size +
+            " + b, " + (m.written ? "1" : "0") + ");\n";
+  }
+  text += "      }\n";
+  text += "      const int64_t end = blk + " + block + " < " + n + " ? blk + " + block + " : " + n +
+          ";\n";
+  text += "#pragma omp simd\n      for (int64_t lin = blk; lin < end; ++lin) {\n" +
+          indented(body, 1) + "      }\n    }\n";
+  return text;
 }
 
 // Where a flat loop splits in two (0: it does not): at the innermost loop level with code of
