@@ -207,18 +207,16 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     const int64_t size = dtype_size(body_.inputs()[i]->tensor_type().dtype);
     text += "    const char* const lane_in" + n + " = static_cast<const char*>(in" + n + ") + o" +
             n + " * " + std::to_string(size) + ";\n";
-    memory.push_back({"lane_in" + n, size, false});
+    memory.push_back({"lane_in" + n, size});
   }
   for (size_t j : outs) {
     std::string n = std::to_string(j);
     require_contiguous("os" + n + "_");
-    const int64_t size = dtype_size(k.outputs[j].dtype);
     text += "    char* const lane_out" + n + " = static_cast<char*>(out" + n + ") + oo" + n +
-            " * " + std::to_string(size) + ";\n";
-    memory.push_back({"lane_out" + n, size, true});
+            " * " + std::to_string(dtype_size(k.outputs[j].dtype)) + ";\n";
   }
   const size_t split = flat_loop_split(shape, lane);
-  flat_loop_prefetched_ = split == 0 && numel >= kCpuPrefetchElements;
+  flat_loop_prefetched_ = split == 0 && numel >= kCpuPrefetchElements && !memory.empty();
   if (flat_loop_prefetched_) {
     text += cpu_prefetched_flat_loop(numel, memory,
                                      "      [[maybe_unused]] const int64_t l = lin;\n" +
@@ -254,12 +252,12 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
 }
 
 // The flat loop in blocks, each block's iterations one vector loop after the prefetches of the
-// lanes' memory kCpuPrefetchAhead elements on (a hint, which never faults past the end):
+// input lanes' memory kCpuPrefetchAhead elements on (blocks whose prefetches would pass the
+// tensors' end ask for nothing):
 //   #pragma omp parallel for
 //   for (int64_t blk = 0; blk < N; blk += 1024) {
 //     if (blk + 5120 <= N)
-//       for (int64_t b = 0; b < 4096; b += 64) __builtin_prefetch(lane_in0 + (blk + 4096) * 4 + b,
-//       0);
+//       for (int64_t b = 0; b < 4096; b += 64) __builtin_prefetch(lane_in0 + (blk + 4096) * 4 + b);
 //     const int64_t end = ...;
 //     #pragma omp simd
 //     for (int64_t lin = blk; lin < end; ++lin) { body }
@@ -278,7 +276,7 @@ std::string KernelEmitter::cpu_prefetched_flat_loop(int64_t numel,
     text += "        for (int64_t b = 0; b < " +
             std::to_string(kCpuPrefetchBlock * m.element_bytes) + "; b += 64) __builtin_prefetch(" +
             m.pointer + " + (blk + " + std::to_string(kCpuPrefetchAhead) + ") * " + size +
-            " + b, " + (m.written ? "1" : "0") + ");\n";
+            " + b);\n";
   }
   text += "      }\n";
   text += "      const int64_t end = blk + " + block + " < " + n + " ? blk + " + block + " : " + n +

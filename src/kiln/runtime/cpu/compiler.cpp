@@ -85,9 +85,17 @@ CompilerConfig default_compiler_config() {
   // GCC 12 does not if-convert a select in a loop that also widens to double, so a clamp or a
   // slice_scatter's choice before a row sum's double accumulator ran scalar (clamp_ then sum(-1)
   // of 1024 x 4096 floats: 2.5 ms against eager's 0.27). It changes no value (clang's default).
+  // -mprefer-vector-width=512: GCC's -march=native for AVX-512 server cores prefers 256-bit
+  // vectors; the kernels' loops are long and their vector math (exp_f32, libmvec's sinf) ran at
+  // half the lanes eager's kernels use. On 2 cores at 2^22 floats: S2 3.98 -> 2.84 ms (eager
+  // 3.00), softmax long rows 2.24 -> 1.72, norm weight grads 4.41 -> 2.75 (bench/NOTES.md,
+  // session 29). An x86 core without AVX-512 ignores it; other targets have no such option.
   c.flags = {"-std=c++20", "-O3",     "-march=native",     "-fopenmp",        "-shared",
              "-fPIC",      "-fwrapv", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
              "-w"};
+#if defined(__x86_64__)
+  c.flags.insert(c.flags.begin() + 3, "-mprefer-vector-width=512");
+#endif
   c.libraries = {"-lmvec"};
   return c;
 }
