@@ -486,6 +486,18 @@ class KernelEmitter {
   bool split_columns_ = false;    // ... and whether its tiles are split across blocks
   int64_t row_buffer_bytes_ = 0;  // the nest's row buffers so far (keep_in_row_buffer)
   std::string column_block_;      // a CPU nest's column block so far (cpu_column_block)
+  // The column block's last pass, kept apart so that the next pass over the same rows may join
+  // its loop (cpu_column_block): its loop variable and length, where its text starts in
+  // column_block_, its accumulators' arrays and its vector loop's body; and every accumulator
+  // of the block's passes so far.
+  struct ColumnPass {
+    std::string rl;
+    int64_t count = 0;
+    size_t at = 0;
+    std::string arrays, element;
+  };
+  std::optional<ColumnPass> last_column_pass_;
+  std::vector<std::string> column_block_accumulators_;
 
   // The constants the guards of the nest so far compare each loop variable with (note_cut).
   std::map<std::string, std::set<int64_t>> cuts_;

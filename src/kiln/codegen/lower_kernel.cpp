@@ -244,6 +244,8 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   row_pass_depth_ = 0;
   pass_store_keys_.clear();
   column_block_.clear();
+  last_column_pass_.reset();
+  column_block_accumulators_.clear();
   row_buffer_bytes_ = 0;
   if (mode != NestMode::kTiles) tile_keys_.clear();
   cuts_.clear();

@@ -1,8 +1,32 @@
 // CPU reduction passes: column blocks, pieces between guards, row buffers.
 // Part of the kernel emitter (kernel_emitter.h).
+#include <cctype>
+
 #include "kiln/codegen/kernel_emitter.h"
 
 namespace kiln::codegen::detail {
+
+namespace {
+
+// `text` with the variable `from` (a whole identifier, never part of a longer one) named `to`.
+std::string renamed_variable(const std::string& text, const std::string& from,
+                             const std::string& to) {
+  auto identifier = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::string out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t found = text.find(from, at);
+    if (found == std::string::npos) break;
+    const size_t end = found + from.size();
+    const bool whole = (found == 0 || !identifier(text[found - 1])) &&
+                       (end == text.size() || !identifier(text[end]));
+    out += text.substr(at, found - at) + (whole ? to : from);
+    at = end;
+  }
+  return out + text.substr(at);
+}
+
+}  // namespace
 
 // The opening of a CPU nest's last loop split into column blocks of kCpuColumnBlock positions
 // (cb, cw of them), whose column reductions' passes run first (cpu_column_block); the caller
@@ -115,23 +139,48 @@ std::optional<std::string> KernelEmitter::column_block_fits(
 //   for (rl1 < 4096) { omp simd for (cj < cw) { i0 = cb + cj; double acc0 = acc0_b[cj];
 //     ... acc0 = red_sum(acc0, v4); acc0_b[cj] = acc0; } }
 //   for (i0 = cb; i0 < cb + cw; ++i0) { acc0 = acc0_b[i0 - cb]; ... }
+// A pass over as many rows that needs nothing of the element's code and no accumulator of the
+// block's earlier passes joins the last pass's loop, its loop variable renamed: the rows are
+// read once for both. (A layer norm's weight and bias gradients, (g * xhat).sum(0) and
+// g.sum(0), read g twice, and the columns' rows are a new page each.)
+//   for (rl1 < 4096) { omp simd for (cj < cw) { ... acc0 ...; ... acc7 ... } }
 void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count, const std::string& body,
                                      const std::vector<Accumulator>& accs,
                                      const std::string& element) {
   const std::string width = std::to_string(kCpuColumnBlock);
-  std::string code, take = element, keep;
+  std::string arrays, take = element, keep;
   for (const Accumulator& a : accs) {
-    code += a.type + " " + a.name + "_b[" + width + "];\n";
-    code +=
+    arrays += a.type + " " + a.name + "_b[" + width + "];\n";
+    arrays +=
         "for (int64_t cj = 0; cj < " + width + "; ++cj) " + a.name + "_b[cj] = " + a.init + ";\n";
     take += (element.empty() ? a.type + " " : "") + a.name + " = " + a.name + "_b[cj];\n";
     keep += a.name + "_b[cj] = " + a.name + ";\n";
   }
-  code +=
-      "for (int64_t " + rl + " = 0; " + rl + " < " + std::to_string(count) + "; ++" + rl + ") {\n";
+  auto uses_earlier_accumulator = [this](const std::string& text) {
+    for (std::string_view name : variables_in(text))
+      for (const std::string& acc : column_block_accumulators_)
+        if (name == acc || name == acc + "_b") return true;
+    return false;
+  };
+  const bool joins = last_column_pass_ && last_column_pass_->count == count && element.empty() &&
+                     !uses_earlier_accumulator(body);
+  for (const Accumulator& a : accs)
+    column_block_accumulators_.push_back(a.name);
+  if (joins) {
+    ColumnPass& joined = *last_column_pass_;
+    joined.arrays += arrays;
+    joined.element += renamed_variable(take + body + keep, rl, joined.rl);
+    column_block_.resize(joined.at);
+  } else {
+    last_column_pass_ = ColumnPass{rl, count, column_block_.size(), arrays, take + body + keep};
+  }
+  const ColumnPass& pass = *last_column_pass_;
+  std::string code = pass.arrays;
+  code += "for (int64_t " + pass.rl + " = 0; " + pass.rl + " < " + std::to_string(count) + "; ++" +
+          pass.rl + ") {\n";
   code += "#pragma omp simd\n  for (int64_t cj = 0; cj < cw; ++cj) {\n";
   code += "    [[maybe_unused]] const int64_t i" + std::to_string(nest_rank_ - 1) + " = cb + cj;\n";
-  code += indented(take + body + keep, 2) + "  }\n}\n";
+  code += indented(pass.element, 2) + "  }\n}\n";
   column_block_ += code;
 }
 
