@@ -53,14 +53,17 @@ if [[ " $phases " == *" python "* ]]; then
   "$python" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" |
     tee "$out/torch.txt"
   # KILN_PYTEST_JOBS processes share the suite (conftest.py, KILN_TEST_SHARD), each with its own
-  # log; KILN_PYTEST_ARGS adds pytest arguments (a -k selection, say).
+  # log, then joined into one per device (the device tool brings back at most 8 files: 14 shard
+  # logs lost most of them, a segfault's test among them); KILN_PYTEST_ARGS adds pytest
+  # arguments (a -k selection, say).
   jobs=${KILN_PYTEST_JOBS:-1}
+  shard_logs=$(mktemp -d)
   for device in ${KILN_PYTEST_DEVICES:-cuda cpu}; do
     echo "== tests/python and tests/models on $device ($jobs processes)"
     pids=()
     for ((shard = 0; shard < jobs; shard++)); do
       log="$out/pytest_$device.log"
-      ((jobs > 1)) && log="$out/pytest_${device}_$shard.log"
+      ((jobs > 1)) && log="$shard_logs/pytest_${device}_$shard.log"
       KILN_TEST_SHARD=$shard/$jobs KILN_TEST_DEVICE=$device "$python" -m pytest -q \
         -p no:cacheprovider tests/python tests/models --durations=5 ${KILN_PYTEST_ARGS:-} >"$log" 2>&1 &
       pids+=($!)
@@ -68,11 +71,16 @@ if [[ " $phases " == *" python "* ]]; then
     for pid in "${pids[@]}"; do wait "$pid" || status=1; done
     for ((shard = 0; shard < jobs; shard++)); do
       log="$out/pytest_$device.log"
-      ((jobs > 1)) && log="$out/pytest_${device}_$shard.log"
+      ((jobs > 1)) && log="$shard_logs/pytest_${device}_$shard.log"
       grep -E "^(FAILED|ERROR)" "$log" | head -20
       tail -1 "$log"
+      if ((jobs > 1)); then
+        echo "==== shard $shard/$jobs" >>"$out/pytest_$device.log"
+        cat "$log" >>"$out/pytest_$device.log"
+      fi
     done
   done
+  rm -rf "$shard_logs"
   echo "== examples/seed.py"
   PYTHONPATH=python "$python" examples/seed.py >"$out/seed.log" 2>&1 || status=1
   grep -E "device:|us/call|stats|match|Error" "$out/seed.log"
