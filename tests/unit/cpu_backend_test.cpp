@@ -3,13 +3,11 @@
 //  * the seeds compile to one kernel that stores the writeback itself, with hand-computed values;
 //  * one region per family of views, scatters, creation ops and elementwise dtype rules, run as
 //    a kernel on strided and f16/bf16 inputs of sizes that are not multiples of 8, agrees with
-//    the interpreter bit for bit (float32 sin, cos, sigmoid and silu, computed in float, within
-//    2 ulp);
+//    the interpreter bit for bit;
 //  * the kernel prelude's conversions are the interpreter's storage conversions;
 //  * regions that are not lowered say why, and the executor interprets them.
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -80,29 +78,16 @@ TensorHandle strided_input(DType dtype, const Shape& shape, uint64_t seed) {
   return t;
 }
 
-// The distance in units in the last place between two float32 values (as doubles): how many
-// floats lie from one to the other.
-int64_t float_ulps(double x, double y) {
-  auto ordered = [](double v) {
-    const auto bits = std::bit_cast<int32_t>(static_cast<float>(v));
-    return bits < 0 ? int64_t{INT32_MIN} - bits : int64_t{bits};
-  };
-  return std::abs(ordered(x) - ordered(y));
-}
-
-// Element-wise equality, bit for bit up to NaN payloads (NaN equals NaN; signed zeros differ);
-// float32 elements within `ulps` of each other where given.
-std::optional<std::string> differs(const RtTensor& a, const RtTensor& b, int64_t ulps = 0) {
+// Element-wise equality, bit for bit up to NaN payloads (NaN equals NaN; signed zeros differ).
+std::optional<std::string> differs(const RtTensor& a, const RtTensor& b) {
   if (a.dtype() != b.dtype() || a.sizes != b.sizes)
     return "type " + a.type().str() + " vs " + b.type().str();
   for (int64_t i = 0; i < a.numel(); ++i) {
     int64_t ia = a.storage_index_of_linear(i), ib = b.storage_index_of_linear(i);
     if (is_floating(a.dtype())) {
       double x = a.storage->load_double(ia), y = b.storage->load_double(ib);
-      bool same = (std::isnan(x) && std::isnan(y)) ||
-                  (x == y && std::signbit(x) == std::signbit(y)) ||
-                  (ulps > 0 && a.dtype() == DType::kFloat32 && !std::isnan(x) && !std::isnan(y) &&
-                   float_ulps(x, y) <= ulps);
+      bool same =
+          (std::isnan(x) && std::isnan(y)) || (x == y && std::signbit(x) == std::signbit(y));
       if (!same)
         return "element " + std::to_string(i) + ": " + std::to_string(x) + " vs " +
                std::to_string(y);
@@ -112,19 +97,6 @@ std::optional<std::string> differs(const RtTensor& a, const RtTensor& b, int64_t
     }
   }
   return std::nullopt;
-}
-
-// The ulps a region's float32 results may be from the interpreter's: 2 where the kernel computes
-// an op in float by other means than the interpreter (codegen's float_math_op: sin and cos
-// through libmvec's sinf and cosf, within 2 ulp of the correctly rounded result; sigmoid and silu
-// rounded in float at each step), else 0: every other op computes exactly what the interpreter
-// does.
-int64_t float_math_ulps(const Trace& body) {
-  for (const auto& node : body.nodes())
-    if (node->id() == OpId::kSin || node->id() == OpId::kCos || node->id() == OpId::kSigmoid ||
-        node->id() == OpId::kSilu)
-      return 2;
-  return 0;
 }
 
 // ---- regions against the interpreter ------------------------------------------------------
@@ -437,8 +409,7 @@ TEST_P(Regions, KernelAgreesWithTheInterpreter) {
         outputs.push_back(empty_strided(o.dtype, o.shape, contiguous_strides(o.shape)));
       ASSERT_TRUE(cpu::run_cpu_kernel(k, inputs, outputs));
       for (size_t j = 0; j < outputs.size(); ++j) {
-        auto d = differs(*std::get<TensorHandle>(seen.at(step.outputs[j])), *outputs[j],
-                         float_math_ulps(step.body));
+        auto d = differs(*std::get<TensorHandle>(seen.at(step.outputs[j])), *outputs[j]);
         EXPECT_FALSE(d.has_value())
             << c.name << " " << step.outputs[j]->name() << ": " << *d << "\n"
             << k.kernel.source;
@@ -557,12 +528,10 @@ TEST(CpuBackend, SeedS2IsOneKernelThatWritesBackItself) {
   std::vector<double> got = to_vector(*std::get<TensorHandle>(out.at(0)));
   std::vector<double> now = to_vector(*x);
   for (size_t i = 0; i < x0.size(); ++i) {
-    // exp is kiln's float exp (scalar_math_test.cpp checks it against the rounded exact one);
-    // sin and cos are libmvec's float ones, within 2 ulp of the rounded exact results.
+    // exp is kiln's float exp (scalar_math_test.cpp checks it against the rounded exact one).
     float s = f32(std::sin(static_cast<double>(kiln::math::exp_f32(x0[i]))));
-    EXPECT_LE(float_ulps(now[i], s), 2) << i << ": " << now[i] << " vs " << s;
-    const double c = f32(std::cos(now[i]));
-    EXPECT_LE(float_ulps(got[i], c), 2) << i << ": " << got[i] << " vs " << c;
+    EXPECT_EQ(now[i], s) << i;
+    EXPECT_EQ(got[i], f32(std::cos(static_cast<double>(s)))) << i;
   }
 }
 

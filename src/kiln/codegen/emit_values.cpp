@@ -168,26 +168,6 @@ bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
   }
 }
 
-// The ops a float32 value computes in float on the CPU although the float result may differ from
-// the double one's rounding, as eager's vectorized CPU kernels compute them (in float, within
-// 1 ulp of each step):
-// - sin and cos, through glibc's vector sinf and cosf (cpu_vector_math.h), within 2 ulp of the
-//   correctly rounded result over |x| < 2^17 (checked against double sin and cos on glibc 2.36),
-//   where eager's Sleef functions are within 1. In double they ran 8 lanes of the double
-//   functions: S2 (exp_, sin_, cos) of 2^22 floats took 7.7 ms on 2 cores against eager's 3.2.
-// - sigmoid and silu, 1 + exp_f32(-x) and one division in float, as eager's.
-bool KernelEmitter::float_math_op(const Node& node) {
-  switch (node.id()) {
-    case OpId::kSin:
-    case OpId::kCos:
-    case OpId::kSigmoid:
-    case OpId::kSilu:
-      return true;
-    default:
-      return false;
-  }
-}
-
 // ---- values ------------------------------------------------------------------------------
 
 // The node that computes `v`: its producer, or for a decomposed op the subsymbol that does.
@@ -484,10 +464,9 @@ Val KernelEmitter::elementwise(const Node& node, const Index& at) {
     has_c = !node.arg(2).is_none();
   }
   auto flag = [](bool b) { return std::string(b ? "true" : "false"); };
-  const std::string K = !fl ? reg(DType::kFloat64)
-                        : same_in_float_op(node, rounding) || float_math_op(node)
-                            ? reg(typing.compute)
-                            : compute_reg(typing.compute);
+  const std::string K = !fl                                ? reg(DType::kFloat64)
+                        : same_in_float_op(node, rounding) ? reg(typing.compute)
+                                                           : compute_reg(typing.compute);
   std::string params =
       "const ElementwiseParamsOf<K> p{.alpha = K(" + alpha + "), .alpha_i = " + alpha_i +
       ", .value = K(" + value + "), .value_i = " + value_i +

@@ -307,7 +307,6 @@ class KernelEmitter {
   std::string reg(DType d) const;
   std::string compute_reg(DType d) const;
   static bool same_in_float_op(const Node& node, int rounding);
-  static bool float_math_op(const Node& node);
   static const Node* defining_node(const Value* v);
   Val eval(const Value* v, const Index& at);
   Val compute(const Value* v, const Index& at);
