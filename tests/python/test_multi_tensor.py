@@ -118,7 +118,10 @@ def test_a_parameter_that_is_not_dense_runs_step_by_step():
     jitted = check_against_eager(sgd_momentum, make)
     stats = kiln.last_stats(jitted)
     assert stats["multi_tensor_steps"] == 0
-    assert stats["kernels"] == 2
+    # Each parameter's step is a kernel of its own (on CUDA the strided parameter's writeback is
+    # a copy kernel after its step's).
+    assert stats["interpreted_steps"] == 0 and stats["eager_steps"] == 0
+    assert stats["kernels"] >= 2
 
 
 def test_outputs_of_grouped_steps_are_returned_as_eager_returns_them():

@@ -186,7 +186,7 @@ def test_float32_sin_and_cos_stay_within_a_few_ulp_at_every_magnitude(op):
     # and at the special values.
     gen = torch.Generator(device="cpu").manual_seed(0)
     parts = [(torch.rand(1 << 12, generator=gen, device="cpu") * 2 - 1) * 10.0**e for e in range(-3, 39, 3)]
-    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, math.pi, 2.0**17, 2.0**-140])
+    specials = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, math.pi, 2.0**17, 2.0**-140], device="cpu")
     x = torch.cat([*parts, specials]).to(torch.empty(0).device)
     got, want = kiln.jit(lambda a: op(a) * 1)(x), op(x) * 1
     exact = op(x.double())

@@ -127,8 +127,8 @@ std::string KernelEmitter::compute_reg(DType d) const {
 }
 
 // The ops whose float32 result is the same computed in float as in double: one correctly rounded
-// float operation, or exp and tanh, which are exp_f32 and tanh_f32 of the float operand in both
-// (scalar_math.h).
+// float operation, or exp, tanh, sigmoid and silu, which scalar_math.h computes in float from the
+// float operand in both (exp_f32, tanh_f32).
 bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
   auto unit_alpha = [&] {
     const Operand& a = node.arg("alpha");
@@ -162,6 +162,8 @@ bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
     case OpId::kTo:
     case OpId::kExp:
     case OpId::kTanh:
+    case OpId::kSigmoid:
+    case OpId::kSilu:
       return true;
     default:
       return false;

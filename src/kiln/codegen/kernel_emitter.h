@@ -153,6 +153,10 @@ struct Number {
 // inputs loaded in registers lane_in<k> and the outputs stored in lane_out<j>.
 struct Lanes {
   std::set<size_t> inputs;  // step inputs read from registers
+  // A multi-tensor kernel's: its 0-d results are stored once a member, outside the loop
+  // (NestBody::stores_once). A flat nest's vector variant stores only what its scalar variant
+  // does (a 0-d result of the region belongs to another nest).
+  bool results_0d_once = false;
 };
 
 // A nest's body: the code that computes every output at the iteration's index, by loop level

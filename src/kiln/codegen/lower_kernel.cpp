@@ -182,7 +182,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   // A multi-tensor kernel's 0-d result (its lanes' nest is 1-D): stored once a member, outside
   // its loop (NestBody::stores_once; schedule_multi_tensor.cpp).
   auto stored_once = [&](const Shape& shape_j) {
-    return lanes && shape_j.empty() && !out_shape.empty();
+    return lanes && lanes->results_0d_once && shape_j.empty() && !out_shape.empty();
   };
   for (size_t j = 0; j < k.outputs.size(); ++j) {
     const Shape& shape_j = k.outputs[j].shape;

@@ -128,6 +128,7 @@ MultiTensorKernel KernelEmitter::multi_tensor() {
   emit_body(shape, k, /*is_last=*/true, NestMode::kFlat);
   const std::string identity = index_key(loop_index(shape));
   Lanes lanes;
+  lanes.results_0d_once = true;
   MultiTensorKernel mt;
   mt.target = target_;
   for (size_t i = 0; i < k.inputs.size(); ++i) {

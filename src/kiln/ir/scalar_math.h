@@ -136,6 +136,29 @@ inline T exp_in(T a, bool single_precision) {
   return std::exp(a);
 }
 
+// sigmoid and silu in the precision eager's CPU kernels compute them: for float32, float16 and
+// bfloat16, 1 + exp_f32(-x) and one division, each rounded to float (eager's vectorized kernels:
+// (1 + exp(-x)).reciprocal() and x / (1 + exp(-x)) in float). Computed in float whatever T holds
+// the value in, so the interpreter (T double) and a kernel (T float, 16 lanes a vector) give the
+// same bits; in double a float32 silu ran at half the vector width.
+template <class T>
+inline T sigmoid_in(T a, bool single_precision) {
+#ifndef __CUDACC__
+  if (single_precision) return static_cast<T>(1.0f / (1.0f + exp_f32(-static_cast<float>(a))));
+#endif
+  return T(1) / (T(1) + std::exp(-a));
+}
+template <class T>
+inline T silu_in(T a, bool single_precision) {
+#ifndef __CUDACC__
+  if (single_precision) {
+    const float x = static_cast<float>(a);
+    return static_cast<T>(x / (1.0f + exp_f32(-x)));
+  }
+#endif
+  return a / (T(1) + std::exp(-a));
+}
+
 // Python's %: the result has the divisor's sign.
 template <class T>
 inline T remainder(T a, T b) {
