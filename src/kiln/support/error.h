@@ -60,11 +60,16 @@ class Thrower {
     stream_ << value;
     return *this;
   }
+  // The location is appended as text (std::to_string, not the stream's number formatting): on
+  // the H100 machine (GCC 13 headers, libstdc++ 6.0.33) formatting the int here crashed the
+  // process instead of raising.
   [[noreturn]] ~Thrower() noexcept(false) {
+    std::string message = stream_.str();
     if constexpr (std::is_same_v<E, InternalError>) {
-      stream_ << " [kiln internal error at " << file_ << ":" << line_ << "; please report it]";
+      message += std::string(" [kiln internal error at ") + file_ + ":" + std::to_string(line_) +
+                 "; please report it]";
     }
-    throw E(stream_.str());
+    throw E(message);
   }
 
  private:
