@@ -2,6 +2,8 @@
 # The GPU checks, in one call on the GPU machine (it has nvcc, CMake, ninja, Python with torch,
 # nanobind and pytest, a GPU, and no package registry): build, then the phases named in
 # KILN_GPU_PHASES (default "cpp python"; also "bench" and "models"). Logs go to $OUT (or ./gpu-logs).
+#   (The cpp and python phases add their outcome to $OUT/summary.log: failures, their messages, a
+#   crash's stack: the device tool brings back few files, and that one is read first.)
 #   cpp:    the `gpu` CTest label (GoogleTest built from KILN_GTEST_SOURCE when given) and the S1
 #           benchmark; KILN_GPU_PROGRAMS=N random programs per seed (default 1000)
 #   python: the extension kiln._C, tests/python and tests/models on CUDA tensors (KILN_TEST_DEVICE=cuda) and on
@@ -45,7 +47,8 @@ if [[ " $phases " == *" cpp "* ]]; then
   echo "== gpu tests"
   ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 900 >"$out/gpu_tests.log" 2>&1 ||
     status=1
-  grep -E "tests passed|tests failed|Failed|Passed|\*\*\*|seed " "$out/gpu_tests.log" | tail -30
+  grep -E "tests passed|tests failed|Failed|Passed|\*\*\*|seed " "$out/gpu_tests.log" | tail -30 |
+    tee -a "$out/summary.log"
 fi
 if [[ " $phases " == *" python "* ]]; then
   export KILN_EXT_DIR=$PWD/build/gpu/python/kiln KILN_OPT=$PWD/build/gpu/tools/kiln-opt/kiln-opt
@@ -64,7 +67,7 @@ if [[ " $phases " == *" python "* ]]; then
     for ((shard = 0; shard < jobs; shard++)); do
       log="$out/pytest_$device.log"
       ((jobs > 1)) && log="$shard_logs/pytest_${device}_$shard.log"
-      KILN_TEST_SHARD=$shard/$jobs KILN_TEST_DEVICE=$device "$python" -m pytest -q \
+      KILN_TEST_SHARD=$shard/$jobs KILN_TEST_DEVICE=$device "$python" -X faulthandler -m pytest -q \
         -p no:cacheprovider tests/python tests/models --durations=5 ${KILN_PYTEST_ARGS:-} >"$log" 2>&1 &
       pids+=($!)
     done
@@ -72,8 +75,14 @@ if [[ " $phases " == *" python "* ]]; then
     for ((shard = 0; shard < jobs; shard++)); do
       log="$out/pytest_$device.log"
       ((jobs > 1)) && log="$shard_logs/pytest_${device}_$shard.log"
-      grep -E "^(FAILED|ERROR)" "$log" | head -20
-      tail -1 "$log"
+      # The summary (what the device tool surely brings back): failures with their first E lines,
+      # and a crash's stack from the faulthandler.
+      {
+        echo "== $device shard $shard/$jobs: $(tail -1 "$log")"
+        grep -E "^(FAILED|ERROR)" "$log" | head -20
+        grep -E "^E  " "$log" | head -12
+        grep -A14 "Fatal Python error" "$log" | grep -v "site-packages" | head -16
+      } | tee -a "$out/summary.log"
       if ((jobs > 1)); then
         echo "==== shard $shard/$jobs" >>"$out/pytest_$device.log"
         cat "$log" >>"$out/pytest_$device.log"
