@@ -118,10 +118,10 @@ def test_a_parameter_that_is_not_dense_runs_step_by_step():
     jitted = check_against_eager(sgd_momentum, make)
     stats = kiln.last_stats(jitted)
     assert stats["multi_tensor_steps"] == 0
-    # Each parameter's step is a kernel of its own (on CUDA the strided parameter's writeback is
-    # a copy kernel after its step's).
+    # Each parameter's step is a kernel of its own; CUDA runs one launch more (3, on the H100 on
+    # 2026-12-05: the strided parameter's writeback copy).
     assert stats["interpreted_steps"] == 0 and stats["eager_steps"] == 0
-    assert stats["kernels"] >= 2
+    assert stats["kernels"] == (3 if torch.empty(0).device.type == "cuda" else 2)
 
 
 def test_outputs_of_grouped_steps_are_returned_as_eager_returns_them():

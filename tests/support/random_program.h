@@ -82,6 +82,9 @@ struct RandomProgram {
 // scenarios). Deterministic in `seed`.
 RandomProgram generate_program(uint64_t seed);
 
+// The name of a program's input i in traces and reports: a, b, ..., z, a1, b1, ...
+std::string letter_name(size_t i);
+
 // Builds the trace and the inputs of a recipe, dropping the steps that cannot be built.
 RandomProgram materialize(const Recipe& recipe, uint64_t seed = 0);
 

@@ -94,7 +94,7 @@ CompilerConfig default_compiler_config() {
              "-fPIC",      "-fwrapv", "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math",
              "-w"};
 #if defined(__x86_64__)
-  c.flags.insert(c.flags.begin() + 3, "-mprefer-vector-width=512");
+  c.flags.push_back("-mprefer-vector-width=512");
 #endif
   c.libraries = {"-lmvec"};
   return c;
