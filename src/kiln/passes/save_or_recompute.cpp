@@ -117,16 +117,19 @@ bool is_recomputable(const Node& n) {
   }
 }
 
-// The tensors opaque ops read, and through views the values those views are of.
-std::unordered_set<Value*> opaque_operands(const Trace& forward) {
-  std::unordered_set<Value*> out;
+// The tensors opaque ops read, and through views the values those views are of, each with
+// whether it is read by an eager step whose autograd graph kiln keeps for the backward: that
+// graph's vjp runs only on the tensors the step read, so a recomputed operand would run the op
+// again.
+std::unordered_map<Value*, bool> opaque_operands(const Trace& forward) {
+  std::unordered_map<Value*, bool> out;
   for (const auto& n : forward.nodes()) {
     if (n->op->kind != OpKind::kOpaque) continue;
+    const bool kept_graph = n->id() == OpId::kEagerCall && n->arg("vjp").as_int() >= 0;
     n->for_each_value_operand([&](Value* u) {
-      out.insert(u);
-      while (u->producer() && u->producer()->op->kind == OpKind::kView) {
-        u = u->producer()->input(0);
-        out.insert(u);
+      for (;; u = u->producer()->input(0)) {
+        out[u] = out[u] || kept_graph;
+        if (!u->producer() || u->producer()->op->kind != OpKind::kView) break;
       }
     });
   }
@@ -268,19 +271,25 @@ std::unordered_set<Value*> values_to_recompute(const Trace& forward,
   for (Value* v : needed)
     if (index.contains(v)) graph.add_edge(out(v), kSink, kInfinite);
   // A needed operand of an opaque op (a matmul's input, which its gradient's products read
-  // again) is stored by the backward if it is recomputed there: recomputing it costs that
-  // store, one byte more than reading it saved, so a tie is saved.
-  //   ln = layer_norm(x); y = ln @ w   saved {ln}: read once; recomputed: written, then read
+  // again) is stored by the backward if it is recomputed there. That store is priced one byte
+  // under the operand's bytes: recomputing it wins only where everything it is computed from is
+  // saved anyway, so the memory held between the passes shrinks by its bytes for one store and
+  // read more in the backward (AOTAutograd's partitioner recomputes such a copy too); where
+  // recomputing it needs one byte more saved, it is saved. An eager step's operand is priced
+  // one byte over: its kept graph holds it anyway, and only the tensor it read lets the vjp use
+  // that graph.
+  //   ln = layer_norm(x); y = ln @ w   x, mean, rstd saved for the norm's gradient anyway:
+  //   ln is recomputed from them and stored for the weight gradient's product
   std::unordered_set<Value*> needed_through_views;
   for (Value* v : needed)
     for (Value* u = v;; u = u->producer()->input(0)) {
       needed_through_views.insert(u);
       if (!u->producer() || u->producer()->op->kind != OpKind::kView) break;
     }
-  for (Value* v : opaque_operands(forward)) {
+  for (const auto& [v, kept_graph] : opaque_operands(forward)) {
     const bool is_view = v->producer() && v->producer()->op->kind == OpKind::kView;
     if (index.contains(v) && !is_view && needed_through_views.contains(v))
-      graph.add_edge(kSource, in(v), save_cost(v, true) + 1);
+      graph.add_edge(kSource, in(v), save_cost(v, true) + (kept_graph ? 1 : -1));
   }
 
   graph.max_flow(kSource, kSink);

@@ -14,9 +14,11 @@
 // result of an opaque op, a value read after an opaque op that depends on it). An op the backward
 // may compute again (one output, elementwise or a view) joins its operands' outs to its in; any
 // other value is joined to the source (it exists only in the forward); each needed value's out is
-// joined to the sink. A needed operand of an opaque op is joined to the source by its bytes and
-// one: recomputed, the backward would store it for its products to read. Among minimum cuts the one
-// nearest the sink is taken, so a tie is saved rather than recomputed.
+// joined to the sink. A needed operand of an opaque op is joined to the source by its bytes less
+// one: recomputed, the backward stores it for its products to read, which is worth the memory it
+// frees only where nothing more is saved to recompute it. An eager step's operand whose graph is
+// kept is joined by its bytes and one: that graph holds it anyway and serves only that tensor.
+// Among minimum cuts the one nearest the sink is taken, so a tie is saved rather than recomputed.
 //
 // Requires: a functional trace; `needed`, the values the backward's rules read; `caller_has`, one
 // flag per trace input (empty: all).
