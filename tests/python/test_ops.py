@@ -195,3 +195,45 @@ def test_float32_sin_and_cos_stay_within_a_few_ulp_at_every_magnitude(op):
     finite = ~want.isnan()
     assert ((got - exact).abs() <= 3 * ulp)[finite].all()
     torch.testing.assert_close(got, want, rtol=5e-7, atol=0.0, equal_nan=True)
+
+
+@pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built")
+@pytest.mark.parametrize(
+    "op, exact_of, scale_of",
+    [
+        (torch.erf, torch.erf, lambda x, exact: exact.abs()),
+        # GELU computes 1 + erf(x / sqrt(2)) in float, as eager's formula does: the sum's rounding
+        # (an ulp of 1) scaled by x bounds its error, not the result's size (GELU(-5.6) is
+        # -5.8e-8 exactly and -0.0 in eager's float32).
+        (
+            F.gelu,
+            lambda x: x * 0.5 * (1 + torch.erf(x * 0.5**0.5)),
+            lambda x, exact: torch.maximum(exact.abs(), x.abs()),
+        ),
+        (
+            lambda x: F.gelu(x, approximate="tanh"),
+            lambda x: 0.5 * x * (1 + torch.tanh((2 / math.pi) ** 0.5 * (x + 0.044715 * x * x * x))),
+            lambda x, exact: torch.maximum(exact.abs(), x.abs()),
+        ),
+    ],
+    ids=["erf", "gelu", "gelu-tanh"],
+)
+def test_float32_erf_and_gelu_stay_within_a_few_ulp_at_every_magnitude(op, exact_of, scale_of):
+    # float32 erf and GELU, at every magnitude of the argument and across erf's switch from its
+    # polynomial to 1 - erfc (|x| = 0.875) and to 1 (3.92): within a few ulp of the exact result
+    # (computed in float64) and of eager's; NaN where eager's is NaN, signs of zero kept.
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    parts = [(torch.rand(1 << 12, generator=gen, device="cpu") * 2 - 1) * 10.0**e for e in range(-30, 3)]
+    dense = torch.linspace(-6, 6, 1 << 16, device="cpu")
+    specials = torch.tensor([0.0, -0.0, -math.inf, math.nan, 2.0**-140, -(2.0**-140), 0.875, 3.92], device="cpu")
+    x = torch.cat([*parts, dense, specials]).to(torch.empty(0).device)
+    got, want = kiln.jit(lambda a: op(a) * 1)(x), op(x) * 1
+    exact = exact_of(x.double())
+    assert torch.equal(got.isnan(), want.isnan())
+    finite = ~want.isnan()
+    # An ulp of the scale, at least the smallest normal's (tiny results ask float32's absolute
+    # rounding only).
+    ulp = torch.finfo(torch.float32).eps * scale_of(x.double(), exact).clamp(min=2.0**-126)
+    assert ((got - exact).abs() <= 3 * ulp)[finite].all()
+    assert ((got - want).abs() <= 4 * ulp)[finite].all()
+    assert torch.equal(got[x == 0].signbit(), want[x == 0].signbit())

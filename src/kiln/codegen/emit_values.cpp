@@ -127,8 +127,8 @@ std::string KernelEmitter::compute_reg(DType d) const {
 }
 
 // The ops whose float32 result is the same computed in float as in double: one correctly rounded
-// float operation, or exp, tanh, sigmoid and silu, which scalar_math.h computes in float from the
-// float operand in both (exp_f32, tanh_f32).
+// float operation, or exp, tanh, sigmoid, silu, erf and gelu, which scalar_math.h computes in
+// float from the float operand in both (exp_f32, tanh_f32, erf_f32).
 bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
   auto unit_alpha = [&] {
     const Operand& a = node.arg("alpha");
@@ -164,6 +164,8 @@ bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
     case OpId::kTanh:
     case OpId::kSigmoid:
     case OpId::kSilu:
+    case OpId::kErf:
+    case OpId::kGelu:
       return true;
     default:
       return false;
