@@ -328,3 +328,40 @@ def test_the_variance_of_equal_elements_is_exactly_zero():
         return v / v, s / s
 
     check_against_eager(fn, lambda: [torch.full((4, 9), -1.5, device=torch.get_default_device())])
+
+
+def _softmax_into_its_slice(x):
+    x[:, :70000] = torch.softmax(x[:, :70000], -1)
+
+
+def _softmax_times_input_into_its_slice(x):
+    # The row's last loop reads x at the element it stores: x must hold x there, not exp(x - max).
+    x[:, :70000] = torch.softmax(x[:, :70000], -1) * x[:, :70000]
+
+
+# Rows past the CPU's stack row buffers (256 KiB a nest): a value the row's passes compute and
+# its last loop reads again (softmax's exp(x - max)) is kept in the row's place in an output of
+# the kernel's own (codegen keep_in_output), never in an output stored into the caller's memory
+# (the slice written in place is read by the passes), nor in one that holds another value.
+# On CUDA the same programs check its row kernels.
+LONG_ROWS = {  # name: function of x [3, 70001]
+    "softmax": lambda x: torch.softmax(x, -1),
+    "softmax into the slice it reads": _softmax_into_its_slice,
+    "softmax times its input into the slice": _softmax_times_input_into_its_slice,
+    "softmax and log_softmax": lambda x: (torch.softmax(x, -1), torch.log_softmax(x, -1)),
+    "softmax times its input": lambda x: torch.softmax(x, -1) * x,
+    "two softmaxes of the row": lambda x: (torch.softmax(x, -1), torch.softmax(x * 2, -1)),
+    "softmax as float64": lambda x: torch.softmax(x, -1).double(),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("name", LONG_ROWS)
+def test_long_rows_keep_a_pass_value_in_an_output_and_agree_with_eager(name, dtype):
+    def make_args():
+        g = torch.Generator().manual_seed(7)
+        return [torch.randn(3, 70001, generator=g, device="cpu").to(device=torch.get_default_device(), dtype=dtype)]
+
+    jitted = check_against_eager(LONG_ROWS[name], make_args)
+    stats = jitted._cache.last_run_stats
+    assert stats["interpreted_steps"] == 0 and stats["torch_steps"] == 0, stats

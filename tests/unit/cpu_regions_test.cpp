@@ -291,6 +291,20 @@ std::vector<RegionCase> region_cases() {
   t4 = ltorch.silu(b)
   return {"output": (t0, t2, t3, t4)}
 )"},
+      // erf and GELU of float32 and bfloat16 compute in float (erf_f32) in both; the float
+      // results feed a float64 op, where a last-bit difference would show.
+      {"erf_gelu", R"(def f(a, b, c):
+  # a: "cpu f32[37, 65]"
+  # b: "cpu bf16[37, 65]"
+  # c: "cpu f64[65]"
+  t0 = ltorch.erf(a)
+  t1 = ltorch.gelu(a)
+  t2 = ltorch.sub(t1, c)
+  t3 = ltorch.gelu(b, approximate="tanh")
+  t4 = ltorch.erf(b)
+  t5 = ltorch.sub(t0, c)
+  return {"output": (t5, t2, t3, t4)}
+)"},
       {"large_parallel", R"(def f(x, y):
   # x: "cpu f32[301, 257]"
   # y: "cpu bf16[257]"

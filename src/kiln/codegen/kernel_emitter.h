@@ -382,6 +382,7 @@ class KernelEmitter {
                                        const std::string& pad);
   void keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level, int depth,
                           int64_t count);
+  bool keep_in_output(const Value* v, const Val& x, const Index& index, int level);
   void note_cut(const IndexExpr& x, int64_t at);
   std::vector<int64_t> pieces_between_cuts(const std::string& var, int64_t count) const;
   std::optional<std::string> column_block_fits(const std::string& body, int depth,
@@ -488,7 +489,9 @@ class KernelEmitter {
   int column_lanes_ = 0;          // ... and threads per element
   bool split_columns_ = false;    // ... and whether its tiles are split across blocks
   int64_t row_buffer_bytes_ = 0;  // the nest's row buffers so far (keep_in_row_buffer)
-  std::string column_block_;      // a CPU nest's column block so far (cpu_column_block)
+  std::set<size_t>
+      outputs_kept_in_;       // the nest's outputs holding a row pass's value (keep_in_output)
+  std::string column_block_;  // a CPU nest's column block so far (cpu_column_block)
   // The column block's last pass, kept apart so that the next pass over the same rows may join
   // its loop (cpu_column_block): its loop variable and length, where its text starts in
   // column_block_, its accumulators' arrays and its vector loop's body; and every accumulator

@@ -247,6 +247,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   last_column_pass_.reset();
   column_block_accumulators_.clear();
   row_buffer_bytes_ = 0;
+  outputs_kept_in_.clear();
   if (mode != NestMode::kTiles) tile_keys_.clear();
   cuts_.clear();
   raw_loads_.assign(k.inputs.size(), false);

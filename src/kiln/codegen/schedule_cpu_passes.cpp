@@ -45,15 +45,19 @@ std::string KernelEmitter::column_block_loop(int64_t length, const std::string& 
 // along the last dim), kept in a buffer of the row as the pass computes it, so that the row's
 // elements read it back instead of computing it again: softmax's exp(x - max), summed in the
 // pass, then divided by the sum, computed each exp twice. Not for a
-// value that is a load (a second load costs what the buffer would), nor past kMaxRowBufferBytes
-// for the nest's buffers together (each thread's stack holds them).
+// value that is a load (a second load costs what the buffer would). Past kMaxRowBufferBytes for
+// the nest's buffers together (each thread's stack holds them) the row's own place in an output
+// may hold it (keep_in_output).
 void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level,
                                        int depth, int64_t count) {
   const Node* node = defining_node(v);
   const int64_t bytes = count * (reg(x.dtype) == "float" ? 4 : 8);  // in its register type
-  if (!node || node->op->kind == OpKind::kView || row_buffer_bytes_ + bytes > kMaxRowBufferBytes)
-    return;
+  if (!node || node->op->kind == OpKind::kView) return;
   if (v->tensor_type().shape != nest_shape_) return;
+  if (row_buffer_bytes_ + bytes > kMaxRowBufferBytes) {
+    keep_in_output(v, x, index, level);
+    return;
+  }
   const std::optional<std::string> key = row_element_key(v, index);
   if (!key) return;
   row_buffer_bytes_ += bytes;
@@ -61,6 +65,48 @@ void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index
   emit(depth, "alignas(64) " + reg(x.dtype) + " " + buffer + "[" + std::to_string(count) + "];");
   emit(level, buffer + "[" + index.back().text + "] = " + x.expr + ";");
   memo_[*key] = Val{buffer + "[i" + std::to_string(nest_rank_ - 1) + "]", x.dtype};
+}
+
+// keep_in_row_buffer's value kept in an output of the nest instead, at the element the pass is
+// at, as eager's CPU softmax keeps exp(x - max) in its result between its sum and its scaling:
+// for rows of 2^20 floats, computing each exp twice took 1.26x eager's time. The output must be
+// a buffer of the nest's own (no writeback's value, which the executor may store into an input's
+// memory that the nest reads after the pass: x[:, :n] = softmax(x[:, :n]) * x[:, :n]), of the
+// value's dtype exactly (float32 or float64: stored and loaded back unrounded), held for no other
+// value, and stored by the nest only after its iteration has read it back: the element loop
+// computes every value before it stores any (emit_body), and no pass of the region stores
+// (pass_stores_).
+//   pass:    e = exp(x[r, rl] - m); st(out0, r, rl, e); s += e
+//   element: y = ld(out0, r, i1) * (1 / s); st(out0, r, i1, y)
+bool KernelEmitter::keep_in_output(const Value* v, const Val& x, const Index& index, int level) {
+  if (pass_stores_ || (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64)) return false;
+  const std::optional<std::string> key = row_element_key(v, index);
+  if (!key) return false;
+  for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
+    // A writeback's value is a value of the functional trace: the step's output, not its body's.
+    const Value* out = step_.outputs[j];
+    const bool written_back =
+        std::any_of(step_.writebacks.begin(), step_.writebacks.end(),
+                    [&](const Step::Writeback& wb) { return wb.value == out; });
+    if (kernel_->outputs[j].shape != nest_shape_ || kernel_->outputs[j].dtype != x.dtype ||
+        written_back || outputs_kept_in_.contains(j))
+      continue;
+    outputs_kept_in_.insert(j);
+    const std::string n = std::to_string(j);
+    auto address = [&](const Index& at) {
+      IndexExpr a = IndexExpr::var("oo" + n);
+      for (size_t d = 0; d < at.size(); ++d)
+        a = a + mul(at[d], "os" + n + "_" + std::to_string(d));
+      return a.text;
+    };
+    emit(level,
+         "st_" + suffix(x.dtype) + "(out" + n + ", " + address(index) + ", " + x.expr + ");");
+    memo_[*key] =
+        Val{"ld_" + suffix(x.dtype) + "(out" + n + ", " + address(loop_index(nest_shape_)) + ")",
+            x.dtype};
+    return true;
+  }
+  return false;
 }
 
 // The memo key of `v` at the row's element whose last index a row pass's `index` runs over (the
