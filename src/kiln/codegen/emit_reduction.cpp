@@ -512,9 +512,7 @@ void KernelEmitter::store_in_pass(int level, const Index& at, int lanes, const s
     Val v = eval(body_.outputs()[j], at);
     const DType d = kernel_->outputs[j].dtype;
     std::string n = std::to_string(j);
-    IndexExpr address = IndexExpr::var("oo" + n);
-    for (size_t dim = 0; dim < at.size(); ++dim)
-      address = address + mul(at[dim], "os" + n + "_" + std::to_string(dim));
+    const IndexExpr address = output_address(j, at);
     if (lanes <= 1) {
       std::string store =
           "st_" + suffix(d) + "(out" + n + ", " + address.text + ", " + v.expr + ");";

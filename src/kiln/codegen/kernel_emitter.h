@@ -332,6 +332,7 @@ class KernelEmitter {
   Val reduction(const Node& node, const Index& at);
   bool holds_reduction(const Value* v);
   void store_in_pass(int level, const Index& at, int lanes, const std::string& lane, int outer);
+  static IndexExpr output_address(size_t j, const Index& at);
 
   // emit_index.cpp: index ops (index_select, gathers, index writes), scatters into views, cat and
   // stack
@@ -383,6 +384,7 @@ class KernelEmitter {
   void keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level, int depth,
                           int64_t count);
   bool keep_in_output(const Value* v, const Val& x, const Index& index, int level);
+  void drop_unread_output_stores(const std::string& stores);
   void note_cut(const IndexExpr& x, int64_t at);
   std::vector<int64_t> pieces_between_cuts(const std::string& var, int64_t count) const;
   std::optional<std::string> column_block_fits(const std::string& body, int depth,
@@ -489,8 +491,13 @@ class KernelEmitter {
   int column_lanes_ = 0;          // ... and threads per element
   bool split_columns_ = false;    // ... and whether its tiles are split across blocks
   int64_t row_buffer_bytes_ = 0;  // the nest's row buffers so far (keep_in_row_buffer)
-  std::set<size_t>
-      outputs_kept_in_;       // the nest's outputs holding a row pass's value (keep_in_output)
+  // The nest's outputs holding a row pass's value (keep_in_output): the pass's store line and the
+  // load that reads the value back.
+  struct KeptInOutput {
+    size_t output = 0;
+    std::string store, load;
+  };
+  std::vector<KeptInOutput> kept_in_outputs_;
   std::string column_block_;  // a CPU nest's column block so far (cpu_column_block)
   // The column block's last pass, kept apart so that the next pass over the same rows may join
   // its loop (cpu_column_block): its loop variable and length, where its text starts in

@@ -208,9 +208,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
       stores_once += "st_" + suffix(k.outputs[j].dtype) + "(out" + n + ", 0, " + v.expr + ");\n";
       continue;
     }
-    IndexExpr address = IndexExpr::var("oo" + n);
-    for (size_t d = 0; d < output_at[j].size(); ++d)
-      address = address + mul(output_at[j][d], "os" + n + "_" + std::to_string(d));
+    const IndexExpr address = output_address(j, output_at[j]);
     std::string where = lanes ? "lane_out" + n + ", l"
                         : lane_stores
                             ? "row_out" + n + ", i" + std::to_string(shape.size() - 1) + "_lane"
@@ -218,8 +216,19 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
     stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
   }
   lanes_ = nullptr;
+  drop_unread_output_stores(stores);
   levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
   return NestBody{levels_, stores, stores_once, column_block_};
+}
+
+// Where output j's element at `at` lies: its offset plus each index times its stride (oo<j>,
+// os<j>_<d>).
+IndexExpr KernelEmitter::output_address(size_t j, const Index& at) {
+  const std::string n = std::to_string(j);
+  IndexExpr address = IndexExpr::var("oo" + n);
+  for (size_t d = 0; d < at.size(); ++d)
+    address = address + mul(at[d], "os" + n + "_" + std::to_string(d));
+  return address;
 }
 
 bool KernelEmitter::nest_stores(const Shape& output, const Shape& nest) const {
@@ -247,7 +256,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   last_column_pass_.reset();
   column_block_accumulators_.clear();
   row_buffer_bytes_ = 0;
-  outputs_kept_in_.clear();
+  kept_in_outputs_.clear();
   if (mode != NestMode::kTiles) tile_keys_.clear();
   cuts_.clear();
   raw_loads_.assign(k.inputs.size(), false);

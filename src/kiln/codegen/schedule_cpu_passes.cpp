@@ -88,25 +88,44 @@ bool KernelEmitter::keep_in_output(const Value* v, const Val& x, const Index& in
     const bool written_back =
         std::any_of(step_.writebacks.begin(), step_.writebacks.end(),
                     [&](const Step::Writeback& wb) { return wb.value == out; });
+    const bool taken = std::any_of(kept_in_outputs_.begin(), kept_in_outputs_.end(),
+                                   [&](const KeptInOutput& k) { return k.output == j; });
     if (kernel_->outputs[j].shape != nest_shape_ || kernel_->outputs[j].dtype != x.dtype ||
-        written_back || outputs_kept_in_.contains(j))
+        written_back || taken)
       continue;
-    outputs_kept_in_.insert(j);
-    const std::string n = std::to_string(j);
-    auto address = [&](const Index& at) {
-      IndexExpr a = IndexExpr::var("oo" + n);
-      for (size_t d = 0; d < at.size(); ++d)
-        a = a + mul(at[d], "os" + n + "_" + std::to_string(d));
-      return a.text;
-    };
-    emit(level,
-         "st_" + suffix(x.dtype) + "(out" + n + ", " + address(index) + ", " + x.expr + ");");
-    memo_[*key] =
-        Val{"ld_" + suffix(x.dtype) + "(out" + n + ", " + address(loop_index(nest_shape_)) + ")",
-            x.dtype};
+    const std::string n = std::to_string(j), d = suffix(x.dtype);
+    KeptInOutput kept{
+        j, "st_" + d + "(out" + n + ", " + output_address(j, index).text + ", " + x.expr + ");",
+        "ld_" + d + "(out" + n + ", " + output_address(j, loop_index(nest_shape_)).text + ")"};
+    emit(level, kept.store);
+    memo_[*key] = Val{kept.load, x.dtype};
+    kept_in_outputs_.push_back(std::move(kept));
     return true;
   }
   return false;
+}
+
+// keep_in_output's stores whose value the nest never reads back (a variance's squares, kept in
+// its pass as softmax's exp is, though only the centered values are read again), taken out of
+// the pass before the nest's text is final: each would write the whole row once more for nothing.
+// `stores`: the nest's final stores, where a read back may stand too.
+void KernelEmitter::drop_unread_output_stores(const std::string& stores) {
+  for (const KeptInOutput& k : kept_in_outputs_) {
+    bool read = stores.find(k.load) != std::string::npos;
+    for (const std::string& text : levels_)
+      read = read || text.find(k.load) != std::string::npos;
+    if (read) continue;
+    // The pass's text has moved out of its level into its loop by now (at the level above).
+    bool dropped = false;
+    for (std::string& text : levels_) {
+      const size_t at = text.find(k.store + "\n");
+      if (at == std::string::npos) continue;
+      text.erase(at, k.store.size() + 1);
+      dropped = true;
+      break;
+    }
+    KILN_ASSERT(dropped) << "keep_in_output: its store is not in the nest's text";
+  }
 }
 
 // The memo key of `v` at the row's element whose last index a row pass's `index` runs over (the
