@@ -303,9 +303,9 @@ TEST(CudaDifferential, UnalignedHalfProductsRunPaddedForTensorCores) {
 }
 
 // The device copy every clone, writeback through a temporary and padded product runs
-// (cuda_copy_elements): rows of one dtype through kiln_row_copy, anything else through the
-// strided copy. Every element of the destination's storage is checked: the view's against the
-// source, the rest untouched (-7).
+// (cuda_copy_elements): rows of whole vectors through kiln_vector_rows, other rows of one dtype
+// through kiln_row_copy, anything else through the strided copy. Every element of the destination's
+// storage is checked: the view's against the source, the rest untouched (-7).
 TEST(CudaDifferential, DeviceCopiesOfRowsAndOfAnyLayout) {
   KILN_REQUIRE_GPU();
   struct Layout {
@@ -339,6 +339,18 @@ TEST(CudaDifferential, DeviceCopiesOfRowsAndOfAnyLayout) {
       {"a transpose (not rows)",
        {{517, 300}, {1, 517}, 0, 300 * 517},
        {{517, 300}, {300, 1}, 0, 300 * 517},
+       DType::kBool},
+      {"heads transposed back into rows (rows of 64 over 3 dims)",
+       {{4, 16, 8, 64}, {8 * 16 * 64, 64, 16 * 64, 1}, 0, 4 * 16 * 8 * 64},
+       {{4, 16, 8, 64}, {16 * 8 * 64, 8 * 64, 64, 1}, 0, 4 * 16 * 8 * 64},
+       DType::kBool},
+      {"a key's heads repeated (a dim of stride 0 between rows)",
+       {{3, 2, 4, 96}, {2 * 96, 96, 0, 1}, 0, 3 * 2 * 96},
+       {{3, 2, 4, 96}, {2 * 4 * 96, 4 * 96, 96, 1}, 0, 3 * 2 * 4 * 96},
+       DType::kBool},
+      {"rows of 48 at an offset of 2 and pitches of 50 (narrower vectors)",
+       {{3, 5, 48}, {5 * 50, 50, 1}, 2, 3 * 5 * 50 + 2},
+       {{3, 5, 48}, {5 * 48, 48, 1}, 4, 3 * 5 * 48 + 4},
        DType::kBool},
       {"rows with a dtype conversion",
        {{300, 517}, {600, 1}, 3, 300 * 600},
