@@ -350,7 +350,9 @@ std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel&
          words(static_cast<int64_t>(k.inputs.size())) + "];\n  void* ws;\n};\n";
   std::string entries;
   stored_by_earlier_nest_.clear();
-  std::set<const Value*> written_back;  // stored into the caller's memory: not read back
+  // Stored into the caller's memory: not read back. (A writeback's value is a value of the
+  // functional trace, the step's output j; the nests read the body's output j.)
+  std::set<const Value*> written_back;
   for (const Step::Writeback& wb : step_.writebacks)
     written_back.insert(wb.value);
   for (size_t s = 0; s < shapes.size(); ++s) {
@@ -358,7 +360,7 @@ std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel&
     src += cuda_nest(s, shapes[s], k, is_last, &entries);
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       const Value* v = body_.outputs()[j];
-      if (v->tensor_type().shape == shapes[s] && !written_back.contains(v))
+      if (v->tensor_type().shape == shapes[s] && !written_back.contains(step_.outputs[j]))
         stored_by_earlier_nest_.emplace(v, j);
     }
   }
