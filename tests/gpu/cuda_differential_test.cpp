@@ -214,6 +214,21 @@ TEST(CudaDifferential, MatrixProductsRunThroughCublas) {
        {4, 6},
        {5, 6},
        [](Tensor a, Tensor w) { return linear(a, w, w.select(1, 0)); }},
+      // Batches of rows into one matrix: one product of all the rows (cublas.cpp), also over a
+      // column slice, with rows of one, and through the bias epilogue.
+      {"linear over batches of rows",
+       {2, 3, 6},
+       {5, 6},
+       [](Tensor a, Tensor w) { return linear(a, w); }},
+      {"linear over a column slice of batches of rows",
+       {2, 3, 9},
+       {5, 6},
+       [](Tensor a, Tensor w) { return linear(a.narrow(2, 1, 6), w); }},
+      {"batches of one row", {4, 1, 6}, {6, 5}, [](Tensor a, Tensor b) { return matmul(a, b); }},
+      {"linear with bias over batches of rows",
+       {2, 4, 8},
+       {8, 8},
+       [](Tensor a, Tensor w) { return linear(a, w, w.select(1, 0)); }},
   };
   for (DType dtype : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64}) {
     for (const Case& c : cases) {
@@ -274,6 +289,13 @@ TEST(CudaDifferential, UnalignedHalfProductsRunPaddedForTensorCores) {
        [](Tensor a, Tensor b) { return bmm(a, b); },
        true},
       {"a matrix broadcast over unaligned batches", {3, 296, 296}, {296, 257}, product, true},
+      // Batches of rows into one weight are one product of all the rows (cublas.cpp), here
+      // padded, its result's corner read by a kernel in place (batch stride rows x padded m).
+      {"an LM head over batches of tokens",
+       {4, 96, 392},
+       {201, 392},
+       [](Tensor a, Tensor w) { return linear(a, w) * 2; },
+       true},
       {"an operand at an unaligned address",
        {384, 393},
        {392, 384},
