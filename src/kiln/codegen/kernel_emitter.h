@@ -331,6 +331,7 @@ class KernelEmitter {
   // stores
   Val reduction(const Node& node, const Index& at);
   bool holds_reduction(const Value* v);
+  bool written_back(size_t j) const;
   void store_in_pass(int level, const Index& at, int lanes, const std::string& lane, int outer);
   static IndexExpr output_address(size_t j, const Index& at);
 

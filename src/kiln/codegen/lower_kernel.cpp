@@ -231,6 +231,13 @@ IndexExpr KernelEmitter::output_address(size_t j, const Index& at) {
   return address;
 }
 
+// Whether output j is stored into the caller's memory (a writeback's value: a value of the
+// functional trace, the step's output j, not the body's output j the nests compute).
+bool KernelEmitter::written_back(size_t j) const {
+  return std::any_of(step_.writebacks.begin(), step_.writebacks.end(),
+                     [&](const Step::Writeback& wb) { return wb.value == step_.outputs[j]; });
+}
+
 bool KernelEmitter::nest_stores(const Shape& output, const Shape& nest) const {
   if (output == nest) return true;
   if (target_ != Target::kCuda) return false;
@@ -350,17 +357,12 @@ std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel&
          words(static_cast<int64_t>(k.inputs.size())) + "];\n  void* ws;\n};\n";
   std::string entries;
   stored_by_earlier_nest_.clear();
-  // Stored into the caller's memory: not read back. (A writeback's value is a value of the
-  // functional trace, the step's output j; the nests read the body's output j.)
-  std::set<const Value*> written_back;
-  for (const Step::Writeback& wb : step_.writebacks)
-    written_back.insert(wb.value);
   for (size_t s = 0; s < shapes.size(); ++s) {
     bool is_last = s + 1 == shapes.size();
     src += cuda_nest(s, shapes[s], k, is_last, &entries);
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       const Value* v = body_.outputs()[j];
-      if (v->tensor_type().shape == shapes[s] && !written_back.contains(step_.outputs[j]))
+      if (v->tensor_type().shape == shapes[s] && !written_back(j))  // not read back
         stored_by_earlier_nest_.emplace(v, j);
     }
   }

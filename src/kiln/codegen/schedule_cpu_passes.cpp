@@ -83,15 +83,10 @@ bool KernelEmitter::keep_in_output(const Value* v, const Val& x, const Index& in
   const std::optional<std::string> key = row_element_key(v, index);
   if (!key) return false;
   for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
-    // A writeback's value is a value of the functional trace: the step's output, not its body's.
-    const Value* out = step_.outputs[j];
-    const bool written_back =
-        std::any_of(step_.writebacks.begin(), step_.writebacks.end(),
-                    [&](const Step::Writeback& wb) { return wb.value == out; });
     const bool taken = std::any_of(kept_in_outputs_.begin(), kept_in_outputs_.end(),
                                    [&](const KeptInOutput& k) { return k.output == j; });
     if (kernel_->outputs[j].shape != nest_shape_ || kernel_->outputs[j].dtype != x.dtype ||
-        written_back || taken)
+        written_back(j) || taken)
       continue;
     const std::string n = std::to_string(j), d = suffix(x.dtype);
     KeptInOutput kept{

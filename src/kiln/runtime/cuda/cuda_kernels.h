@@ -67,8 +67,8 @@ struct CompiledModule {
 CompiledModule compile_cuda_kernel(const codegen::Kernel& kernel, int arch);
 // The same for a kernel's source alone (a multi-tensor kernel's).
 CompiledModule compile_cuda_source(const std::string& kernel_source, int arch);
-// The module source of kiln_strided_copy, the copy kiln's CUDA writebacks and clones run (for
-// the test that compiles it).
+// The module source of the copy kernels kiln's CUDA writebacks, clones and padded products run
+// (device_copies.cpp; for the test that compiles it).
 std::string copy_module_source();
 
 // Runs the kernel's nests in order on `stream` (inputs and output buffers as for the CPU kernel;

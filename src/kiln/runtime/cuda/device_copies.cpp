@@ -20,6 +20,8 @@ namespace kiln::cuda {
 namespace {
 
 constexpr int kMaxCopyRank = 16;
+// The largest index the copy kernels' 32-bit arithmetic (`narrow`) reaches.
+constexpr int64_t kNarrow = (int64_t{1} << 31) - 1;
 
 const char* copy_kernel_source() {
   return R"KILN(
@@ -358,7 +360,6 @@ bool launch_vector_rows(const RtTensor& dst, const RtTensor& src, const CopyDims
     dst_last += (c.sizes[d] - 1) * a.dst_pitches[d];
   }
   a.vectors = rows * a.row_vectors;
-  constexpr int64_t kNarrow = (int64_t{1} << 31) - 1;
   a.narrow = a.vectors < kNarrow && src_last < kNarrow && dst_last < kNarrow;
   const int device = dst.device().index;
   launch(copy_function(device, "kiln_vector_rows"), grid_for(a.vectors, device), kBlock, &a,
@@ -417,7 +418,6 @@ void launch_copy(const RtTensor& dst, const RtTensor& src, Stream stream) {
     src_last += (c.sizes[d] - 1) * c.src_strides[d];
     dst_last += (c.sizes[d] - 1) * c.dst_strides[d];
   }
-  constexpr int64_t kNarrow = (int64_t{1} << 31) - 1;
   a.narrow = numel < kNarrow && src_last < kNarrow && dst_last < kNarrow;
   int device = dst.device().index;
   launch(copy_function(device, "kiln_strided_copy"), grid_for(numel, device), kBlock, &a, sizeof a,
