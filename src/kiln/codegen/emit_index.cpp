@@ -30,26 +30,10 @@ Val KernelEmitter::indexed(const Node& node, const Index& at) {
   const int64_t size = rank == 0 ? 1 : st.shape[dim];
   const int64_t count = index->tensor_type().numel();
   const DType out = node.outputs[0]->tensor_type().dtype;
-  // The op and the user's line, with its text (`x[i] = v` lowers to index_copy).
-  std::string where = node.op->name;
-  if (node.loc.line > 0) where += " at " + node.loc.str();
-  if (!node.loc.text.empty()) where += " (`" + node.loc.text + "`)";
-  // An index the trace computes in range (an arange's positions) needs no check.
-  std::optional<IntegerRange> known = integer_range(index, [&](const Value* v) -> const Value* {
-    auto in = input_index_.find(v);
-    return in == input_index_.end() ? nullptr : step_.inputs.at(in->second);
-  });
-  if (!known || known->lo < 0 || known->hi >= size)
-    index_checks_.push_back(index_check(node, index, size, static_cast<int64_t>(dim), where));
+  check_index_values(node, index, size, dim);
   const bool scalar_index = index->tensor_type().rank() == 0;
   auto index_at = [&](const IndexExpr& k) { return scalar_index ? Index{} : Index{k}; };
-  auto in_range = [&](const Val& j) {
-    std::string c = fresh("ix");
-    declare("int64_t", c,
-            "(" + j.expr + ") < 0 ? 0 : ((" + j.expr + ") > " + std::to_string(size - 1) + " ? " +
-                std::to_string(size - 1) + " : (" + j.expr + "))");
-    return IndexExpr::bounded(c, 0, size - 1);
-  };
+  auto in_range = [&](const Val& j) { return clamped_position(j, size); };
   if (node.id() == OpId::kGather) {
     if (rank == 0) return eval(self, at);
     Index from = at;
@@ -103,6 +87,32 @@ Val KernelEmitter::indexed(const Node& node, const Index& at) {
   levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
   emit(depth, "}");
   return define(out, acc);
+}
+
+// Registers the executor's check of `index`'s values against dim `dim` of size `size` for the
+// index op `node`, unless the trace computes them in range (an arange's positions).
+void KernelEmitter::check_index_values(const Node& node, const Value* index, int64_t size,
+                                       size_t dim) {
+  // The op and the user's line, with its text (`x[i] = v` lowers to index_copy).
+  std::string where = node.op->name;
+  if (node.loc.line > 0) where += " at " + node.loc.str();
+  if (!node.loc.text.empty()) where += " (`" + node.loc.text + "`)";
+  std::optional<IntegerRange> known = integer_range(index, [&](const Value* v) -> const Value* {
+    auto in = input_index_.find(v);
+    return in == input_index_.end() ? nullptr : step_.inputs.at(in->second);
+  });
+  if (!known || known->lo < 0 || known->hi >= size)
+    index_checks_.push_back(index_check(node, index, size, static_cast<int64_t>(dim), where));
+}
+
+// An index value as a position in [0, size): the executor checked the values before the kernel
+// ran; the clamp only keeps a load or a store in bounds.
+IndexExpr KernelEmitter::clamped_position(const Val& j, int64_t size) {
+  std::string c = fresh("ix");
+  declare("int64_t", c,
+          "(" + j.expr + ") < 0 ? 0 : ((" + j.expr + ") > " + std::to_string(size - 1) + " ? " +
+              std::to_string(size - 1) + " : (" + j.expr + "))");
+  return IndexExpr::bounded(c, 0, size - 1);
 }
 
 void KernelEmitter::check_scan_length(const Node& node, int64_t length) {

@@ -100,6 +100,10 @@ struct KernelOutput {
   Shape shape;
   int meta = -1;              // where its offset and strides start in out_meta
   bool in_last_nest = false;  // stored by the last nest (where an in-kernel writeback can be)
+  // The input whose values the elements the kernel does not store must hold (a scatter nest's
+  // self, schedule_scatter.cpp): the executor runs the kernel on that input's own memory, or
+  // fills the output from it first. -1: the kernel stores every element.
+  int base = -1;
 };
 
 // A CUDA kernel's loop nest: its entries are <symbol>_n<index>_s32 / _s64 (scalar) and, when

@@ -189,6 +189,16 @@ struct NestBody {
   }
 };
 
+// A region that is one index write stored in place, run as a scatter nest
+// (schedule_scatter.cpp): the write, its dim, the input of its self, and the nest (self's shape
+// with the dim taken out; the index's positions are walked inside an iteration).
+struct ScatterStore {
+  const Node* write = nullptr;
+  size_t dim = 0;
+  size_t base = 0;
+  Shape nest;
+};
+
 // How a nest runs: CPU loops (one per dim), one flat CUDA grid-stride loop over its elements,
 // CUDA rows (a block or a warp per row of the dims before the last, its threads over the last
 // dim; the reductions at row level are computed by the row's threads together), or CUDA columns
@@ -339,6 +349,8 @@ class KernelEmitter {
   // stack
   Val indexed(const Node& node, const Index& at);
   void check_scan_length(const Node& node, int64_t length);
+  void check_index_values(const Node& node, const Value* index, int64_t size, size_t dim);
+  IndexExpr clamped_position(const Val& j, int64_t size);
   IndexCheck index_check(const Node& node, const Value* index, int64_t size, int64_t dim,
                          const std::string& where);
   static bool keeps_every_element(const Node* view);
@@ -398,6 +410,15 @@ class KernelEmitter {
                         const std::vector<std::pair<std::string, std::string>>& combines,
                         const std::string& acc, int depth);
   int64_t cpu_residue_split(int64_t count) const;
+
+  // schedule_scatter.cpp: an index write stored in place, a nest over the positions it writes
+  std::optional<ScatterStore> scatter_store() const;
+  NestBody emit_scatter_body(const ScatterStore& scatter, Kernel& k, NestMode mode);
+  void record_scatter_loads(const Shape& nest, Kernel& k);
+  std::string scatter_schedule(const ScatterStore& scatter) const;
+  std::string cpu_scatter_nest(const ScatterStore& scatter, Kernel& k);
+  std::string cuda_scatter_nest(const ScatterStore& scatter, Kernel& k, std::string* entries);
+  std::optional<ScatterStore> scatter_;  // the region's, if it is one (lower)
 
   // schedule_cuda_pointwise.cpp: CUDA flat nests: a grid-stride loop, scalar and 16-byte vector
   // variants

@@ -68,6 +68,7 @@ Kernel KernelEmitter::lower() {
                                      pass_stores_->reduction->outputs[0]->tensor_type().shape))))
     pass_stores_.reset();
   if (pass_stores_) std::erase(shapes, pass_stores_->domain);
+  scatter_ = scatter_store();
 
   k.source = target_ == Target::kCpu ? cpu_source(shapes, k) : cuda_source(shapes, k);
   for (const IndexCheck& c : index_checks_) {
@@ -127,7 +128,7 @@ std::string KernelEmitter::cpu_source(const std::vector<Shape>& shapes, Kernel& 
   std::string nests = cpu_tables(k);
   for (size_t s = 0; s < shapes.size(); ++s) {
     bool is_last = s + 1 == shapes.size();
-    nests += emit_nest(shapes[s], k, is_last);
+    nests += scatter_ ? cpu_scatter_nest(*scatter_, k) : emit_nest(shapes[s], k, is_last);
   }
   std::string src = cpu_entry("sd", "si");
   src += "  (void)ins; (void)in_meta; (void)sd; (void)si;\n";
@@ -359,7 +360,8 @@ std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel&
   stored_by_earlier_nest_.clear();
   for (size_t s = 0; s < shapes.size(); ++s) {
     bool is_last = s + 1 == shapes.size();
-    src += cuda_nest(s, shapes[s], k, is_last, &entries);
+    src += scatter_ ? cuda_scatter_nest(*scatter_, k, &entries)
+                    : cuda_nest(s, shapes[s], k, is_last, &entries);
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       const Value* v = body_.outputs()[j];
       if (v->tensor_type().shape == shapes[s] && !written_back(j))  // not read back

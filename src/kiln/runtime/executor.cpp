@@ -474,17 +474,29 @@ void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
     if (j == step.outputs.size()) continue;
     TensorHandle dest = window_of(wb.target, wb.window);
     if (!can_store_in_kernel(kernel, j, *dest, inputs)) continue;
+    const int base = kernel.outputs[j].base;
+    if (base >= 0 &&
+        base_fill(*dest, *std::get<TensorHandle>(inputs.at(static_cast<size_t>(base)))) ==
+            BaseFill::kRefuse)
+      continue;
     buffers[j] = dest;
     in_caller[j] = true;
     stored.push_back(wb.target);
   }
   for (size_t j = 0; j < buffers.size(); ++j) {
-    if (buffers[j]) continue;
     const codegen::KernelOutput& o = kernel.outputs[j];
-    auto padded = prepared_->padded_rows.find(step.outputs[j]);
-    buffers[j] = padded == prepared_->padded_rows.end()
-                     ? memory_.empty(o.dtype, o.shape)
-                     : memory_.empty_padded_rows(o.dtype, o.shape, padded->second);
+    if (!buffers[j]) {
+      auto padded = prepared_->padded_rows.find(step.outputs[j]);
+      buffers[j] = padded == prepared_->padded_rows.end()
+                       ? memory_.empty(o.dtype, o.shape)
+                       : memory_.empty_padded_rows(o.dtype, o.shape, padded->second);
+    }
+    // A kernel storing only some elements (a scatter nest): the others are the base's, in place
+    // or copied in first.
+    if (o.base < 0) continue;
+    const RtTensor& base = *std::get<TensorHandle>(inputs.at(static_cast<size_t>(o.base)));
+    if (!in_caller[j] || base_fill(*buffers[j], base) != BaseFill::kInPlace)
+      memory_.copy(*buffers[j], base);
   }
 }
 

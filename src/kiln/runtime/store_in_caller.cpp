@@ -101,4 +101,11 @@ bool can_store_in_kernel(const codegen::Kernel& kernel, size_t j, const RtTensor
   return true;
 }
 
+BaseFill base_fill(const RtTensor& dest, const RtTensor& base) {
+  if (base.storage == dest.storage && base.sizes == dest.sizes && base.strides == dest.strides &&
+      base.offset == dest.offset && base.dtype() == dest.dtype())
+    return BaseFill::kInPlace;
+  return disjoint(base, dest) ? BaseFill::kFillFirst : BaseFill::kRefuse;
+}
+
 }  // namespace kiln

@@ -17,4 +17,12 @@ namespace kiln {
 bool can_store_in_kernel(const codegen::Kernel& kernel, size_t j, const RtTensor& dest,
                          const std::vector<RtValue>& inputs);
 
+// An output whose kernel stores only some of its elements (codegen::KernelOutput::base): how the
+// others come to hold the base input's values when the output is stored into `dest`.
+//   kInPlace: `dest` is the base's own memory, element for element: they hold them already.
+//   kFillFirst: the executor copies the base into `dest` before the kernel (no byte shared).
+//   kRefuse: neither; the output goes to a fresh buffer, filled from the base first.
+enum class BaseFill { kInPlace, kFillFirst, kRefuse };
+BaseFill base_fill(const RtTensor& dest, const RtTensor& base);
+
 }  // namespace kiln
