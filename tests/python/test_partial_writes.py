@@ -326,3 +326,43 @@ def test_a_decode_loop_writes_every_position_of_its_cache_as_eager():
         pos, k = _on_device(torch.tensor([p]), ar(2, 1, 4) + p)
         torch.testing.assert_close(jitted(cache, pos, k), step(eager_cache, pos.clone(), k.clone()))
         torch.testing.assert_close(cache, eager_cache)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_index_writes_stored_in_place_agree_with_eager(seed):
+    # Index writes of drawn ranks, dims, sizes and positions into a tensor the caller sees, their
+    # sources computed from another argument (elementwise, transposed, or as it is), sometimes
+    # followed by a read of the whole tensor: the scatter nest where it applies, the gather where
+    # not, each against eager.
+    g = torch.Generator().manual_seed(seed)
+
+    def draw(n):
+        return int(torch.randint(0, n, (1,), generator=g))
+
+    rank = 1 + draw(4)
+    shape = [2 + draw(5) for _ in range(rank)]
+    dim = draw(rank)
+    shape[dim] = 4 + draw(12)
+    count = 1 + draw(shape[dim] // 2)
+    # Repeated positions only where eager's result is specified (the CPU copies them in order).
+    repeated = torch.get_default_device().type == "cpu" and draw(3) == 0
+    positions = torch.randint(0, shape[dim], (count,), generator=g) if repeated else torch.randperm(shape[dim], generator=g)[:count]
+    source_shape = list(shape)
+    source_shape[dim] = count
+    transposed = rank >= 2 and draw(2) == 0
+    dtype = [torch.float32, torch.bfloat16, torch.int64][draw(3)]
+    form, read_after = draw(3), draw(2) == 0
+
+    def f(x, i, y):
+        s = y.transpose(0, 1) if transposed else y
+        s = s * 3 - 1 if form == 0 else (s.abs() if form == 1 else s)
+        x.index_copy_(dim, i, s.to(x.dtype))
+        return x.sum(0) if read_after else None
+
+    def make_args():
+        y_shape = [source_shape[1], source_shape[0], *source_shape[2:]] if transposed else source_shape
+        x = (torch.arange(0, torch.Size(shape).numel()) % 7).reshape(shape).to(dtype)
+        y = (torch.arange(0, torch.Size(y_shape).numel()) % 5 + 10).reshape(y_shape).to(dtype)
+        return _on_device(x, positions.clone(), y)
+
+    check_against_eager(f, make_args)
