@@ -21,7 +21,7 @@
 
 namespace kiln::codegen::detail {
 
-constexpr bool kCudaScatterNests = false;
+constexpr bool kCudaScatterNests = true;
 
 // Whether the region is one index write that fits a scatter nest (see the file's comment), and
 // its parts: the only output an index_copy of a region input read by nothing else, written back
