@@ -229,6 +229,24 @@ GemmPlan plan_gemm(GemmPlan p, int type, const RtTensor& a, const RtTensor& b,
   return flops >= kFlopsPerCopiedByte * q.copy_bytes ? q : p;
 }
 
+// The stride between rows when g's batch dims and rows step evenly, as the rows of one matrix do
+// (a [b, s, k] activation, contiguous or a slice of columns of one), over more than one batch;
+// dims of size 1 step any way.
+std::optional<int64_t> even_row_stride(const Geometry& g) {
+  const size_t r = g.sizes.size();
+  if (r < 3 || shape_numel(g.sizes) == 0 ||
+      shape_numel(Shape(g.sizes.begin(), g.sizes.end() - 2)) < 2)
+    return std::nullopt;
+  std::optional<int64_t> row_stride, next;  // next: what the next outer dim's stride must be
+  for (size_t d = r - 1; d-- > 0;) {
+    if (g.sizes[d] == 1) continue;
+    if (next && g.strides[d] != *next) return std::nullopt;
+    if (!row_stride) row_stride = g.strides[d];
+    next = g.strides[d] * g.sizes[d];
+  }
+  return row_stride;
+}
+
 // The matrices of `g` ([batches..., rows, cols], expanded) copied into a buffer of `rows_p` x
 // `cols_p` matrices whose padding is zero, stored as cuBLAS reads them: transposed (op T: each
 // [cols_p, rows_p] in memory) when `transposed`; one matrix when every batch reads the same one.
@@ -353,6 +371,23 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
   Shape batch_a(ga.sizes.begin(), ga.sizes.end() - 2),
       batch_b(gb.sizes.begin(), gb.sizes.end() - 2);
   Shape batch = broadcast_shapes(batch_a, batch_b);
+  // One matrix B for every batch, over rows of A that follow each other evenly: one product of
+  // all the rows ([b, s, k] activations into a linear: b x s rows), not b products of s rows.
+  // cuBLAS picks its kernel for the whole problem: GPT-2's LM head at 32 x 128 tokens took
+  // 0.96 ms as 32 products and 0.45 as one on the H100.
+  const std::optional<int64_t> row_stride =
+      shape_numel(batch_b) == 1 ? even_row_stride(ga) : std::nullopt;
+  const bool batches_folded = row_stride.has_value();
+  if (batches_folded) {
+    const size_t r = ga.sizes.size();
+    ga = Geometry{{shape_numel(ga.sizes) / ga.sizes[r - 1], ga.sizes[r - 1]},
+                  {*row_stride, ga.strides[r - 1]},
+                  ga.offset};
+    const size_t rb = gb.sizes.size();
+    gb = Geometry{
+        {gb.sizes[rb - 2], gb.sizes[rb - 1]}, {gb.strides[rb - 2], gb.strides[rb - 1]}, gb.offset};
+    batch.clear();
+  }
   GemmPlan plan;
   plan.n = ga.sizes[ga.sizes.size() - 2], plan.k = ga.sizes.back(), plan.m = gb.sizes.back();
   plan.batches = shape_numel(batch);
@@ -446,13 +481,14 @@ TensorHandle run_matrix_product(const Node& node, const std::vector<RtValue>& in
   int64_t copied = plan.aligned ? plan.copy_bytes : 0;
   if (corner_is_result) {
     // Batch dims + [n, m] over the padded matrices, in order.
+    // (Batches folded into one matrix's rows: n_p padded all of them, a batch is n rows of it.)
     Strides strides(out_type.shape.size());
     int64_t stride = 1;
     for (size_t d = strides.size(); d-- > 0;) {
       strides[d] = stride;
-      stride *= d + 1 == strides.size()   ? plan.m_p
-                : d + 2 == strides.size() ? plan.n_p
-                                          : out_type.shape[d];
+      stride *= d + 1 == strides.size()                      ? plan.m_p
+                : d + 2 == strides.size() && !batches_folded ? plan.n_p
+                                                             : out_type.shape[d];
     }
     if (alignment)
       *alignment = {plan.aligned, copied - 2 * batches * n * m * dtype_size(a.dtype())};
