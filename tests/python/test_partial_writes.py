@@ -334,10 +334,12 @@ def test_random_index_writes_stored_in_place_agree_with_eager(seed):
     # sources computed from another argument (elementwise, transposed, or as it is), sometimes
     # followed by a read of the whole tensor: the scatter nest where it applies, the gather where
     # not, each against eager.
+    # The draws run on the CPU's generator whatever the test device is; _on_device moves the
+    # arguments.
     g = torch.Generator().manual_seed(seed)
 
     def draw(n):
-        return int(torch.randint(0, n, (1,), generator=g))
+        return int(torch.randint(0, n, (1,), generator=g, device="cpu"))
 
     rank = 1 + draw(4)
     shape = [2 + draw(5) for _ in range(rank)]
@@ -346,7 +348,11 @@ def test_random_index_writes_stored_in_place_agree_with_eager(seed):
     count = 1 + draw(shape[dim] // 2)
     # Repeated positions only where eager's result is specified (the CPU copies them in order).
     repeated = torch.get_default_device().type == "cpu" and draw(3) == 0
-    positions = torch.randint(0, shape[dim], (count,), generator=g) if repeated else torch.randperm(shape[dim], generator=g)[:count]
+    positions = (
+        torch.randint(0, shape[dim], (count,), generator=g, device="cpu")
+        if repeated
+        else torch.randperm(shape[dim], generator=g, device="cpu")[:count]
+    )
     source_shape = list(shape)
     source_shape[dim] = count
     transposed = rank >= 2 and draw(2) == 0
@@ -361,8 +367,8 @@ def test_random_index_writes_stored_in_place_agree_with_eager(seed):
 
     def make_args():
         y_shape = [source_shape[1], source_shape[0], *source_shape[2:]] if transposed else source_shape
-        x = (torch.arange(0, torch.Size(shape).numel()) % 7).reshape(shape).to(dtype)
-        y = (torch.arange(0, torch.Size(y_shape).numel()) % 5 + 10).reshape(y_shape).to(dtype)
+        x = (torch.arange(0, torch.Size(shape).numel(), device="cpu") % 7).reshape(shape).to(dtype)
+        y = (torch.arange(0, torch.Size(y_shape).numel(), device="cpu") % 5 + 10).reshape(y_shape).to(dtype)
         return _on_device(x, positions.clone(), y)
 
     check_against_eager(f, make_args)
