@@ -269,9 +269,10 @@ _SCATTER_WRITES = {
 
 
 @pytest.mark.parametrize("name", _SCATTER_WRITES)
-def test_an_index_write_stored_in_place_writes_its_positions_in_its_kernel(name):
-    # The region stores the source at the index's positions straight into the caller's tensor,
-    # whose other elements it neither reads nor writes; everything else is as eager's.
+def test_an_index_write_stored_in_place_is_stored_by_its_kernel(name):
+    # The region's kernel stores into the caller's tensor itself, with no copy after it;
+    # everything else is as eager's. (Which form the kernel has, the scatter over the positions or
+    # the gather over the whole tensor, the lit tests check: cpu_index_copy_scatter_kernel.trace.)
     fn, make_args = _SCATTER_WRITES[name]
     jitted = check_against_eager(fn, make_args)
     stats = jitted._cache.last_run_stats

@@ -21,16 +21,11 @@
 
 namespace kiln::codegen::detail {
 
-constexpr bool kCudaScatterNests = true;
-
 // Whether the region is one index write that fits a scatter nest (see the file's comment), and
 // its parts: the only output an index_copy of a region input read by nothing else, written back
 // into that input's tensor, with fewer than half of the dim's positions written (more, and the
 // gather over the whole output does about the same work in one pass that needs no fill).
 std::optional<ScatterStore> KernelEmitter::scatter_store() const {
-  // CUDA's nest (cuda_scatter_nest) is written but has not run on a device yet (bench/NOTES.md,
-  // session 33): until it has, CUDA regions keep the gather.
-  if (target_ != Target::kCpu && !kCudaScatterNests) return std::nullopt;
   if (body_.outputs().size() != 1 || step_.outputs.size() != 1) return std::nullopt;
   const Value* out = body_.outputs()[0];
   const Node* write = out->producer();
@@ -39,7 +34,7 @@ std::optional<ScatterStore> KernelEmitter::scatter_store() const {
   const Value* index = write->input(2);
   const Value* source = write->input(3);
   auto base = input_index_.find(self);
-  if (base == input_index_.end() || input_index_.contains(out)) return std::nullopt;
+  if (base == input_index_.end()) return std::nullopt;
   const TensorType& st = self->tensor_type();
   if (st.rank() == 0 || source->tensor_type().rank() != st.rank()) return std::nullopt;
   const auto dim = static_cast<size_t>(wrap_dim(write->arg(1).as_int(), st.rank()));
@@ -123,9 +118,12 @@ std::string KernelEmitter::scatter_schedule(const ScatterStore& scatter) const {
 std::string KernelEmitter::cpu_scatter_nest(const ScatterStore& scatter, Kernel& k) {
   NestBody body = emit_scatter_body(scatter, k, NestMode::kCpuLoops);
   record_scatter_loads(scatter.nest, k);
+  // Each iteration stores one element per position: the threads share the iterations when the
+  // stores are many (the positions stay in order inside an iteration, for repeated ones).
+  const int64_t stores = shape_numel(scatter.nest) * scatter.write->input(2)->tensor_type().numel();
   return "  {  // last nest over " + shape_str(scatter.nest) +
          " (schedule: " + scatter_schedule(scatter) + ")\n" + indented(body.levels[0], 2) +
-         cpu_loops(scatter.nest, body, shape_numel(scatter.nest)) + "  }\n";
+         cpu_loops(scatter.nest, body, stores) + "  }\n";
 }
 
 std::string KernelEmitter::cuda_scatter_nest(const ScatterStore& scatter, Kernel& k,

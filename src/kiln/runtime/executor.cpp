@@ -467,6 +467,9 @@ void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
   const Step& step = program_.plan.steps[s];
   buffers.assign(step.outputs.size(), nullptr);
   in_caller.assign(step.outputs.size(), false);
+  // Whether an output with a base (a scatter nest) runs on the base's own memory: decided once,
+  // with the destination, and read again below to skip the fill.
+  step_base_in_place_.assign(step.outputs.size(), false);
   for (const Step::Writeback& wb : step.writebacks) {
     size_t j = 0;
     while (j < step.outputs.size() && (step.outputs[j] != wb.value || buffers[j]))
@@ -474,11 +477,12 @@ void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
     if (j == step.outputs.size()) continue;
     TensorHandle dest = window_of(wb.target, wb.window);
     if (!can_store_in_kernel(kernel, j, *dest, inputs)) continue;
-    const int base = kernel.outputs[j].base;
-    if (base >= 0 &&
-        base_fill(*dest, *std::get<TensorHandle>(inputs.at(static_cast<size_t>(base)))) ==
-            BaseFill::kRefuse)
-      continue;
+    if (const int base = kernel.outputs[j].base; base >= 0) {
+      const BaseFill fill =
+          base_fill(*dest, *std::get<TensorHandle>(inputs.at(static_cast<size_t>(base))));
+      if (fill == BaseFill::kRefuse) continue;
+      step_base_in_place_[j] = fill == BaseFill::kInPlace;
+    }
     buffers[j] = dest;
     in_caller[j] = true;
     stored.push_back(wb.target);
@@ -493,10 +497,8 @@ void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
     }
     // A kernel storing only some elements (a scatter nest): the others are the base's, in place
     // or copied in first.
-    if (o.base < 0) continue;
-    const RtTensor& base = *std::get<TensorHandle>(inputs.at(static_cast<size_t>(o.base)));
-    if (!in_caller[j] || base_fill(*buffers[j], base) != BaseFill::kInPlace)
-      memory_.copy(*buffers[j], base);
+    if (o.base >= 0 && !step_base_in_place_[j])
+      memory_.copy(*buffers[j], *std::get<TensorHandle>(inputs.at(static_cast<size_t>(o.base))));
   }
 }
 

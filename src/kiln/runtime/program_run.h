@@ -114,6 +114,7 @@ class ProgramRun {
   std::vector<RtValue> step_inputs_;
   std::vector<TensorHandle> step_buffers_;
   std::vector<char> step_in_caller_;
+  std::vector<char> step_base_in_place_;
   std::vector<const Value*> step_stored_;
   std::vector<const Storage*> caller_storages_;  // sorted (a set's node a tensor cost a malloc)
   bool in_caller_memory(const Storage* s) const {
