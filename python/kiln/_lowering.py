@@ -322,6 +322,9 @@ _register_elementwise(_rdiv, getattr(torch.Tensor, "__rdiv__", None), torch.Tens
 # ---- casts and copies --------------------------------------------------------------------------
 
 
+_CHANNELS_LAST = {torch.channels_last: 4, torch.channels_last_3d: 5}  # memory format -> its rank
+
+
 def _emit_clone(call: Call, self: Proxy, memory_format: Any = None) -> Proxy:
     """A copy of `self` (kiln has no clone op): a new tensor, then `copy_`. For eager's default
     (preserve_format: a dense input keeps its strides) the new tensor is `empty_like`, which kiln
@@ -330,6 +333,15 @@ def _emit_clone(call: Call, self: Proxy, memory_format: Any = None) -> Proxy:
     if memory_format is torch.contiguous_format and not self.is_contiguous():
         meta = call.run_meta(torch.empty, (list(self.shape),), {"dtype": self.dtype, "device": "meta"})
         empty = call.emit("zeros", [list(self.shape)], {"dtype": self.dtype, "device": self.device}, meta)
+    elif memory_format in _CHANNELS_LAST and self.dim() == _CHANNELS_LAST[memory_format]:
+        # Channels last: laid out as a contiguous tensor with the channels moved last, viewed
+        # back (its strides are eager's; empty_like of it is a tensor of its own, not a view).
+        order = [0, *range(2, self.dim()), 1]
+        moved = [self.shape[d] for d in order]
+        meta = call.run_meta(torch.empty, (moved,), {"dtype": self.dtype, "device": "meta"})
+        layout = call.emit("zeros", [moved], {"dtype": self.dtype, "device": self.device}, meta)
+        layout = _via(call, torch.Tensor.permute, layout, [order.index(d) for d in range(self.dim())])
+        empty = call.emit("empty_like", [layout], {}, call.run_meta(torch.empty_like, (layout,), {}))
     else:
         kwargs = {} if memory_format is None else {"memory_format": memory_format}
         empty = call.emit("empty_like", [self], {}, call.run_meta(torch.empty_like, (self,), kwargs))
@@ -357,12 +369,19 @@ _register(_contiguous, torch.Tensor.contiguous)
 
 
 def _cast(call: Call, self: Proxy, dtype: torch.dtype | None, copy: bool = False, memory_format: Any = None) -> Any:
+    """self as dtype in memory_format (None: preserved), as `Tensor.to` gives it: self itself
+    when nothing changes and no copy is asked for."""
+    kwargs = {} if memory_format is None else {"memory_format": memory_format}
     if dtype is None or dtype == self.dtype:
-        if copy:
-            return _emit_clone(call, self, memory_format)
-        return self  # eager returns the tensor itself
-    result = call.run_meta(torch.Tensor.to, (self, dtype), {} if memory_format is None else {"memory_format": memory_format})
-    return call.emit("to", [self, dtype], {}, result)
+        # Eager returns the tensor itself unless asked for a copy or a memory format that is not
+        # the one its strides suggest (the meta run applies eager's rule).
+        if not copy and call.run_meta(torch.Tensor.to, (self, self.dtype), kwargs) is self:
+            return self
+        return _emit_clone(call, self, memory_format)
+    result = call.run_meta(torch.Tensor.to, (self, dtype), kwargs)
+    cast = call.emit("to", [self, dtype], {}, call.run_meta(torch.Tensor.to, (self, dtype), {}))
+    # kiln's `to` keeps self's strides (preserve_format); another format is a copy of the cast.
+    return cast if cast.stride() == result.stride() else _emit_clone(call, cast, memory_format)
 
 
 def _to(call: Call) -> Any:

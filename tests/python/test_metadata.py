@@ -164,3 +164,35 @@ def test_a_first_call_does_not_import_dynamo(tmp_path):
     done = subprocess.run([sys.executable, "-c", program, device], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+# Copies into a named memory format (contiguous, clone, to, a cast): the result is laid out in
+# that format as eager lays it out, or is the argument itself where eager returns it.
+_FORMAT_COPIES = {
+    "contiguous channels_last": lambda x: (x * 2).contiguous(memory_format=torch.channels_last),
+    "clone channels_last": lambda x: x.clone(memory_format=torch.channels_last),
+    "to channels_last": lambda x: x.to(memory_format=torch.channels_last),
+    "to channels_last, then read": lambda x: x.to(memory_format=torch.channels_last) + 1,
+    "cast into channels_last": lambda x: x.to(torch.float64, memory_format=torch.channels_last),
+    "half into channels_last": lambda x: x.half(memory_format=torch.channels_last),
+    "to contiguous_format": lambda x: x.to(memory_format=torch.contiguous_format),
+    "slice into channels_last": lambda x: x[:, 1:].contiguous(memory_format=torch.channels_last),
+    "into channels_last_3d": lambda x: x.unsqueeze(2).contiguous(memory_format=torch.channels_last_3d),
+}
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "permuted"])
+@pytest.mark.parametrize("name", list(_FORMAT_COPIES))
+def test_a_copy_into_a_memory_format_is_laid_out_as_eager(name, layout):
+    from against_eager import check_against_eager
+
+    def make_args():
+        torch.manual_seed(0)  # real() draws its values
+        return [real((layout, (2, 3, 4, 5)), torch.float32).to(torch.get_default_device())]
+
+    check_against_eager(_FORMAT_COPIES[name], make_args)
+
+
+def test_a_memory_format_of_another_rank_raises_as_eager():
+    with pytest.raises(RuntimeError, match="required rank 5 tensor"):
+        kiln.jit(lambda x: x.contiguous(memory_format=torch.channels_last_3d))(torch.ones(2, 3, 4, 5))
