@@ -249,7 +249,8 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
         )
     device = call.default_device() if proxies else tensors[0].device
     written_metas = [proxies[i].as_subclass(torch.Tensor).clone() for i in written]
-    meta_results = [r.as_subclass(torch.Tensor) if isinstance(r, Proxy) else r for r in tensors] + written_metas
+    fresh_metas = [r.as_subclass(torch.Tensor) if isinstance(r, Proxy) else r for r in tensors]
+    meta_results = _device_layouts(call.func, arg_leaves, arg_spec, fresh_metas, device) + written_metas
     results = "; ".join(layout_type_str(r, device) for r in meta_results)
 
     slots = [i for i, leaf in enumerate(arg_leaves) if isinstance(leaf, Proxy)]
@@ -361,6 +362,36 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
     it = iter(fresh_made)
     out = [r if w else (next(it) if isinstance(r, torch.Tensor) else r) for r, w in zip(flat, returned_written)]
     return pytree.tree_unflatten(out, spec)
+
+
+def _channels_last_like(t: torch.Tensor) -> bool:
+    return t.dim() in (4, 5) and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last if t.dim() == 4 else torch.channels_last_3d)
+
+
+def _device_layouts(func: Any, arg_leaves: list, arg_spec: Any, metas: list, device: torch.device) -> list:
+    """The op's fresh results laid out as on `device`. A meta kernel need not lay a result out as
+    the device's kernel does: a convolution of a channels-last argument gives a channels-last
+    result from cuDNN and oneDNN and a contiguous one on meta tensors. Where an argument is
+    channels-last, the layouts are PyTorch's fake tensors' on the device (they select the
+    convolution's backend as the device would; imported only then, as they import torch._dynamo);
+    the meta results' otherwise, or where the fake run fails or disagrees in shape or dtype."""
+    if not any(isinstance(a, Proxy) and _channels_last_like(a) for a in arg_leaves):
+        return metas
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
+        with FakeTensorMode():
+            leaves = [
+                torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=device) if isinstance(a, Proxy) else a
+                for a in arg_leaves
+            ]
+            args, kwargs = pytree.tree_unflatten(leaves, arg_spec)
+            fakes = [r for r in pytree.tree_leaves(func(*args, **kwargs)) if isinstance(r, torch.Tensor)]
+    except Exception:
+        return metas
+    if len(fakes) < len(metas) or any(f.shape != m.shape or f.dtype != m.dtype for f, m in zip(fakes, metas)):
+        return metas
+    return [m if f.stride() == m.stride() else torch.empty_strided(m.shape, f.stride(), dtype=m.dtype, device="meta") for f, m in zip(fakes, metas)]
 
 
 def _keeping_graph(run: Callable[[list], list], step: object, wrt: list[int]) -> Callable[[list], list]:

@@ -210,3 +210,32 @@ def test_the_one_result_run_keeps_eagers_error(monkeypatch):
     torch.testing.assert_close(f(torch.eye(3) * 4), torch.eye(3) * 4)
     with pytest.raises(torch.linalg.LinAlgError, match="(?s)not positive-definite.*run by PyTorch as an eager step"):
         f(-torch.eye(3))  # raised by the op when it runs, not while tracing
+
+
+# A convolution's result layout is its backend's: channels-last where an argument is (cuDNN,
+# oneDNN), which meta kernels do not say. The result, and a region's output read by a second
+# convolution, are laid out as eager lays them out.
+def _conv_twice(x, w, b):
+    y = torch.relu(F.conv2d(x, w, b, padding=1))
+    return F.conv2d(y, w, padding=1), y
+
+
+def _conv3d(x, w, b):
+    return F.conv3d(x, w, b, padding=1) * 2
+
+
+@pytest.mark.parametrize("x_last,w_last", [(True, True), (True, False), (False, True), (False, False)])
+@pytest.mark.parametrize("fn", [_conv_twice, _conv3d], ids=["conv2d twice", "conv3d"])
+def test_a_convolution_of_channels_last_arguments_is_laid_out_as_eager(fn, x_last, w_last):
+    rank = 4 if fn is _conv_twice else 5
+    last = torch.channels_last if rank == 4 else torch.channels_last_3d
+
+    def make_args():
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(2, 8, *[5] * (rank - 2), generator=g)
+        w = torch.randn(8, 8, *[3] * (rank - 2), generator=g) * 0.1
+        b = torch.randn(8, generator=g)
+        x, w = (x.contiguous(memory_format=last) if x_last else x), (w.contiguous(memory_format=last) if w_last else w)
+        return [t.to(torch.get_default_device()) for t in (x, w, b)]
+
+    check_against_eager(fn, make_args, atol=1e-4, rtol=1e-4)
