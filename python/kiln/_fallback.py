@@ -355,6 +355,10 @@ def eager_fallback(call: Call, check: Callable[[tuple, dict], None] | None = Non
         run = _keeping_graph(run, step, wrt)
     fn_id = tracer.register_eager(run, capture_refusal=refusal)
     tracer.fallback_ops += 1
+    # A channels-last input (a convolution's activation): the op is handed its inputs laid out
+    # as eager had them, which decides its backend's kernels (cuDNN's NHWC convolutions).
+    if any(_channels_last_like(p) for p in proxies):
+        gradient = {**gradient, "input_layouts": "; ".join(layout_type_str(p, device) for p in proxies)}
     made = call.emit("eager_call", [fn_id, proxies, results], gradient, results=meta_results, device=device)
     made = list(made) if isinstance(made, (list, tuple)) else [made]
     fresh_made, written_made = made[: len(tensors)], made[len(tensors) :]

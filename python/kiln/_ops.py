@@ -192,7 +192,7 @@ ROWS: tuple[Row, ...] = (
     Row("matmul", "opaque", "self:T, other:T", False),
     Row("bmm", "opaque", "self:T, mat2:T", False),
     Row("linear", "opaque", "input:T, weight:T, bias:T?=None", False),
-    Row("eager_call", "opaque", 'fn:int, inputs:Ts, results:str, *, vjp:int=-1, vjp_results:str="", vjp_outputs:ints=[]', False, -1),
+    Row("eager_call", "opaque", 'fn:int, inputs:Ts, results:str, *, vjp:int=-1, vjp_results:str="", vjp_outputs:ints=[], input_layouts:str=""', False, -1),
     # decompositions
     Row("softmax", "composite", "self:T, dim:int, dtype:dtype?=None", False),
     Row("log_softmax", "composite", "self:T, dim:int, dtype:dtype?=None", False),

@@ -239,3 +239,74 @@ def test_a_convolution_of_channels_last_arguments_is_laid_out_as_eager(fn, x_las
         return [t.to(torch.get_default_device()) for t in (x, w, b)]
 
     check_against_eager(fn, make_args, atol=1e-4, rtol=1e-4)
+
+
+# Convolutions of row-major arguments handed their input channels-last (on CUDA for 16-bit
+# dtypes, _lowering_nn.channels_last_convolution; here on every device, to check the mechanism):
+# the regions between convolutions store their activations channels-last (place_layouts), the
+# caller's input is copied once, and everything the caller sees is as eager's.
+@pytest.fixture
+def channels_last_everywhere(monkeypatch):
+    import kiln._lowering_nn as lowering_nn
+
+    monkeypatch.setattr(
+        lowering_nn, "channels_last_convolution", lambda x, w: x.dim() == 4 and w.dim() == 4 and x.is_contiguous() and w.is_contiguous()
+    )
+
+
+class _Residual(torch.nn.Module):
+    def __init__(self, c: int) -> None:
+        super().__init__()
+        self.c1, self.b1 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False), torch.nn.BatchNorm2d(c)
+        self.c2, self.b2 = torch.nn.Conv2d(c, c, 3, padding=1, bias=False), torch.nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = F.relu(self.b1(self.c1(x)))
+        return F.relu(self.b2(self.c2(y)) + x)
+
+
+def _residual_net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), _Residual(8), _Residual(8), torch.nn.Conv2d(8, 4, 1, stride=2))
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5)
+            m.running_var.uniform_(0.5, 2.0)
+    return net.to(torch.get_default_device())
+
+
+def _images(seed: int) -> torch.Tensor:
+    return torch.randn(2, 3, 10, 10, generator=torch.Generator().manual_seed(seed)).to(torch.get_default_device())
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_convolutions_made_channels_last_agree_with_eager(channels_last_everywhere, train):
+    import copy
+
+    net = _residual_net().train(train)
+    eager = copy.deepcopy(net)
+    jitted = kiln.jit(net)
+    for seed in range(2):
+        with torch.no_grad():
+            got, want = jitted(_images(seed)), eager(_images(seed))
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+        assert got.stride() == want.stride()
+        for (name, g), w in zip(net.state_dict().items(), eager.state_dict().values()):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+    trace = kiln.last_traces(jitted)[-1]
+    assert "laid out in dim order (0, 2, 3, 1)" in trace, trace
+    if not train:  # the caller's image into the first convolution, the last one's result out
+        assert kiln.last_stats(jitted)["layout_copies"] == 2, trace
+
+
+def test_a_training_step_through_channels_last_convolutions_agrees_with_eager(channels_last_everywhere):
+    import copy
+
+    net = _residual_net()
+    eager = copy.deepcopy(net)
+    jitted = kiln.jit(net)
+    for seed in range(2):
+        for model in (jitted, eager):
+            model(_images(seed)).square().mean().backward()
+    for (name, p), q in zip(net.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")

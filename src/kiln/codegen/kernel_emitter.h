@@ -426,6 +426,11 @@ class KernelEmitter {
                                   const std::string& body);
   std::string cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                         std::string* entries);
+  // An output of this nest laid out in another dim order (Step::output_orders): the order the
+  // nest iterates in, so that its stores coalesce; nullptr: row-major.
+  const std::vector<int>* stored_order(const Shape& shape, const Kernel& k) const;
+  static std::string decompose_in_order(const Shape& shape, const std::vector<int>& order,
+                                        const std::string& indent);
 
   // schedule_cuda_rows.cpp: CUDA row nests: a warp or a block per row, its reductions shared, the
   // row cache

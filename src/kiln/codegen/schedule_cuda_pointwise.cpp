@@ -18,6 +18,40 @@ std::string KernelEmitter::cuda_entries(size_t index, char variant, int block_th
   return out;
 }
 
+const std::vector<int>* KernelEmitter::stored_order(const Shape& shape, const Kernel& k) const {
+  for (size_t j = 0; j < k.outputs.size() && j < step_.output_orders.size(); ++j)
+    if (!step_.output_orders[j].empty() && k.outputs[j].shape == shape &&
+        step_.output_orders[j].size() == shape.size())
+      return &step_.output_orders[j];
+  return nullptr;
+}
+
+// decompose's index variables for a walk whose innermost dim is order.back():
+//   order (0, 2, 3, 1) over [2, 8, 6, 6]: i1 = rest % 8; rest /= 8; i3 = rest % 6; ... i0 = rest
+std::string KernelEmitter::decompose_in_order(const Shape& shape, const std::vector<int>& order,
+                                              const std::string& indent) {
+  if (shape_numel(shape) == 0) return decompose(shape, indent);  // the body never runs
+  std::string src = indent + "[[maybe_unused]] I rest = lin;\n";
+  size_t first = order.size();
+  for (size_t k = 0; k < order.size(); ++k)
+    if (shape[static_cast<size_t>(order[k])] != 1) {
+      first = k;
+      break;
+    }
+  for (size_t k = order.size(); k-- > 0;) {
+    const auto d = static_cast<size_t>(order[k]);
+    if (shape[d] == 1) continue;  // loop_index has 0 there
+    const std::string i = "i" + std::to_string(d), size = std::to_string(shape[d]);
+    if (k == first) {
+      src += indent + "const I " + i + " = rest;\n";
+    } else {
+      src += indent + "const I " + i + " = rest % " + size + ";\n";
+      src += indent + "rest /= " + size + ";\n";
+    }
+  }
+  return src;
+}
+
 // The nest's device functions and their entries (appended to `entries`).
 std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                                      std::string* entries) {
@@ -30,6 +64,26 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
 
   NestBody scalar = emit_body(shape, k, is_last, NestMode::kFlat);
   if (row_reductions_ > 0) return cuda_rows_nest(index, shape, k, is_last, nest, entries);
+  // An output laid out channels-last (place_layouts.h): the grid-stride loop walks the elements
+  // in that order, scalar (the vector variant and the tiles assume row-major outputs).
+  if (const std::vector<int>* order = stored_order(shape, k); order && reductions_ == 0) {
+    if (is_last) record_last_nest_loads(shape, k);
+    std::string src = "// schedule: pointwise in dim order (";
+    for (size_t d = 0; d < order->size(); ++d)
+      src += (d ? ", " : "") + std::to_string((*order)[d]);
+    src += ")\ntemplate <class I>\n__device__ __forceinline__ void " + name +
+           "_scalar(const Args& a) {\n" + decls;
+    src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+    src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);\n";
+    src +=
+        "  for (I lin = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
+        "static_cast<I>(threadIdx.x); lin < n; lin += step) {\n";
+    src += decompose_in_order(shape, *order, "    ") + indented(scalar.flat(), 2) +
+           indented(scalar.stores, 2) + "  }\n}\n";
+    *entries += cuda_entries(index, 's', kCudaBlock, name + "_scalar");
+    k.nests.push_back(std::move(nest));
+    return src;
+  }
   if (reductions_ == 0)
     if (std::vector<size_t> transposed = transposed_inputs(shape); !transposed.empty())
       return cuda_tiles_nest(index, shape, k, is_last, nest, transposed, entries);

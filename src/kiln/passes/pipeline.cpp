@@ -14,6 +14,7 @@
 #include "kiln/passes/dce.h"
 #include "kiln/passes/fuse.h"
 #include "kiln/passes/group_multi_tensor.h"
+#include "kiln/passes/place_layouts.h"
 #include "kiln/passes/place_writebacks.h"
 #include "kiln/passes/sink_reshapes.h"
 #include "kiln/support/error.h"
@@ -70,9 +71,9 @@ ExecutionPlan fuse_for_fewest_launches(const Trace& functional) {
 }  // namespace
 
 const std::vector<std::string>& pipeline_passes() {
-  static const std::vector<std::string> passes = {"functionalize",     "cse",  "dce",
-                                                  "sink_reshapes",     "fuse", "place_writebacks",
-                                                  "group_multi_tensor"};
+  static const std::vector<std::string> passes = {
+      "functionalize",      "cse",          "dce", "sink_reshapes", "fuse", "place_writebacks",
+      "group_multi_tensor", "place_layouts"};
   return passes;
 }
 
@@ -140,6 +141,10 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
     history.run(
         "group_multi_tensor",
         [&] { p.stats.multi_tensor_steps = group_multi_tensor(p.execution, p.plan); }, true);
+  if (stop_after == "group_multi_tensor") return p;
+  // After the groups (whose members stay dense row-major): the layouts eager steps were handed.
+  history.run(
+      "place_layouts", [&] { place_layouts(p.execution, p.plan); }, true);
   return p;
 }
 

@@ -58,6 +58,13 @@ std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
       writes += " <- " + wb.value->name();
     }
     if (!writes.empty()) line += "  # writes " + writes;
+    for (size_t j = 0; j < step.output_orders.size(); ++j) {
+      if (step.output_orders[j].empty()) continue;
+      std::string order;
+      for (int d : step.output_orders[j])
+        order += (order.empty() ? "" : ", ") + std::to_string(d);
+      line += "  # " + step.outputs.at(j)->name() + " laid out in dim order (" + order + ")";
+    }
     out += line + "\n";
     for (const auto& node : step.body.nodes()) {
       std::string types;

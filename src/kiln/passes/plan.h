@@ -46,6 +46,10 @@ struct Step {
     std::vector<Window> window;
   };
   std::vector<Writeback> writebacks;
+  // kFusion: per output, the order of its dims in memory, outermost first, where it is not
+  // row-major (empty: row-major). The executor allocates the output so and the kernel iterates
+  // in that order (place_layouts.h: a channels-last activation a convolution reads).
+  std::vector<std::vector<int>> output_orders;
 };
 
 // Consecutive fusion steps [first, first + count) that may run as one multi-tensor kernel

@@ -11,11 +11,15 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "kiln/runtime/executor.h"
 
 namespace kiln {
+
+// The strides of a dense tensor whose dims lie in memory in `order`, outermost first.
+Strides strides_in_order(const Shape& shape, std::span<const int> order);
 
 class DeviceMemoryOps {
  public:
@@ -35,6 +39,9 @@ class DeviceMemoryOps {
   void copy(RtTensor& dst, const RtTensor& src) const;
   // A fresh contiguous tensor.
   TensorHandle empty(DType dtype, const Shape& shape) const;
+  // A fresh dense tensor whose dims lie in memory in `order`, outermost first (a permutation of
+  // the dims: Step::output_orders).
+  TensorHandle empty_in_order(DType dtype, const Shape& shape, std::span<const int> order) const;
   // A fresh CUDA tensor whose rows (the last dim) are `row_pitch` elements apart, the elements
   // between the end of a row and the next zeroed (Storage::row_length: a matrix product's
   // operand read in place at tensor-core alignment).

@@ -91,6 +91,23 @@ void with_eager_layouts(const Step& step, const std::set<const Value*>& any_layo
   }
 }
 
+// An eager step's inputs laid out as eager handed them to it, where that was a dense
+// permutation (a channels-last activation for a convolution: passes/place_layouts.h): one that
+// is not so laid out (a program input, a step's result place_layouts left row-major) is copied.
+void in_eager_orders(const std::vector<std::vector<int>>& orders, const DeviceMemoryOps& memory,
+                     std::vector<RtValue>& inputs) {
+  for (size_t j = 0; j < orders.size() && j < inputs.size(); ++j) {
+    const auto* t = std::get_if<TensorHandle>(&inputs[j]);
+    if (!t || orders[j].empty()) continue;
+    const RtTensor& in = **t;
+    const Strides want = strides_in_order(in.sizes, orders[j]);
+    bool laid_out = true;
+    for (size_t d = 0; d < want.size(); ++d)
+      laid_out = laid_out && (in.sizes[d] == 1 || in.strides[d] == want[d]);
+    if (!laid_out) inputs[j] = memory.materialize(in, Geometry{in.sizes, want, 0}, in.numel());
+  }
+}
+
 // A step that only views its inputs (the q, k and v an attention reads from one product, a
 // weight's gradient that is the transpose of a product) runs no kernel: its views are made on
 // the tensors where they are, as the interpreter makes them; a reshape no view expresses is
@@ -397,7 +414,7 @@ void ProgramRun::run_step(size_t s) {
     for (const Value* v : step.inputs)
       inputs.push_back(env_.at(v));
     if (is_eager_call(step)) {
-      run_eager(step, inputs);
+      run_eager(s, inputs);
       ++stats_->eager_steps;
       how = "eager";
     } else if (run_kernel(s, inputs, stored)) {
@@ -491,9 +508,12 @@ void ProgramRun::kernel_buffers(size_t s, const codegen::Kernel& kernel,
     const codegen::KernelOutput& o = kernel.outputs[j];
     if (!buffers[j]) {
       auto padded = prepared_->padded_rows.find(step.outputs[j]);
-      buffers[j] = padded == prepared_->padded_rows.end()
-                       ? memory_.empty(o.dtype, o.shape)
-                       : memory_.empty_padded_rows(o.dtype, o.shape, padded->second);
+      if (padded != prepared_->padded_rows.end())
+        buffers[j] = memory_.empty_padded_rows(o.dtype, o.shape, padded->second);
+      else if (j < step.output_orders.size() && !step.output_orders[j].empty())
+        buffers[j] = memory_.empty_in_order(o.dtype, o.shape, step.output_orders[j]);
+      else
+        buffers[j] = memory_.empty(o.dtype, o.shape);
     }
     // A kernel storing only some elements (a scatter nest): the others are the base's, in place
     // or copied in first.
@@ -534,8 +554,10 @@ void ProgramRun::bind_kernel_results(size_t s, std::span<const TensorHandle> buf
 // PyTorch runs it, on the tensors where they are (device memory included): the interpreter only
 // hands them to the registered function (eager_calls.h), after the views it reads through (a
 // reshape no view expresses copies on the device).
-void ProgramRun::run_eager(const Step& step, std::vector<RtValue>& inputs) {
+void ProgramRun::run_eager(size_t s, std::vector<RtValue>& inputs) {
+  const Step& step = program_.plan.steps[s];
   with_eager_layouts(step, prepared_->any_layout, memory_, inputs);
+  in_eager_orders(prepared_->eager_input_orders[s], memory_, inputs);
   if (options_.capture) options_.capture->admit_eager_step(step.body, inputs);
   std::optional<DeviceCopyScope> device_copies;
   if (memory_.cuda()) device_copies.emplace(memory_.device_copier());

@@ -87,7 +87,7 @@ class ProgramRun {
     std::vector<Member> members;  // one per step, then one past the last
   };
   GroupRun group_run_;
-  void run_eager(const Step& step, std::vector<RtValue>& inputs);
+  void run_eager(size_t s, std::vector<RtValue>& inputs);
   // A step without a kernel: PyTorch's ops (the step runner) or the interpreter; says which
   // ("torch", "interpreted").
   const char* run_without_kernel(size_t s, std::vector<RtValue>& inputs);

@@ -1,0 +1,36 @@
+// place_layouts: lays out a fusion region's output the way the eager step that reads it was
+// handed it in eager, where that is a dense permutation other than row-major: the activations
+// a channels-last convolution reads (cuDNN's NHWC kernels, oneDNN's), which a row-major buffer
+// would send through the library's own transposes, or a copy before the step.
+//
+//   (t3,) = kilnFusion1(t2)        # relu of the last convolution's result
+//   (t5,) = eager_call(t3, w)      # eager_call(..., input_layouts="... strides=(288, 1, 48, 8)")
+//   ->  (t3,) = kilnFusion1(t2)  # t3 laid out in dim order (0, 2, 3, 1)
+//
+// The kernel iterates in that order (its stores coalesce) and the executor allocates the output
+// so (executor.cpp, kernel_buffers). Values whose layout something else decides keep row-major:
+// the program's outputs and writebacks (the caller's layouts), values read through their storage
+// (as_strided, a bitcast) or by a library product, members of a multi-tensor group (dense
+// row-major tensors), and a value two eager steps want in different orders.
+//
+// Requires: a plan after group_multi_tensor. Ensures: Step::output_orders set as above, nothing
+// else changed. Tests: tests/lit/passes/place_layouts.trace, tests/python/test_fallback.py.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "kiln/ir/trace.h"
+#include "kiln/passes/plan.h"
+
+namespace kiln {
+
+// The dims of a dense layout from outermost to innermost (size-1 dims first), or nullopt where
+// the strides are not a dense permutation or are row-major.
+std::optional<std::vector<int>> permuted_dense_order(const Shape& sizes,
+                                                     const std::vector<int64_t>& strides);
+
+// Returns the number of outputs given an order.
+int place_layouts(const Trace& functional, ExecutionPlan& plan);
+
+}  // namespace kiln
