@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 
 from ._lowering import _bind, _cast, _register, _same_object, _emit_clone, _torch_fns, _via
 from ._tracer import Call, Proxy
@@ -260,43 +261,53 @@ _native_attention.__qualname__ = _native_attention_output.__qualname__ = "torch.
 _register(_multi_head_attention, F.multi_head_attention_forward)
 
 
-# ---- convolutions ------------------------------------------------------------------------------
-
+# ---- convolutions and pooling ------------------------------------------------------------------
 
 _CHANNELS_LAST_CONVOLUTIONS = os.environ.get("KILN_CHANNELS_LAST_CONVOLUTIONS") != "0"
 
 
-def channels_last_convolution(x: Proxy, w: Proxy) -> bool:
-    """Whether kiln hands a convolution of row-major (NCHW) arguments its input channels-last.
-    cuDNN computes 16-bit 2-d convolutions on Hopper in NHWC and transposes NCHW activations in
-    and out of each (2.2 of ResNet-50's 10.8 ms at batch 128 on an H100, bench/NOTES.md); kiln
-    lays the activations between convolutions out channels-last instead (place_layouts.h), with
-    a copy only where one comes from the caller. Tests replace this to check the mechanism on the
-    CPU; KILN_CHANNELS_LAST_CONVOLUTIONS=0 turns it off (for side-by-side comparisons)."""
+def channels_last_convolution(x: Proxy, w: Proxy | None) -> bool:
+    """Whether kiln hands a convolution (w its weight) or a pooling (w None) of a row-major (NCHW)
+    input that input channels-last. cuDNN computes 16-bit 2-d convolutions on Hopper in NHWC and
+    transposes NCHW activations in and out of each (2.2 of ResNet-50's 10.8 ms at batch 128 on an
+    H100, bench/NOTES.md), and PyTorch's CUDA pooling has NHWC kernels: kiln lays the activations
+    between such steps out channels-last instead (place_layouts.h), with a copy only where one
+    comes from the caller. Tests replace this to check the mechanism on the CPU;
+    KILN_CHANNELS_LAST_CONVOLUTIONS=0 turns it off (for side-by-side comparisons)."""
     return (
         _CHANNELS_LAST_CONVOLUTIONS
-        and x.device.type == "cuda" and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 4 and w.dim() == 4
-        and x.is_contiguous() and w.is_contiguous()
+        and x.device.type == "cuda" and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 4 and x.is_contiguous()
+        and (w is None or (w.dim() == 4 and w.is_contiguous()))
     )
 
 
-def _conv2d(call: Call) -> Any:
-    """A 2-d convolution runs as an eager step (PyTorch picks its kernel). Where
-    channels_last_convolution says so, on the input made channels-last: the copy is in the trace,
+def _channels_last_input(call: Call) -> Any:
+    """A 2-d convolution or pooling runs as an eager step (PyTorch picks its kernel). Where
+    channels_last_convolution says so, on its input made channels-last: the copy is in the trace,
     so the region that computes the input stores it channels-last (a copy only where none does),
-    and the result is made row-major again for what reads it, as eager's is (that copy fuses into
+    and each result is made row-major again for what reads it, as eager's is (that copy fuses into
     the readers: they read the channels-last result through its strides)."""
     from ._fallback import eager_fallback
 
-    args = _bind(call, lambda input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1: None)
-    x, w = args["input"], args["weight"]
-    if not (isinstance(x, Proxy) and isinstance(w, Proxy) and channels_last_convolution(x, w)):
+    args, kwargs = list(call.args), dict(call.kwargs)
+    x = args[0] if args else kwargs.get("input")
+    w = (args[1] if len(args) > 1 else kwargs.get("weight")) if call.func is F.conv2d else None
+    if not isinstance(x, Proxy) or (call.func is F.conv2d and not isinstance(w, Proxy)) or not channels_last_convolution(x, w):
         return eager_fallback(call)
-    eager = call.run_meta()  # eager's checks, and its result's layout
+    eager = call.run_meta()  # eager's checks, and its results' layouts
     x_last = _cast(call, x, None, memory_format=torch.channels_last)
-    rest = {k: v for k, v in args.items() if k not in ("input", "weight")}
-    y = eager_fallback(Call(call.tracer, call.func, (x_last, w), rest, call.loc))
-    return y if y.stride() == eager.stride() else _emit_clone(call, y, torch.contiguous_format)
+    if args:
+        args[0] = x_last
+    else:
+        kwargs["input"] = x_last
+    made = eager_fallback(Call(call.tracer, call.func, tuple(args), kwargs, call.loc))
+    flat, spec = pytree.tree_flatten(made)
+    want = pytree.tree_leaves(eager)
+    flat = [
+        _emit_clone(call, y, torch.contiguous_format) if isinstance(y, Proxy) and y.stride() != e.stride() else y
+        for y, e in zip(flat, want)
+    ]
+    return pytree.tree_unflatten(flat, spec)
 
 
-_register(_conv2d, F.conv2d)
+_register(_channels_last_input, F.conv2d, F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d)

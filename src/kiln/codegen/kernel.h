@@ -116,6 +116,9 @@ struct KernelNest {
   int rows_per_block = 1;   // a row nest's rows run by one block at once: 1, or a warp per row
   int block_threads = 256;  // threads per block (a row nest's block per row may have fewer)
   int vector_width = 0;     // elements per thread of the vectorized variant; 0: none
+  // The order the nest walks its dims in, outermost first (Step::output_orders); empty:
+  // row-major. Its vector variant's tensors must be dense in that order.
+  std::vector<int> order;
   std::vector<int> vector_inputs;   // inputs it loads as vectors: contiguous and aligned
   std::vector<int> vector_outputs;  // outputs it stores as vectors (every output of the nest)
   // A row nest whose rows are split across blocks (too few rows to fill the device): the grid is

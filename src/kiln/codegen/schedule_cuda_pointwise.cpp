@@ -64,27 +64,15 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
 
   NestBody scalar = emit_body(shape, k, is_last, NestMode::kFlat);
   if (row_reductions_ > 0) return cuda_rows_nest(index, shape, k, is_last, nest, entries);
-  // An output laid out channels-last (place_layouts.h): the grid-stride loop walks the elements
-  // in that order, scalar (the vector variant and the tiles assume row-major outputs).
-  if (const std::vector<int>* order = stored_order(shape, k); order && reductions_ == 0) {
-    if (is_last) record_last_nest_loads(shape, k);
-    std::string src = "// schedule: pointwise in dim order (";
-    for (size_t d = 0; d < order->size(); ++d)
-      src += (d ? ", " : "") + std::to_string((*order)[d]);
-    src += ")\ntemplate <class I>\n__device__ __forceinline__ void " + name +
-           "_scalar(const Args& a) {\n" + decls;
-    src += "  const I n = static_cast<I>(" + numel + "LL);\n";
-    src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);\n";
-    src +=
-        "  for (I lin = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
-        "static_cast<I>(threadIdx.x); lin < n; lin += step) {\n";
-    src += decompose_in_order(shape, *order, "    ") + indented(scalar.flat(), 2) +
-           indented(scalar.stores, 2) + "  }\n}\n";
-    *entries += cuda_entries(index, 's', kCudaBlock, name + "_scalar");
-    k.nests.push_back(std::move(nest));
-    return src;
-  }
-  if (reductions_ == 0)
+  // An output laid out in another dim order (place_layouts.h: channels-last): the nest walks
+  // its elements in that order, so its stores and the loads of inputs laid out alike coalesce
+  // (its vector variant where they are all dense in that order); no tiles.
+  const std::vector<int>* order = reductions_ == 0 ? stored_order(shape, k) : nullptr;
+  auto walk = [&](const std::string& indent) {
+    return order ? decompose_in_order(shape, *order, indent) : decompose(shape, indent);
+  };
+  if (order) nest.order = *order;
+  if (reductions_ == 0 && !order)
     if (std::vector<size_t> transposed = transposed_inputs(shape); !transposed.empty())
       return cuda_tiles_nest(index, shape, k, is_last, nest, transposed, entries);
   element_.numel = nest.numel;
@@ -98,15 +86,21 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   if (schedule.kind == ReductionSchedule::Kind::kColumns)
     return cuda_columns_nest(index, shape, k, is_last, nest, schedule, entries);
   if (is_last) record_last_nest_loads(shape, k);
-  std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
-                    "_scalar(const Args& a) {\n" + decls;
+  std::string src;
+  if (order) {
+    src = "// schedule: pointwise in dim order (";
+    for (size_t d = 0; d < order->size(); ++d)
+      src += (d ? ", " : "") + std::to_string((*order)[d]);
+    src += ")\n";
+  }
+  src += "template <class I>\n__device__ __forceinline__ void " + name +
+         "_scalar(const Args& a) {\n" + decls;
   src += "  const I n = static_cast<I>(" + numel + "LL);\n";
   src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);\n";
   src +=
       "  for (I lin = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
       "static_cast<I>(threadIdx.x); lin < n; lin += step) {\n";
-  src += decompose(shape, "    ") + indented(scalar.flat(), 2) + indented(scalar.stores, 2) +
-         "  }\n}\n";
+  src += walk("    ") + indented(scalar.flat(), 2) + indented(scalar.stores, 2) + "  }\n}\n";
 
   // The vectorized variant: inputs read only at the iteration's own element load as vectors.
   std::string identity = index_key(loop_index(shape));
@@ -163,7 +157,7 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
              n + "[" + v + "];\n";
     }
     src += "#pragma unroll\n      for (int l = 0; l < " + v + "; ++l) {\n";
-    src += "        const I lin = base + l;\n" + decompose(shape, "        ");
+    src += "        const I lin = base + l;\n" + walk("        ");
     src += "        {\n" + indented(lane.flat(), 5) + indented(lane.stores, 5) +
            "        }\n      }\n";
     for (size_t j : outs) {
@@ -173,9 +167,9 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
              ">(static_cast<char*>(out" + n + ") + static_cast<int64_t>(oo" + n + " + base) * " +
              size + ", lane_out" + n + ");\n";
     }
-    src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" +
-           decompose(shape, "        ") + "        {\n" + indented(scalar.flat(), 5) +
-           indented(scalar.stores, 5) + "        }\n      }\n    }\n  }\n}\n";
+    src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" + walk("        ") +
+           "        {\n" + indented(scalar.flat(), 5) + indented(scalar.stores, 5) +
+           "        }\n      }\n    }\n  }\n}\n";
     variants += "v";
   }
   for (char variant : variants) {
