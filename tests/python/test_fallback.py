@@ -302,8 +302,11 @@ def test_convolutions_made_channels_last_agree_with_eager(channels_last_everywhe
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
     trace = kiln.last_traces(jitted)[-1]
     assert "laid out in dim order (0, 2, 3, 1)" in trace, trace
-    if not train:  # the caller's image into the first convolution, the last one's result out
-        assert kiln.last_stats(jitted)["layout_copies"] == 2, trace
+    stats = kiln.last_stats(jitted)
+    if not train and stats["interpreted_steps"] == stats["torch_steps"] == 0:
+        # the caller's image into the first convolution, the last one's result out (a region's
+        # output the interpreter makes is row-major: copied for the convolution reading it)
+        assert stats["layout_copies"] == 2, trace
 
 
 def test_a_training_step_through_channels_last_convolutions_agrees_with_eager(channels_last_everywhere):

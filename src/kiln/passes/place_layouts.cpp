@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 #include <set>
 
 #include "kiln/ir/type_rules.h"

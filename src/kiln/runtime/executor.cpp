@@ -573,8 +573,13 @@ void ProgramRun::run_eager(size_t s, std::vector<RtValue>& inputs) {
 const char* ProgramRun::run_without_kernel(size_t s, std::vector<RtValue>& inputs) {
   const Step& step = program_.plan.steps[s];
   if (options_.capture) options_.capture->refuse("a step without a kernel");
-  // PyTorch's ops or the interpreter: both read eager's layouts.
+  // PyTorch's ops or the interpreter: both read eager's layouts (a channels-last activation
+  // place_layouts laid out is row-major in eager: a view() of it may need that).
   with_eager_layouts(step, prepared_->any_layout, memory_, inputs);
+  for (size_t j = 0; j < inputs.size(); ++j)
+    if (const auto* t = std::get_if<TensorHandle>(&inputs[j]);
+        t && prepared_->laid_out.contains(step.inputs[j]) && !dense(**t))
+      inputs[j] = memory_.clone_of(**t);
   if (options_.step_runner) {
     ++stats_->torch_steps;
     std::vector<RtValue> outs =

@@ -202,6 +202,9 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
   if (device.kind == Device::Kind::kCuda)
     p->padded_rows = padded_rows(program, *p, layout_read, is_product);
   p->eager_input_orders = eager_input_orders(steps);
+  for (const Step& step : steps)
+    for (size_t j = 0; j < step.output_orders.size(); ++j)
+      if (!step.output_orders[j].empty()) p->laid_out.insert(step.outputs[j]);
   p->runner_index_checks.resize(steps.size());
   for (size_t s = 0; s < steps.size(); ++s) {
     const bool kernel = device.kind == Device::Kind::kCuda

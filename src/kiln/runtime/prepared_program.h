@@ -40,6 +40,8 @@ struct PreparedKernels {
   // input in, where its eager_call's input_layouts asks for a dense permutation other than
   // row-major (empty: as it is). Steps other than eager calls: empty.
   std::vector<std::vector<std::vector<int>>> eager_input_orders;
+  // Fusion steps' outputs laid out in another dim order (Step::output_orders).
+  std::set<const Value*> laid_out;
   // Per fusion step without a kernel (one PyTorch runs op by op): what decides its index ops'
   // indices before the first step, one IndexCheck per index drawn from the program's inputs
   // (none for an index known in range), or nullopt when an index is neither (its op checks it).
