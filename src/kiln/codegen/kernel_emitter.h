@@ -366,6 +366,8 @@ class KernelEmitter {
   static std::string table_position(const Value* v, const Index& at);
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last);
   static std::string cpu_loops(const Shape& shape, const NestBody& body, int64_t work);
+  std::string cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
+                                const NestBody& body, int64_t work, bool is_last);
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
                                               int64_t work) const;
   std::string cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last);

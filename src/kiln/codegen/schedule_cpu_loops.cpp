@@ -46,6 +46,8 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
   bool has_reductions = reductions_ > 0;
   if (is_last) record_last_nest_loads(shape, k);
   const int64_t work = shape_numel(shape) + pass_iterations_;
+  if (const std::vector<int>* order = has_reductions ? nullptr : stored_order(shape, k))
+    return cpu_ordered_loops(shape, *order, body, work, is_last);
   std::vector<std::string> unit = unit_inner_strides(shape, k, work);
   const bool tiled = !has_reductions && tiles_fit(shape, body);
   std::string flat = has_reductions || tiled ? "" : cpu_flat_loop(shape, k, is_last);
@@ -84,6 +86,33 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
   if (!flat.empty()) out += "  }\n";
   out += "  }\n";
   return out;
+}
+
+// A nest whose output is laid out in another dim order (place_layouts.h: channels-last): its
+// loops in that order, the body whole in the innermost (its levels assume row-major loops), so
+// that the stores and the loads of inputs laid out alike are consecutive:
+//   order (0, 2, 3, 1) over [N, C, H, W]: for i0 { for i2 { for i3 { simd for i1 { ... } } } }
+std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
+                                             const NestBody& body, int64_t work, bool is_last) {
+  std::string walk;
+  for (size_t d = 0; d < order.size(); ++d)
+    walk += (d ? ", " : "") + std::to_string(order[d]);
+  std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
+                    shape_str(shape) + " (schedule: loops in dim order (" + walk + "))\n";
+  const size_t n = order.size();
+  const int collapse = n > 2 ? 2 : 1;
+  if (work >= kParallelIterations && n > 1)
+    out += "#pragma omp parallel for collapse(" + std::to_string(collapse) + ")\n";
+  for (size_t k = 0; k < n; ++k) {
+    const std::string i = "i" + std::to_string(order[k]), pad(2 + 2 * k, ' ');
+    if (k + 1 == n && n > 1) out += pad + "  #pragma omp simd\n";
+    out += pad + "  for (int64_t " + i + " = 0; " + i + " < " +
+           std::to_string(shape[static_cast<size_t>(order[k])]) + "; ++" + i + ") {\n";
+  }
+  out += indented(body.flat() + body.stores, static_cast<int>(n) + 2);
+  for (size_t k = n; k-- > 0;)
+    out += std::string(2 + 2 * k, ' ') + "  }\n";
+  return out + "  }\n";
 }
 
 // A CPU nest's loops around its body: the outer ones shared by the cores (OpenMP) when the
