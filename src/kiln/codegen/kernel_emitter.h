@@ -305,6 +305,8 @@ class KernelEmitter {
   std::string layout_decls(const Kernel& k, const std::string& from,
                            const std::string& index) const;
   static std::string decompose(const Shape& shape, const std::string& indent);
+  static std::string decompose_in_order(const Shape& shape, const std::vector<int>& order,
+                                        const std::string& indent);
   static const char* storage_type(DType d);
 
   // emit_values.cpp: a value at an index: code placement by loop level, loads and views, numbers,
@@ -431,8 +433,6 @@ class KernelEmitter {
   // An output of this nest laid out in another dim order (Step::output_orders): the order the
   // nest iterates in, so that its stores coalesce; nullptr: row-major.
   const std::vector<int>* stored_order(const Shape& shape, const Kernel& k) const;
-  static std::string decompose_in_order(const Shape& shape, const std::vector<int>& order,
-                                        const std::string& indent);
 
   // schedule_cuda_rows.cpp: CUDA row nests: a warp or a block per row, its reductions shared, the
   // row cache

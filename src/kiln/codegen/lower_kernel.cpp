@@ -2,6 +2,7 @@
 // Part of the kernel emitter (kernel_emitter.h).
 #include "kiln/codegen/kernel_emitter.h"
 
+#include <numeric>
 #include <set>
 
 namespace kiln::codegen::detail {
@@ -417,25 +418,34 @@ std::string KernelEmitter::layout_decls(const Kernel& k, const std::string& from
 // i0, i1, ... of the linear position `lin` (row-major over `shape`; dims of size 1 are 0, and a
 // shape with a size-0 dim never runs its body).
 std::string KernelEmitter::decompose(const Shape& shape, const std::string& indent) {
+  std::vector<int> row_major(shape.size());
+  std::iota(row_major.begin(), row_major.end(), 0);
+  return decompose_in_order(shape, row_major, indent);
+}
+
+// The same for a walk whose innermost dim is order.back():
+//   order (0, 2, 3, 1) over [2, 8, 6, 6]: i1 = rest % 8; rest /= 8; i3 = rest % 6; ... i0 = rest
+std::string KernelEmitter::decompose_in_order(const Shape& shape, const std::vector<int>& order,
+                                              const std::string& indent) {
   std::string src = indent + "[[maybe_unused]] I rest = lin;\n";
   if (shape_numel(shape) == 0) {  // the body never runs; its indices only need to exist
     for (size_t d = 0; d < shape.size(); ++d)
       if (shape[d] != 1) src += indent + "const I i" + std::to_string(d) + " = 0;\n";
     return src;
   }
-  size_t first = shape.size();
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (shape[d] != 1) {
-      first = d;
+  size_t first = order.size();
+  for (size_t k = 0; k < order.size(); ++k)
+    if (shape[static_cast<size_t>(order[k])] != 1) {
+      first = k;
       break;
     }
-  for (size_t d = shape.size(); d-- > 0;) {
+  for (size_t k = order.size(); k-- > 0;) {
+    const auto d = static_cast<size_t>(order[k]);
     if (shape[d] == 1) continue;  // loop_index has 0 there
-    std::string i = "i" + std::to_string(d);
-    if (d == first) {
+    const std::string i = "i" + std::to_string(d), size = std::to_string(shape[d]);
+    if (k == first) {
       src += indent + "const I " + i + " = rest;\n";
     } else {
-      std::string size = std::to_string(shape[d]);
       src += indent + "const I " + i + " = rest % " + size + ";\n";
       src += indent + "rest /= " + size + ";\n";
     }

@@ -26,32 +26,6 @@ const std::vector<int>* KernelEmitter::stored_order(const Shape& shape, const Ke
   return nullptr;
 }
 
-// decompose's index variables for a walk whose innermost dim is order.back():
-//   order (0, 2, 3, 1) over [2, 8, 6, 6]: i1 = rest % 8; rest /= 8; i3 = rest % 6; ... i0 = rest
-std::string KernelEmitter::decompose_in_order(const Shape& shape, const std::vector<int>& order,
-                                              const std::string& indent) {
-  if (shape_numel(shape) == 0) return decompose(shape, indent);  // the body never runs
-  std::string src = indent + "[[maybe_unused]] I rest = lin;\n";
-  size_t first = order.size();
-  for (size_t k = 0; k < order.size(); ++k)
-    if (shape[static_cast<size_t>(order[k])] != 1) {
-      first = k;
-      break;
-    }
-  for (size_t k = order.size(); k-- > 0;) {
-    const auto d = static_cast<size_t>(order[k]);
-    if (shape[d] == 1) continue;  // loop_index has 0 there
-    const std::string i = "i" + std::to_string(d), size = std::to_string(shape[d]);
-    if (k == first) {
-      src += indent + "const I " + i + " = rest;\n";
-    } else {
-      src += indent + "const I " + i + " = rest % " + size + ";\n";
-      src += indent + "rest /= " + size + ";\n";
-    }
-  }
-  return src;
-}
-
 // The nest's device functions and their entries (appended to `entries`).
 std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                                      std::string* entries) {

@@ -31,16 +31,6 @@ std::optional<std::vector<int>> permuted_dense_order(const Shape& sizes,
 
 namespace {
 
-bool reads_storage(const Step& step) {
-  for (const auto& n : step.body.nodes()) {
-    const OpId id = n->id();
-    if (id == OpId::kAsStrided || id == OpId::kAsStridedScatter || id == OpId::kViewDtype ||
-        id == OpId::kBitcast)
-      return true;
-  }
-  return false;
-}
-
 const Node* eager_call_of(const Step& step) {
   if (step.kind != Step::Kind::kOpaque) return nullptr;
   for (const auto& n : step.body.nodes())
@@ -48,52 +38,62 @@ const Node* eager_call_of(const Step& step) {
   return nullptr;
 }
 
-// The outer value a step's body input stands for.
-const Value* outer(const Step& step, const Value* inner) {
+// The position among the step's inputs of the one a body input stands for.
+std::optional<size_t> input_position(const Step& step, const Value* inner) {
   for (size_t i = 0; i < step.body.inputs().size(); ++i)
-    if (step.body.inputs()[i] == inner) return step.inputs.at(i);
-  return nullptr;
+    if (step.body.inputs()[i] == inner) return i;
+  return std::nullopt;
+}
+
+// Records in step.input_orders the dim orders its eager_call was handed its inputs in (those
+// that were dense permutations other than row-major); the inputs wanted row-major go to `fixed`.
+void record_input_orders(const Node& call, Step& step, std::set<const Value*>& fixed) {
+  const std::string& text = call.arg("input_layouts").as_string();
+  if (text.empty()) return;
+  const std::vector<EagerResult> layouts = parse_eager_results(text);
+  const std::vector<Value*>& args = call.arg(1).values();
+  for (size_t k = 0; k < args.size() && k < layouts.size(); ++k) {
+    const std::optional<size_t> i = input_position(step, args[k]);
+    if (!i || !args[k]->is_tensor()) continue;
+    std::optional<std::vector<int>> order =
+        permuted_dense_order(args[k]->tensor_type().shape, layouts[k].strides);
+    if (!order) {
+      fixed.insert(step.inputs[*i]);  // wanted row-major (or as it is) here
+      continue;
+    }
+    step.input_orders.resize(step.inputs.size());
+    step.input_orders[*i] = *order;
+  }
 }
 
 }  // namespace
 
-int place_layouts(const Trace& functional, ExecutionPlan& plan) {
+void place_layouts(const Trace& functional, ExecutionPlan& plan) {
   std::set<const Value*> fixed(functional.outputs().begin(), functional.outputs().end());
   for (const auto& wb : functional.writebacks)
     fixed.insert(wb.second);
   std::map<const Value*, std::vector<int>> wanted;
-  for (const Step& step : plan.steps) {
+  for (Step& step : plan.steps) {
     for (const Step::Writeback& wb : step.writebacks)
       fixed.insert(wb.value);
     const Node* call = eager_call_of(step);
     if (!call) {
       // Read through their storage or by a library product: row-major, as eager's.
-      if (step.kind != Step::Kind::kFusion || reads_storage(step))
+      if (step.kind != Step::Kind::kFusion || reads_through_storage(step))
         fixed.insert(step.inputs.begin(), step.inputs.end());
       continue;
     }
-    const std::string& text = call->arg("input_layouts").as_string();
-    if (text.empty()) continue;
-    const std::vector<EagerResult> layouts = parse_eager_results(text);
-    const std::vector<Value*>& inputs = call->arg(1).values();
-    for (size_t k = 0; k < inputs.size() && k < layouts.size(); ++k) {
-      const Value* v = outer(step, inputs[k]);
-      if (!v || !v->is_tensor()) continue;
-      std::optional<std::vector<int>> order =
-          permuted_dense_order(v->tensor_type().shape, layouts[k].strides);
-      if (!order) {
-        fixed.insert(v);  // wanted row-major (or as it is) here
-        continue;
-      }
-      auto [it, inserted] = wanted.emplace(v, *order);
-      if (!inserted && it->second != *order) fixed.insert(v);
+    record_input_orders(*call, step, fixed);
+    for (size_t i = 0; i < step.input_orders.size(); ++i) {
+      if (step.input_orders[i].empty()) continue;
+      auto [it, inserted] = wanted.emplace(step.inputs[i], step.input_orders[i]);
+      if (!inserted && it->second != step.input_orders[i]) fixed.insert(step.inputs[i]);
     }
   }
   std::vector<bool> grouped(plan.steps.size(), false);
   for (const MultiTensorGroup& g : plan.multi_tensor_groups)
     for (size_t s = g.first; s < g.first + g.count; ++s)
       grouped[s] = true;
-  int placed = 0;
   for (size_t s = 0; s < plan.steps.size(); ++s) {
     Step& step = plan.steps[s];
     if (step.kind != Step::Kind::kFusion || grouped[s]) continue;
@@ -102,10 +102,8 @@ int place_layouts(const Trace& functional, ExecutionPlan& plan) {
       if (it == wanted.end() || fixed.contains(step.outputs[j])) continue;
       step.output_orders.resize(step.outputs.size());
       step.output_orders[j] = it->second;
-      ++placed;
     }
   }
-  return placed;
 }
 
 }  // namespace kiln

@@ -13,8 +13,10 @@
 // (as_strided, a bitcast) or by a library product, members of a multi-tensor group (dense
 // row-major tensors), and a value two eager steps want in different orders.
 //
-// Requires: a plan after group_multi_tensor. Ensures: Step::output_orders set as above, nothing
-// else changed. Tests: tests/lit/passes/place_layouts.trace, tests/python/test_fallback.py.
+// Requires: a plan after group_multi_tensor. Ensures: Step::output_orders set as above, and each
+// eager step's Step::input_orders (the orders it was handed its inputs in, which the executor
+// copies an input into when it is not so laid out); nothing else changed.
+// Tests: tests/lit/passes/place_layouts.trace, tests/python/test_fallback.py.
 #pragma once
 
 #include <optional>
@@ -30,7 +32,6 @@ namespace kiln {
 std::optional<std::vector<int>> permuted_dense_order(const Shape& sizes,
                                                      const std::vector<int64_t>& strides);
 
-// Returns the number of outputs given an order.
-int place_layouts(const Trace& functional, ExecutionPlan& plan);
+void place_layouts(const Trace& functional, ExecutionPlan& plan);
 
 }  // namespace kiln

@@ -17,6 +17,14 @@ std::string names(const std::vector<Value*>& vs) {
 }
 }  // namespace
 
+bool reads_through_storage(const Step& step) {
+  return std::any_of(step.body.nodes().begin(), step.body.nodes().end(), [](const auto& n) {
+    const OpId id = n->id();
+    return id == OpId::kAsStrided || id == OpId::kAsStridedScatter || id == OpId::kViewDtype ||
+           id == OpId::kBitcast;
+  });
+}
+
 int64_t group_elements(const ExecutionPlan& plan, const MultiTensorGroup& group) {
   int64_t elements = 0;
   for (size_t s = group.first; s < group.first + group.count; ++s) {
@@ -58,13 +66,20 @@ std::string print_plan(const Trace& functional, const ExecutionPlan& plan) {
       writes += " <- " + wb.value->name();
     }
     if (!writes.empty()) line += "  # writes " + writes;
-    for (size_t j = 0; j < step.output_orders.size(); ++j) {
-      if (step.output_orders[j].empty()) continue;
-      std::string order;
-      for (int d : step.output_orders[j])
-        order += (order.empty() ? "" : ", ") + std::to_string(d);
-      line += "  # " + step.outputs.at(j)->name() + " laid out in dim order (" + order + ")";
-    }
+    auto dims = [](const std::vector<int>& order) {
+      std::string text;
+      for (int d : order)
+        text += (text.empty() ? "" : ", ") + std::to_string(d);
+      return "(" + text + ")";
+    };
+    for (size_t j = 0; j < step.output_orders.size(); ++j)
+      if (!step.output_orders[j].empty())
+        line += "  # " + step.outputs.at(j)->name() + " laid out in dim order " +
+                dims(step.output_orders[j]);
+    for (size_t j = 0; j < step.input_orders.size(); ++j)
+      if (!step.input_orders[j].empty())
+        line += "  # reads " + step.inputs.at(j)->name() + " in dim order " +
+                dims(step.input_orders[j]);
     out += line + "\n";
     for (const auto& node : step.body.nodes()) {
       std::string types;

@@ -50,7 +50,15 @@ struct Step {
   // row-major (empty: row-major). The executor allocates the output so and the kernel iterates
   // in that order (place_layouts.h: a channels-last activation a convolution reads).
   std::vector<std::vector<int>> output_orders;
+  // kOpaque (an eager_call): per input, the dim order eager handed it in where that was a dense
+  // permutation other than row-major (empty: as it is). The executor copies an input not so laid
+  // out (place_layouts.h).
+  std::vector<std::vector<int>> input_orders;
 };
+
+// Whether a step reads its inputs through their storage (as_strided, a bitcast, a dtype view):
+// they must keep eager's row-major layout.
+bool reads_through_storage(const Step& step);
 
 // Consecutive fusion steps [first, first + count) that may run as one multi-tensor kernel
 // (group_multi_tensor.h): the same elementwise computation over tensors of different sizes, none

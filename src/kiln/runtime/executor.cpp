@@ -100,11 +100,9 @@ void in_eager_orders(const std::vector<std::vector<int>>& orders, const DeviceMe
     const auto* t = std::get_if<TensorHandle>(&inputs[j]);
     if (!t || orders[j].empty()) continue;
     const RtTensor& in = **t;
-    const Strides want = strides_in_order(in.sizes, orders[j]);
-    bool laid_out = true;
-    for (size_t d = 0; d < want.size(); ++d)
-      laid_out = laid_out && (in.sizes[d] == 1 || in.strides[d] == want[d]);
-    if (!laid_out) inputs[j] = memory.materialize(in, Geometry{in.sizes, want, 0}, in.numel());
+    if (!dense_in_order(in, orders[j]))
+      inputs[j] = memory.materialize(
+          in, Geometry{in.sizes, strides_in_order(in.sizes, orders[j]), 0}, in.numel());
   }
 }
 
@@ -557,7 +555,7 @@ void ProgramRun::bind_kernel_results(size_t s, std::span<const TensorHandle> buf
 void ProgramRun::run_eager(size_t s, std::vector<RtValue>& inputs) {
   const Step& step = program_.plan.steps[s];
   with_eager_layouts(step, prepared_->any_layout, memory_, inputs);
-  in_eager_orders(prepared_->eager_input_orders[s], memory_, inputs);
+  in_eager_orders(step.input_orders, memory_, inputs);
   if (options_.capture) options_.capture->admit_eager_step(step.body, inputs);
   std::optional<DeviceCopyScope> device_copies;
   if (memory_.cuda()) device_copies.emplace(memory_.device_copier());

@@ -24,14 +24,20 @@ bool kernel_can_read(const codegen::KernelInput& input, const RtTensor& t) {
           t.storage->numel() == t.sizes[0]);
 }
 
-bool dense(const RtTensor& t) {
+bool dense_in_order(const RtTensor& t, std::span<const int> order) {
+  KILN_ASSERT(order.empty() || order.size() == t.sizes.size()) << "a dim order of another rank";
   int64_t expected = 1;
-  for (size_t d = t.sizes.size(); d-- > 0;) {
+  for (size_t k = t.sizes.size(); k-- > 0;) {
+    const auto d = order.empty() ? k : static_cast<size_t>(order[k]);
     if (t.sizes[d] == 1) continue;
     if (t.strides[d] != expected) return false;
     expected *= t.sizes[d];
   }
   return true;
+}
+
+bool dense(const RtTensor& t) {
+  return dense_in_order(t, {});
 }
 
 }  // namespace kiln

@@ -17,6 +17,9 @@ bool kernel_can_read(const codegen::KernelInput& input, const RtTensor& t);
 // order (a dim of size 1 may have any stride): how a multi-tensor kernel reads and writes each
 // member's tensors (codegen::MultiTensorKernel).
 bool dense(const RtTensor& t);
+// The same with t's dims in memory in `order`, outermost first (empty: row-major): a
+// channels-last activation is dense in order (0, 2, 3, 1).
+bool dense_in_order(const RtTensor& t, std::span<const int> order);
 
 // One member of a multi-tensor kernel's call: its step's inputs and output buffers, dense.
 struct MultiTensorMember {

@@ -7,7 +7,6 @@
 
 #include "kiln/analysis/integer_range.h"
 #include "kiln/ir/type_rules.h"
-#include "kiln/passes/place_layouts.h"
 #include "kiln/runtime/cuda/cublas.h"
 #include "kiln/runtime/library_step.h"
 
@@ -111,31 +110,6 @@ std::map<const Value*, int64_t> padded_rows(const CompiledProgram& program,
   return padded;
 }
 
-// PreparedKernels::eager_input_orders: from each eager_call's input_layouts.
-std::vector<std::vector<std::vector<int>>> eager_input_orders(const std::vector<Step>& steps) {
-  std::vector<std::vector<std::vector<int>>> orders(steps.size());
-  for (size_t s = 0; s < steps.size(); ++s) {
-    if (steps[s].kind != Step::Kind::kOpaque) continue;
-    for (const auto& n : steps[s].body.nodes()) {
-      if (n->id() != OpId::kEagerCall || n->arg("input_layouts").as_string().empty()) continue;
-      const std::vector<EagerResult> layouts =
-          parse_eager_results(n->arg("input_layouts").as_string());
-      const std::vector<Value*>& args = n->arg(1).values();
-      const std::vector<Value*>& body_inputs = steps[s].body.inputs();
-      for (size_t k = 0; k < args.size() && k < layouts.size(); ++k) {
-        auto at = std::find(body_inputs.begin(), body_inputs.end(), args[k]);
-        if (at == body_inputs.end() || !args[k]->is_tensor()) continue;
-        std::optional<std::vector<int>> order =
-            permuted_dense_order(args[k]->tensor_type().shape, layouts[k].strides);
-        if (!order) continue;
-        orders[s].resize(body_inputs.size());
-        orders[s][static_cast<size_t>(at - body_inputs.begin())] = *order;
-      }
-    }
-  }
-  return orders;
-}
-
 }  // namespace
 
 std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& program,
@@ -178,15 +152,8 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
   // Values some step reads through their storage (as_strided, a bitcast): they keep eager's
   // contiguous layout. (Steps PyTorch runs get eager's layouts by a copy: with_eager_layouts.)
   std::set<const Value*> layout_read;
-  for (const Step& step : steps) {
-    bool by_layout = false;
-    for (const auto& n : step.body.nodes()) {
-      const OpId id = n->id();
-      by_layout = by_layout || id == OpId::kAsStrided || id == OpId::kAsStridedScatter ||
-                  id == OpId::kViewDtype || id == OpId::kBitcast;
-    }
-    if (by_layout) layout_read.insert(step.inputs.begin(), step.inputs.end());
-  }
+  for (const Step& step : steps)
+    if (reads_through_storage(step)) layout_read.insert(step.inputs.begin(), step.inputs.end());
   // Only matrix products through cuBLAS (CUDA): an eager step's result is PyTorch's tensor, whose
   // layout (a view of an input, even host memory) is eager's business and is never copied.
   auto is_product = [](const Step& step) {
@@ -201,7 +168,6 @@ std::shared_ptr<const PreparedKernels> prepared_kernels(const CompiledProgram& p
         p->any_layout.insert(step.outputs[0]);
   if (device.kind == Device::Kind::kCuda)
     p->padded_rows = padded_rows(program, *p, layout_read, is_product);
-  p->eager_input_orders = eager_input_orders(steps);
   for (const Step& step : steps)
     for (size_t j = 0; j < step.output_orders.size(); ++j)
       if (!step.output_orders[j].empty()) p->laid_out.insert(step.outputs[j]);

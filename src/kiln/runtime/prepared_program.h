@@ -36,10 +36,6 @@ struct PreparedKernels {
   // their rows padded to tensor-core alignment (the row pitch in elements): the products read
   // them in place instead of through a padded copy (cublas.cpp, reads_zero_padded).
   std::map<const Value*, int64_t> padded_rows;
-  // Per step, per step input: the order of dims (outermost first) an eager step is handed that
-  // input in, where its eager_call's input_layouts asks for a dense permutation other than
-  // row-major (empty: as it is). Steps other than eager calls: empty.
-  std::vector<std::vector<std::vector<int>>> eager_input_orders;
   // Fusion steps' outputs laid out in another dim order (Step::output_orders).
   std::set<const Value*> laid_out;
   // Per fusion step without a kernel (one PyTorch runs op by op): what decides its index ops'

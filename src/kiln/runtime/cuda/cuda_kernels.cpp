@@ -163,27 +163,14 @@ bool contiguous_over(const RtTensor& t, const Shape& shape) {
                [](int64_t n) { return n != 1; });
   std::copy_if(shape.begin(), shape.end(), std::back_inserter(nest),
                [](int64_t n) { return n != 1; });
-  if (own != nest) return false;
-  int64_t expected = 1;
-  for (size_t d = t.sizes.size(); d-- > 0;) {
-    if (t.sizes[d] != 1 && t.strides[d] != expected) return false;
-    expected *= t.sizes[d];
-  }
-  return true;
+  return own == nest && dense(t);
 }
 
 // Whether t is dense with its dims in memory in `order` (outermost first) and nest's shape: a
 // vector variant of a nest walking that order reads and writes it at consecutive positions.
-bool dense_in_order(const RtTensor& t, const Shape& shape, const std::vector<int>& order) {
+bool walked_densely(const RtTensor& t, const Shape& shape, const std::vector<int>& order) {
   if (order.empty()) return contiguous_over(t, shape);
-  if (t.sizes != shape) return false;
-  int64_t expected = 1;
-  for (size_t k = order.size(); k-- > 0;) {
-    const auto d = static_cast<size_t>(order[k]);
-    if (t.sizes[d] != 1 && t.strides[d] != expected) return false;
-    expected *= t.sizes[d];
-  }
-  return true;
+  return t.sizes == shape && dense_in_order(t, order);
 }
 
 bool aligned(const RtTensor& t, int width) {
@@ -371,11 +358,11 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
     bool vector = k.nests[n].vector32 != nullptr;
     for (int i : nest.vector_inputs) {
       const RtTensor& t = *std::get<TensorHandle>(inputs[static_cast<size_t>(i)]);
-      vector = vector && dense_in_order(t, nest.shape, nest.order) && aligned(t, nest.vector_width);
+      vector = vector && walked_densely(t, nest.shape, nest.order) && aligned(t, nest.vector_width);
     }
     for (int j : nest.vector_outputs) {
       const RtTensor& t = *outputs[static_cast<size_t>(j)];
-      vector = vector && dense_in_order(t, nest.shape, nest.order) && aligned(t, nest.vector_width);
+      vector = vector && walked_densely(t, nest.shape, nest.order) && aligned(t, nest.vector_width);
     }
     int64_t per_thread = vector ? nest.vector_width : 1;
     // A row nest runs a block or a warp per row (its loop strides over rows by the grid).
