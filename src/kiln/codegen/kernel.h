@@ -121,6 +121,9 @@ struct KernelNest {
   std::vector<int> order;
   std::vector<int> vector_inputs;   // inputs it loads as vectors: contiguous and aligned
   std::vector<int> vector_outputs;  // outputs it stores as vectors (every output of the nest)
+  // The entries of the broadcast tables each block fills before its loop (a pointwise nest's,
+  // codegen cuda_tables): the grid is kept to blocks that each run enough elements to pay for it.
+  int64_t table_entries = 0;
   // A row nest whose rows are split across blocks (too few rows to fill the device): the grid is
   // rows x split blocks, split chosen at launch (at most max_split, and the grid at most what
   // the device holds resident), launched cooperatively; the blocks of a row meet at a grid

@@ -209,6 +209,9 @@ enum class NestMode { kCpuLoops, kFlat, kRows, kColumns, kTiles };
 
 // CUDA threads per block.
 constexpr int kCudaBlock = 256;
+// The shared memory a CUDA pointwise nest's broadcast tables may take (cuda_tables): 32 KiB
+// leaves an H100's multiprocessor room for 7 blocks of them.
+constexpr int64_t kCudaTableBytes = 32 * 1024;
 // The threads that run one row of a row nest: a warp for rows of up to 512 elements (8 rows to a
 // block; fewer, several rows a warp, for rows of a few vectors: packed_row_threads), else a
 // block of 64 to kCudaBlock threads, the most that still leaves each thread two
@@ -433,6 +436,7 @@ class KernelEmitter {
   // An output of this nest laid out in another dim order (Step::output_orders): the order the
   // nest iterates in, so that its stores coalesce; nullptr: row-major.
   const std::vector<int>* stored_order(const Shape& shape, const Kernel& k) const;
+  std::string cuda_tables(const Shape& shape, Kernel& k, int64_t& entries);
 
   // schedule_cuda_rows.cpp: CUDA row nests: a warp or a block per row, its reductions shared, the
   // row cache
@@ -560,7 +564,8 @@ class KernelEmitter {
   Kernel* kernel_ = nullptr;   // the kernel being lowered
   bool nest_is_last_ = false;  // whether the nest being emitted is the kernel's last
 
-  // The CPU kernel's tables filled so far, by value (cpu_tables).
+  // The tables filled so far, by value: the CPU kernel's (cpu_tables), or the CUDA nest's being
+  // emitted (cuda_tables).
   std::unordered_map<const Value*, std::string> table_name_;
   // CUDA: values an earlier nest of the kernel stored whole into a fresh output buffer (value ->
   // output): a later nest, launched after it, reads them there instead of computing them again

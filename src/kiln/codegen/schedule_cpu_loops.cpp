@@ -17,7 +17,7 @@ std::string KernelEmitter::cpu_tables(Kernel& k) {
     begin_body(type.shape, k, NestMode::kCpuLoops, nullptr);
     const Index at = loop_index(type.shape);
     Val r = eval(v, at);
-    NestBody body{levels_, name + "[" + table_position(v, at) + "] = " + r.expr + ";\n",
+    NestBody body{levels_, name + "[" + table_position(v, at) + "] = " + r.expr + ";\n", "",
                   column_block_};
     src += "  alignas(64) " + reg(type.dtype) + " " + name + "[" + std::to_string(type.numel()) +
            "];\n";

@@ -26,6 +26,44 @@ const std::vector<int>* KernelEmitter::stored_order(const Shape& shape, const Ke
   return nullptr;
 }
 
+// The nest's broadcast tables (broadcast_tables.h) in shared memory, each filled by the block's
+// threads before the nest's loop: a value the nest broadcasts (a batch norm's per-channel scale
+// rsqrt(var + eps) * weight, with an exact square root and division) is computed once a block
+// instead of once an element, and each element loads its entry:
+//   __shared__ float tbl0[64];
+//   for (I lin = threadIdx.x; lin < 64; lin += blockDim.x) { i1 = lin; ...; tbl0[(i1) * 1LL] = v3;
+//   }
+//   __syncthreads();
+// A table may read an earlier one (they come in the body's order): a barrier follows each.
+// Tables the nest broadcasts fewer than kTableBroadcast times, or past kCudaTableBytes, stay
+// inline. Sets table_name_ (cleared when the nest is emitted) and the entries' count.
+std::string KernelEmitter::cuda_tables(const Shape& shape, Kernel& k, int64_t& entries) {
+  std::string src;
+  int64_t bytes = 0;
+  for (const Value* v : broadcast_tables(body_)) {
+    const TensorType& type = v->tensor_type();
+    const int64_t size = type.numel() * (reg(type.dtype) == "float" ? 4 : 8);
+    if (shape_numel(shape) < kTableBroadcast * type.numel() || bytes + size > kCudaTableBytes)
+      continue;
+    const std::string name = "tbl" + std::to_string(table_name_.size());
+    const std::string count = std::to_string(type.numel());
+    begin_body(type.shape, k, NestMode::kFlat, nullptr);
+    const Index at = loop_index(type.shape);
+    const Val r = eval(v, at);
+    const std::string body = NestBody{levels_, "", "", ""}.flat() + name + "[" +
+                             table_position(v, at) + "] = " + r.expr + ";\n";
+    src += "  __shared__ " + reg(type.dtype) + " " + name + "[" + count + "];  // " + v->name() +
+           " " + shape_str(type.shape) + "\n";
+    src += "  for (I lin = static_cast<I>(threadIdx.x); lin < static_cast<I>(" + count +
+           "LL); lin += static_cast<I>(blockDim.x)) {\n" + decompose(type.shape, "    ") +
+           indented(body, 2) + "  }\n  __syncthreads();\n";
+    table_name_[v] = name;  // filled: from here on its uses load it
+    bytes += size;
+    entries += type.numel();
+  }
+  return src;
+}
+
 // The nest's device functions and their entries (appended to `entries`).
 std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                                      std::string* entries) {
@@ -36,6 +74,9 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   std::string decls = cuda_decls(k);
   std::string numel = std::to_string(nest.numel);
 
+  // (What the first body recorded of the inputs' windows, kept for a body emitted again.)
+  const std::vector<std::vector<StorageWindow>> windows_before = windows_;
+  const std::vector<bool> whole_before = whole_storage_;
   NestBody scalar = emit_body(shape, k, is_last, NestMode::kFlat);
   if (row_reductions_ > 0) return cuda_rows_nest(index, shape, k, is_last, nest, entries);
   // An output laid out in another dim order (place_layouts.h: channels-last): the nest walks
@@ -59,16 +100,29 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   }
   if (schedule.kind == ReductionSchedule::Kind::kColumns)
     return cuda_columns_nest(index, shape, k, is_last, nest, schedule, entries);
-  if (is_last) record_last_nest_loads(shape, k);
-  std::string src;
-  if (order) {
-    src = "// schedule: pointwise in dim order (";
-    for (size_t d = 0; d < order->size(); ++d)
-      src += (d ? ", " : "") + std::to_string((*order)[d]);
-    src += ")\n";
+  std::string tables;
+  if (reductions_ == 0) {
+    windows_ = windows_before;
+    whole_storage_ = whole_before;
+    tables = cuda_tables(shape, k, nest.table_entries);
+    scalar = emit_body(shape, k, is_last, NestMode::kFlat);  // loading the tables' entries
   }
+  if (is_last) record_last_nest_loads(shape, k);
+  std::string schedule_line;
+  if (order) {
+    schedule_line = " in dim order (";
+    for (size_t d = 0; d < order->size(); ++d)
+      schedule_line += (d ? ", " : "") + std::to_string((*order)[d]);
+    schedule_line += ")";
+  }
+  std::vector<std::string> table_of(table_name_.size());  // in the order they are filled
+  for (const auto& [v, table] : table_name_)
+    table_of[std::stoul(table.substr(3))] = v->name();
+  for (size_t t = 0; t < table_of.size(); ++t)
+    schedule_line += ", table tbl" + std::to_string(t) + " of " + table_of[t];
+  std::string src = schedule_line.empty() ? "" : "// schedule: pointwise" + schedule_line + "\n";
   src += "template <class I>\n__device__ __forceinline__ void " + name +
-         "_scalar(const Args& a) {\n" + decls;
+         "_scalar(const Args& a) {\n" + decls + tables;
   src += "  const I n = static_cast<I>(" + numel + "LL);\n";
   src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);\n";
   src +=
@@ -108,7 +162,7 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
       nest.vector_outputs.push_back(static_cast<int>(j));
     std::string v = std::to_string(width);
     src += "template <class I>\n__device__ __forceinline__ void " + name +
-           "_vector(const Args& a) {\n" + decls;
+           "_vector(const Args& a) {\n" + decls + tables;
     src += "  const I n = static_cast<I>(" + numel + "LL);\n";
     src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x) * " + v + ";\n";
     src +=
@@ -146,6 +200,7 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
            "        }\n      }\n    }\n  }\n}\n";
     variants += "v";
   }
+  table_name_.clear();  // the tables are this nest's functions'
   for (char variant : variants) {
     *entries +=
         cuda_entries(index, variant, kCudaBlock, name + (variant == 's' ? "_scalar" : "_vector"));

@@ -150,6 +150,21 @@ unsigned grid_for(int64_t work, [[maybe_unused]] int device) {
 
 namespace {
 
+// A nest whose blocks each fill broadcast tables first (KernelNest::table_entries) runs
+// kTableAmortization elements a block per table entry, in a grid-stride loop, where that leaves
+// the device at least one full wave of resident blocks: a batch norm's per-channel scale over a
+// channels-last [128, 2048, 7, 7] activation would otherwise be computed by each of its 6,272
+// blocks, as often as once an element.
+constexpr int64_t kTableAmortization = 8;
+
+unsigned grid_paying_for_tables(const codegen::KernelNest& nest, unsigned grid, Function f,
+                                int device) {
+  const int64_t paying = (nest.numel + kTableAmortization * nest.table_entries - 1) /
+                         (kTableAmortization * nest.table_entries);
+  const int64_t wave = resident_blocks(f, static_cast<unsigned>(nest.block_threads), device);
+  return static_cast<unsigned>(std::min<int64_t>(grid, std::max(paying, wave)));
+}
+
 void* host_data(const RtTensor& t) {
   return t.storage->numel() == 0 ? nullptr : t.storage->data();
 }
@@ -370,9 +385,10 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
     const int block = nest.block_threads;
     unsigned grid = nest.rows > 0 ? grid_for(row_blocks * kBlock, k.device)
                                   : grid_for((nest.numel + per_thread - 1) / per_thread, k.device);
+    const NestEntries& e = k.nests[n];
+    if (nest.table_entries > 0) grid = grid_paying_for_tables(nest, grid, e.scalar32, k.device);
     int64_t threads = int64_t{grid} * block * per_thread;
     bool narrow = fits_32 && nest.numel + threads < (int64_t{1} << 31) - 1;
-    const NestEntries& e = k.nests[n];
     Function f = vector ? (narrow ? e.vector32 : e.vector64) : (narrow ? e.scalar32 : e.scalar64);
     launch(f, grid, static_cast<unsigned>(block), words.data(), words.size() * 8, stream);
   }
