@@ -21,7 +21,7 @@ std::string KernelEmitter::cpu_tables(Kernel& k) {
                   column_block_};
     src += "  alignas(64) " + reg(type.dtype) + " " + name + "[" + std::to_string(type.numel()) +
            "];\n";
-    src += "  {  // table of " + v->name() + " " + shape_str(type.shape) + "\n" +
+    src += "  {  // table " + name + " " + shape_str(type.shape) + "\n" +
            indented(body.levels[0], 2) + cpu_loops(type.shape, body, 0) + "  }\n";
     table_name_[v] = name;  // filled: from here on its uses load it
   }

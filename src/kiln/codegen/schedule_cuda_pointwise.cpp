@@ -52,8 +52,8 @@ std::string KernelEmitter::cuda_tables(const Shape& shape, Kernel& k, int64_t& e
     const Val r = eval(v, at);
     const std::string body = NestBody{levels_, "", "", ""}.flat() + name + "[" +
                              table_position(v, at) + "] = " + r.expr + ";\n";
-    src += "  __shared__ " + reg(type.dtype) + " " + name + "[" + count + "];  // " + v->name() +
-           " " + shape_str(type.shape) + "\n";
+    src += "  __shared__ " + reg(type.dtype) + " " + name + "[" + count + "];  // " +
+           shape_str(type.shape) + "\n";
     src += "  for (I lin = static_cast<I>(threadIdx.x); lin < static_cast<I>(" + count +
            "LL); lin += static_cast<I>(blockDim.x)) {\n" + decompose(type.shape, "    ") +
            indented(body, 2) + "  }\n  __syncthreads();\n";
@@ -115,11 +115,12 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
       schedule_line += (d ? ", " : "") + std::to_string((*order)[d]);
     schedule_line += ")";
   }
+  // (Shapes, not value names: regions alike share one kernel's source.)
   std::vector<std::string> table_of(table_name_.size());  // in the order they are filled
   for (const auto& [v, table] : table_name_)
-    table_of[std::stoul(table.substr(3))] = v->name();
+    table_of[std::stoul(table.substr(3))] = shape_str(v->tensor_type().shape);
   for (size_t t = 0; t < table_of.size(); ++t)
-    schedule_line += ", table tbl" + std::to_string(t) + " of " + table_of[t];
+    schedule_line += ", table tbl" + std::to_string(t) + " " + table_of[t];
   std::string src = schedule_line.empty() ? "" : "// schedule: pointwise" + schedule_line + "\n";
   src += "template <class I>\n__device__ __forceinline__ void " + name +
          "_scalar(const Args& a) {\n" + decls + tables;
