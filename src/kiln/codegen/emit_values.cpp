@@ -199,10 +199,30 @@ Val KernelEmitter::eval(const Value* v, const Index& at) {
   return r;
 }
 
+// Whether the lanes of a vector variant read consecutive entries of v's table at `at`: the table
+// varies along one dim alone (row-major: its entries are that dim's), indexed by the lanes' dim.
+bool KernelEmitter::lanes_along_table(const Value* v, const Index& at) const {
+  if (!lanes_ || lanes_->inner_dim < 0) return false;
+  const Shape& shape = v->tensor_type().shape;
+  int varying = -1;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (varying >= 0) return false;
+    varying = static_cast<int>(d);
+  }
+  return varying >= 0 &&
+         at[static_cast<size_t>(varying)].text == "i" + std::to_string(lanes_->inner_dim);
+}
+
 Val KernelEmitter::compute(const Value* v, const Index& at) {
   if (!v->is_tensor()) not_lowered("a number used as a tensor");
-  if (auto table = table_name_.find(v); table != table_name_.end())
+  if (auto table = table_name_.find(v); table != table_name_.end()) {
+    if (lanes_along_table(v, at)) {
+      lane_tables_.insert(table->second);
+      return define(v->tensor_type().dtype, "lane_" + table->second + "[l]");
+    }
     return define(v->tensor_type().dtype, table->second + "[" + table_position(v, at) + "]");
+  }
   auto in = input_index_.find(v);
   if (in != input_index_.end()) return load(in->second, at);
   if (auto stored = stored_by_earlier_nest_.find(v); stored != stored_by_earlier_nest_.end()) {

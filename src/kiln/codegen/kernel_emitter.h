@@ -157,6 +157,11 @@ struct Lanes {
   // (NestBody::stores_once). A flat nest's vector variant stores only what its scalar variant
   // does (a 0-d result of the region belongs to another nest).
   bool results_0d_once = false;
+  // A CUDA nest's vector variant whose `width` lanes lie along nest dim `inner_dim` at
+  // consecutive indices (its size a multiple of width, every other index the same): a broadcast
+  // table indexed by that dim alone is read for all lanes at once (lane_tables_).
+  int width = 0;
+  int inner_dim = -1;
 };
 
 // A nest's body: the code that computes every output at the iteration's index, by loop level
@@ -369,6 +374,7 @@ class KernelEmitter {
   // broadcast tables
   std::string cpu_tables(Kernel& k);
   static std::string table_position(const Value* v, const Index& at);
+  bool lanes_along_table(const Value* v, const Index& at) const;
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last);
   static std::string cpu_loops(const Shape& shape, const NestBody& body, int64_t work);
   std::string cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
@@ -567,6 +573,9 @@ class KernelEmitter {
   // The tables filled so far, by value: the CPU kernel's (cpu_tables), or the CUDA nest's being
   // emitted (cuda_tables).
   std::unordered_map<const Value*, std::string> table_name_;
+  // The tables a vector variant's lanes read as one vector each (Lanes::inner_dim), by name:
+  // loaded into lane_<name>[width] before the lanes' loop.
+  std::set<std::string> lane_tables_;
   // CUDA: values an earlier nest of the kernel stored whole into a fresh output buffer (value ->
   // output): a later nest, launched after it, reads them there instead of computing them again
   // (a GELU's gradient stored by the pointwise nest, summed down columns by the next).

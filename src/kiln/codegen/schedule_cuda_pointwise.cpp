@@ -2,6 +2,8 @@
 // Part of the kernel emitter (kernel_emitter.h).
 #include "kiln/codegen/kernel_emitter.h"
 
+#include <numeric>
+
 namespace kiln::codegen::detail {
 
 // The kernel entries of nest `index`'s `variant` ('s' scalar, 'v' vector), in 32- and 64-bit
@@ -52,7 +54,7 @@ std::string KernelEmitter::cuda_tables(const Shape& shape, Kernel& k, int64_t& e
     const Val r = eval(v, at);
     const std::string body = NestBody{levels_, "", "", ""}.flat() + name + "[" +
                              table_position(v, at) + "] = " + r.expr + ";\n";
-    src += "  __shared__ " + reg(type.dtype) + " " + name + "[" + count + "];  // " +
+    src += "  __shared__ alignas(16) " + reg(type.dtype) + " " + name + "[" + count + "];  // " +
            shape_str(type.shape) + "\n";
     src += "  for (I lin = static_cast<I>(threadIdx.x); lin < static_cast<I>(" + count +
            "LL); lin += static_cast<I>(blockDim.x)) {\n" + decompose(type.shape, "    ") +
@@ -153,6 +155,17 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   if (width > 1 && nest.numel >= width) {
     std::vector<std::vector<StorageWindow>> windows = windows_;
     std::vector<bool> whole = whole_storage_;
+    // The lanes' dim: the walk's innermost of more than one element.
+    std::vector<int> walked(shape.size());
+    std::iota(walked.begin(), walked.end(), 0);
+    if (order) walked = *order;
+    for (size_t w = walked.size(); w-- > 0;)
+      if (const auto d = static_cast<size_t>(walked[w]); shape[d] != 1) {
+        if (shape[d] % width == 0) lanes.inner_dim = static_cast<int>(d);
+        break;
+      }
+    lanes.width = width;
+    lane_tables_.clear();
     NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
     windows_ = windows;
     whole_storage_ = whole;
@@ -184,6 +197,19 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
       std::string n = std::to_string(j);
       src += "      alignas(16) " + std::string(storage_type(k.outputs[j].dtype)) + " lane_out" +
              n + "[" + v + "];\n";
+    }
+    for (const std::string& table : lane_tables_) {  // the lanes' entries: consecutive
+      const std::string start =
+          table + " + base % static_cast<I>(" + std::to_string(shape[lanes.inner_dim]) + "LL)";
+      DType d = DType::kFloat32;
+      for (const auto& [value, name] : table_name_)
+        if (name == table) d = value->tensor_type().dtype;
+      const int64_t bytes = (reg(d) == "float" ? 4 : 8) * width;
+      src += "      alignas(16) " + reg(d) + " lane_" + table + "[" + v + "];\n";
+      for (int64_t at = 0; at < bytes; at += 16)
+        src += "      vector_load<" + std::to_string(std::min<int64_t>(16, bytes - at)) +
+               ">(reinterpret_cast<char*>(lane_" + table + ") + " + std::to_string(at) +
+               ", reinterpret_cast<const char*>(" + start + ") + " + std::to_string(at) + ");\n";
     }
     src += "#pragma unroll\n      for (int l = 0; l < " + v + "; ++l) {\n";
     src += "        const I lin = base + l;\n" + walk("        ");
