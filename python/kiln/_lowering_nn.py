@@ -310,4 +310,74 @@ def _channels_last_input(call: Call) -> Any:
     return pytree.tree_unflatten(flat, spec)
 
 
-_register(_channels_last_input, F.conv2d, F.max_pool2d, F.avg_pool2d, F.adaptive_avg_pool2d)
+_register(_channels_last_input, F.conv2d, F.avg_pool2d, F.adaptive_avg_pool2d)
+
+
+_FUSED_MAX_POOLS = os.environ.get("KILN_FUSED_MAX_POOLS") != "0"
+_MAX_POOL_WINDOW = 25  # the most elements a window may have: one maximum per element
+
+
+def max_pool_as_maximum(x: Proxy, window: int) -> bool:
+    """Whether kiln computes a 2-d max pool itself, as the maximum of the window's strided views
+    of its input (_max_pool2d), instead of as an eager step. On CUDA: the pool then fuses with
+    what computes its input (a ResNet stem's batch norm and ReLU: eager's NHWC max pool alone took
+    0.43 ms at batch 128 on an H100, 4.6x Triton's fused kernel), and its result is stored as its
+    reader wants it (place_layouts); windows of at most _MAX_POOL_WINDOW elements (one maximum
+    each). The CPU's pool kernels stay. Tests replace this to check the mechanism on the CPU;
+    KILN_FUSED_MAX_POOLS=0 turns it off."""
+    return _FUSED_MAX_POOLS and x.device.type == "cuda" and window <= _MAX_POOL_WINDOW
+
+
+def _gradient_may_flow(call: Call) -> bool:
+    """Whether kiln may differentiate through this call: grad mode is on and an input of the
+    trace so far requires grad. (A proxy computed inside the trace does not say whether it
+    requires grad; an input traced later cannot reach this call's arguments.)"""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in call.tracer.input_tensors)
+
+
+def _max_pool2d(call: Call) -> Any:
+    """F.max_pool2d without indices, where max_pool_as_maximum says so: the input padded with
+    -inf (kiln's constant pad, a slice_scatter that fuses with the producer), and the maximum,
+    in the window's order, of its views at each window offset, strided by the pool's stride:
+        out[..., i, j] = max over (a, b) of padded[..., i * sh + a * dh, j * sw + b * dw]
+    eager's output size (ceil_mode included: a last window that starts in the input or its
+    left padding) comes from its meta run, and the right padding reaches that window's end.
+    NaN propagates, as in eager's pool. Not where a gradient flows (a maximum's gradient shares a
+    tie between its operands, the pool's goes to the window's first maximum), for indices, or
+    for other than floating 3-d or 4-d inputs: there an eager step (with a channels-last input
+    where channels_last_convolution says so)."""
+    args = _bind(call, lambda input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False: None)
+    x = args["input"]
+
+    def pair(v: Any) -> tuple[int, int]:
+        v = [v] if isinstance(v, int) else list(v)
+        return (int(v[0]), int(v[-1])) if len(v) in (1, 2) else (-1, -1)
+
+    (kh, kw), (ph, pw), (dh, dw) = pair(args["kernel_size"]), pair(args["padding"]), pair(args["dilation"])
+    (sh, sw) = pair(args["stride"]) if args["stride"] not in (None, []) else (kh, kw)
+    if (
+        args["return_indices"] or not isinstance(x, Proxy) or not x.dtype.is_floating_point or x.dim() not in (3, 4)
+        or _gradient_may_flow(call) or min(kh, kw, sh, sw, dh, dw) < 1 or min(ph, pw) < 0
+        or not max_pool_as_maximum(x, kh * kw)
+    ):
+        return _channels_last_input(call)
+    eager = call.run_meta()  # eager's checks and output size
+    if eager.numel() == 0 or not eager.is_contiguous():
+        return _channels_last_input(call)
+    oh, ow = eager.shape[-2], eager.shape[-1]
+    h, w = x.shape[-2], x.shape[-1]
+    right_h = max(0, (oh - 1) * sh + (kh - 1) * dh + 1 - h - ph)
+    right_w = max(0, (ow - 1) * sw + (kw - 1) * dw + 1 - w - pw)
+    padded = _via(call, F.pad, x, [pw, right_w, ph, right_h], "constant", float("-inf")) if ph or pw or right_h or right_w else x
+    lead = (slice(None),) * (x.dim() - 2)
+    out = None
+    for a in range(kh):
+        for b in range(kw):
+            key = lead + (slice(a * dh, a * dh + (oh - 1) * sh + 1, sh), slice(b * dw, b * dw + (ow - 1) * sw + 1, sw))
+            view = _via(call, torch.Tensor.__getitem__, padded, key)
+            out = view if out is None else _via(call, torch.maximum, out, view)
+    # (A window of one element: the pool is a strided copy, never a view of its input.)
+    return _emit_clone(call, out, torch.contiguous_format) if kh * kw == 1 else out
+
+
+_register(_max_pool2d, F.max_pool2d)
