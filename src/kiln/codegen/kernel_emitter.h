@@ -443,6 +443,11 @@ class KernelEmitter {
   // nest iterates in, so that its stores coalesce; nullptr: row-major.
   const std::vector<int>* stored_order(const Shape& shape, const Kernel& k) const;
   std::string cuda_tables(const Shape& shape, Kernel& k, int64_t& entries);
+  std::string cuda_vector_variant(const std::string& name, const Shape& shape, Kernel& k,
+                                  bool is_last, const std::vector<int>* order,
+                                  const std::string& prologue, const NestBody& scalar,
+                                  KernelNest& nest);
+  std::string lane_table_loads(const Shape& shape, const Lanes& lanes) const;
 
   // schedule_cuda_rows.cpp: CUDA row nests: a warp or a block per row, its reductions shared, the
   // row cache

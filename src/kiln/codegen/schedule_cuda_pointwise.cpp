@@ -66,6 +66,121 @@ std::string KernelEmitter::cuda_tables(const Shape& shape, Kernel& k, int64_t& e
   return src;
 }
 
+// The entries of the lane tables (lane_tables_) the lanes of one iteration read: consecutive,
+// from the lanes' first index along their dim (Lanes::inner_dim), whose size is a multiple of the
+// width; 16-byte loads from shared memory into lane_<table>[width].
+std::string KernelEmitter::lane_table_loads(const Shape& shape, const Lanes& lanes) const {
+  std::string src;
+  const std::string v = std::to_string(lanes.width);
+  for (const std::string& table : lane_tables_) {
+    const std::string start = table + " + base % static_cast<I>(" +
+                              std::to_string(shape[static_cast<size_t>(lanes.inner_dim)]) + "LL)";
+    DType d = DType::kFloat32;
+    for (const auto& [value, name] : table_name_)
+      if (name == table) d = value->tensor_type().dtype;
+    const int64_t bytes = (reg(d) == "float" ? 4 : 8) * lanes.width;
+    src += "      alignas(16) " + reg(d) + " lane_" + table + "[" + v + "];\n";
+    for (int64_t at = 0; at < bytes; at += 16)
+      src += "      vector_load<" + std::to_string(std::min<int64_t>(16, bytes - at)) +
+             ">(reinterpret_cast<char*>(lane_" + table + ") + " + std::to_string(at) +
+             ", reinterpret_cast<const char*>(" + start + ") + " + std::to_string(at) + ");\n";
+  }
+  return src;
+}
+
+// The nest's 16-byte vector variant (empty: none): the inputs read only at the iteration's own
+// element are loaded as vectors, the outputs stored as vectors, `width` lanes an iteration; the
+// elements past the last whole vector run as the scalar body does. `prologue`: the function's
+// declarations and tables.
+std::string KernelEmitter::cuda_vector_variant(const std::string& name, const Shape& shape,
+                                               Kernel& k, bool is_last,
+                                               const std::vector<int>* order,
+                                               const std::string& prologue, const NestBody& scalar,
+                                               KernelNest& nest) {
+  auto walk = [&](const std::string& indent) {
+    return order ? decompose_in_order(shape, *order, indent) : decompose(shape, indent);
+  };
+  const std::string numel = std::to_string(nest.numel);
+  std::string identity = index_key(loop_index(shape));
+  Lanes lanes;
+  int64_t widest = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].empty()) continue;
+    if (loads_[i].size() != 1 || *loads_[i].begin() != identity) continue;
+    if (body_.inputs()[i]->tensor_type().shape != shape) continue;
+    lanes.inputs.insert(i);
+    widest = std::max<int64_t>(widest, dtype_size(body_.inputs()[i]->tensor_type().dtype));
+  }
+  std::vector<size_t> outs;
+  for (size_t j = 0; j < k.outputs.size(); ++j)
+    if (nest_stores(k.outputs[j].shape, shape)) {
+      outs.push_back(j);
+      widest = std::max<int64_t>(widest, dtype_size(k.outputs[j].dtype));
+    }
+  int width = static_cast<int>(std::min<int64_t>(8, 16 / std::max<int64_t>(widest, 1)));
+  if (width <= 1 || nest.numel < width) return "";
+  std::vector<std::vector<StorageWindow>> windows = windows_;
+  std::vector<bool> whole = whole_storage_;
+  // The lanes' dim: the walk's innermost of more than one element.
+  std::vector<int> walked(shape.size());
+  std::iota(walked.begin(), walked.end(), 0);
+  if (order) walked = *order;
+  for (size_t w = walked.size(); w-- > 0;)
+    if (const auto d = static_cast<size_t>(walked[w]); shape[d] != 1) {
+      if (shape[d] % width == 0) lanes.inner_dim = static_cast<int>(d);
+      break;
+    }
+  lanes.width = width;
+  lane_tables_.clear();
+  NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
+  windows_ = windows;
+  whole_storage_ = whole;
+  nest.vector_width = width;
+  for (size_t i : lanes.inputs)
+    nest.vector_inputs.push_back(static_cast<int>(i));
+  for (size_t j : outs)
+    nest.vector_outputs.push_back(static_cast<int>(j));
+  std::string v = std::to_string(width);
+  std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
+                    "_vector(const Args& a) {\n" + prologue;
+  src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+  src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x) * " + v + ";\n";
+  src +=
+      "  for (I base = (static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
+      "static_cast<I>(threadIdx.x)) * " +
+      v + "; base < n; base += step) {\n";
+  src += "    if (base + " + v + " <= n) {\n";
+  for (size_t i : lanes.inputs) {
+    DType d = body_.inputs()[i]->tensor_type().dtype;
+    std::string n = std::to_string(i), size = std::to_string(dtype_size(d));
+    src += "      alignas(16) " + std::string(storage_type(d)) + " lane_in" + n + "[" + v + "];\n";
+    src += "      vector_load<" + std::to_string(dtype_size(d) * width) + ">(lane_in" + n +
+           ", static_cast<const char*>(in" + n + ") + static_cast<int64_t>(o" + n + " + base) * " +
+           size + ");\n";
+  }
+  for (size_t j : outs) {
+    std::string n = std::to_string(j);
+    src += "      alignas(16) " + std::string(storage_type(k.outputs[j].dtype)) + " lane_out" + n +
+           "[" + v + "];\n";
+  }
+  src += lane_table_loads(shape, lanes);
+  src += "#pragma unroll\n      for (int l = 0; l < " + v + "; ++l) {\n";
+  src += "        const I lin = base + l;\n" + walk("        ");
+  src +=
+      "        {\n" + indented(lane.flat(), 5) + indented(lane.stores, 5) + "        }\n      }\n";
+  for (size_t j : outs) {
+    DType d = k.outputs[j].dtype;
+    std::string n = std::to_string(j), size = std::to_string(dtype_size(d));
+    src += "      vector_store<" + std::to_string(dtype_size(d) * width) +
+           ">(static_cast<char*>(out" + n + ") + static_cast<int64_t>(oo" + n + " + base) * " +
+           size + ", lane_out" + n + ");\n";
+  }
+  src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" + walk("        ") +
+         "        {\n" + indented(scalar.flat(), 5) + indented(scalar.stores, 5) +
+         "        }\n      }\n    }\n  }\n}\n";
+  return src;
+}
+
 // The nest's device functions and their entries (appended to `entries`).
 std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                                      std::string* entries) {
@@ -133,98 +248,11 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
       "static_cast<I>(threadIdx.x); lin < n; lin += step) {\n";
   src += walk("    ") + indented(scalar.flat(), 2) + indented(scalar.stores, 2) + "  }\n}\n";
 
-  // The vectorized variant: inputs read only at the iteration's own element load as vectors.
-  std::string identity = index_key(loop_index(shape));
-  Lanes lanes;
-  int64_t widest = 0;
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
-    if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].empty()) continue;
-    if (loads_[i].size() != 1 || *loads_[i].begin() != identity) continue;
-    if (body_.inputs()[i]->tensor_type().shape != shape) continue;
-    lanes.inputs.insert(i);
-    widest = std::max<int64_t>(widest, dtype_size(body_.inputs()[i]->tensor_type().dtype));
-  }
-  std::vector<size_t> outs;
-  for (size_t j = 0; j < k.outputs.size(); ++j)
-    if (nest_stores(k.outputs[j].shape, shape)) {
-      outs.push_back(j);
-      widest = std::max<int64_t>(widest, dtype_size(k.outputs[j].dtype));
-    }
-  int width = static_cast<int>(std::min<int64_t>(8, 16 / std::max<int64_t>(widest, 1)));
   std::string variants = "s";
-  if (width > 1 && nest.numel >= width) {
-    std::vector<std::vector<StorageWindow>> windows = windows_;
-    std::vector<bool> whole = whole_storage_;
-    // The lanes' dim: the walk's innermost of more than one element.
-    std::vector<int> walked(shape.size());
-    std::iota(walked.begin(), walked.end(), 0);
-    if (order) walked = *order;
-    for (size_t w = walked.size(); w-- > 0;)
-      if (const auto d = static_cast<size_t>(walked[w]); shape[d] != 1) {
-        if (shape[d] % width == 0) lanes.inner_dim = static_cast<int>(d);
-        break;
-      }
-    lanes.width = width;
-    lane_tables_.clear();
-    NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
-    windows_ = windows;
-    whole_storage_ = whole;
-    nest.vector_width = width;
-    for (size_t i : lanes.inputs)
-      nest.vector_inputs.push_back(static_cast<int>(i));
-    for (size_t j : outs)
-      nest.vector_outputs.push_back(static_cast<int>(j));
-    std::string v = std::to_string(width);
-    src += "template <class I>\n__device__ __forceinline__ void " + name +
-           "_vector(const Args& a) {\n" + decls + tables;
-    src += "  const I n = static_cast<I>(" + numel + "LL);\n";
-    src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x) * " + v + ";\n";
-    src +=
-        "  for (I base = (static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
-        "static_cast<I>(threadIdx.x)) * " +
-        v + "; base < n; base += step) {\n";
-    src += "    if (base + " + v + " <= n) {\n";
-    for (size_t i : lanes.inputs) {
-      DType d = body_.inputs()[i]->tensor_type().dtype;
-      std::string n = std::to_string(i), size = std::to_string(dtype_size(d));
-      src +=
-          "      alignas(16) " + std::string(storage_type(d)) + " lane_in" + n + "[" + v + "];\n";
-      src += "      vector_load<" + std::to_string(dtype_size(d) * width) + ">(lane_in" + n +
-             ", static_cast<const char*>(in" + n + ") + static_cast<int64_t>(o" + n +
-             " + base) * " + size + ");\n";
-    }
-    for (size_t j : outs) {
-      std::string n = std::to_string(j);
-      src += "      alignas(16) " + std::string(storage_type(k.outputs[j].dtype)) + " lane_out" +
-             n + "[" + v + "];\n";
-    }
-    for (const std::string& table : lane_tables_) {  // the lanes' entries: consecutive
-      const std::string start =
-          table + " + base % static_cast<I>(" + std::to_string(shape[lanes.inner_dim]) + "LL)";
-      DType d = DType::kFloat32;
-      for (const auto& [value, name] : table_name_)
-        if (name == table) d = value->tensor_type().dtype;
-      const int64_t bytes = (reg(d) == "float" ? 4 : 8) * width;
-      src += "      alignas(16) " + reg(d) + " lane_" + table + "[" + v + "];\n";
-      for (int64_t at = 0; at < bytes; at += 16)
-        src += "      vector_load<" + std::to_string(std::min<int64_t>(16, bytes - at)) +
-               ">(reinterpret_cast<char*>(lane_" + table + ") + " + std::to_string(at) +
-               ", reinterpret_cast<const char*>(" + start + ") + " + std::to_string(at) + ");\n";
-    }
-    src += "#pragma unroll\n      for (int l = 0; l < " + v + "; ++l) {\n";
-    src += "        const I lin = base + l;\n" + walk("        ");
-    src += "        {\n" + indented(lane.flat(), 5) + indented(lane.stores, 5) +
-           "        }\n      }\n";
-    for (size_t j : outs) {
-      DType d = k.outputs[j].dtype;
-      std::string n = std::to_string(j), size = std::to_string(dtype_size(d));
-      src += "      vector_store<" + std::to_string(dtype_size(d) * width) +
-             ">(static_cast<char*>(out" + n + ") + static_cast<int64_t>(oo" + n + " + base) * " +
-             size + ", lane_out" + n + ");\n";
-    }
-    src += "    } else {\n      for (I lin = base; lin < n; ++lin) {\n" + walk("        ") +
-           "        {\n" + indented(scalar.flat(), 5) + indented(scalar.stores, 5) +
-           "        }\n      }\n    }\n  }\n}\n";
+  if (std::string vector =
+          cuda_vector_variant(name, shape, k, is_last, order, decls + tables, scalar, nest);
+      !vector.empty()) {
+    src += vector;
     variants += "v";
   }
   table_name_.clear();  // the tables are this nest's functions'
