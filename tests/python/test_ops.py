@@ -236,4 +236,10 @@ def test_float32_erf_and_gelu_stay_within_a_few_ulp_at_every_magnitude(op, exact
     ulp = torch.finfo(torch.float32).eps * scale_of(x.double(), exact).clamp(min=2.0**-126)
     assert ((got - exact).abs() <= 3 * ulp)[finite].all()
     assert ((got - want).abs() <= 4 * ulp)[finite].all()
-    assert torch.equal(got[x == 0].signbit(), want[x == 0].signbit())
+    # Eager's own sign of a zero result can depend on whether its vectorized loop or its scalar
+    # tail computed it (GELU(-0.0) is +0.0 in ATen's vectorized GELU, -0.0 in its scalar one, and
+    # the specials fall in one or the other with the machine's vector width): compared with
+    # eager's scalar result, each zero alone.
+    zeros = x[x == 0]
+    alone = torch.cat([op(zeros[i : i + 1]) * 1 for i in range(len(zeros))])
+    assert torch.equal(got[x == 0].signbit(), alone.signbit())
