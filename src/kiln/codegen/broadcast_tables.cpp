@@ -92,16 +92,34 @@ std::vector<const Value*> broadcast_tables(const Trace& body) {
       if (in->tensor_type().numel() * kTableBroadcast <= widest) broadcast.insert(in);
   }
 
-  std::vector<const Value*> tables;
-  std::set<const Value*> seen;
+  // A view of a computed value with the same elements (the reshape of a batch norm's [C] scale
+  // to [1, C, 1, 1]) is tabled as the value it views: its other readers (the shift, computed
+  // from the scale) then load the table too, where the view's table left them recomputing it.
+  auto viewed = [&](const Value* v) {
+    for (auto d = defined_by.find(v); d != defined_by.end(); d = defined_by.find(v)) {
+      const Node& n = *d->second;
+      if (n.op->kind != OpKind::kView || n.id() == OpId::kAsStrided) break;
+      const std::vector<const Value*> in = tensor_operands(n);
+      if (in.size() != 1 || in[0]->tensor_type().numel() != v->tensor_type().numel() ||
+          !facts_of(in[0]).computes || inputs.contains(in[0]))
+        break;
+      v = in[0];
+    }
+    return v;
+  };
+  std::set<const Value*> chosen;
   for (const Node* n : order) {
     for (const Value* v : n->outputs) {
-      if (!v->is_tensor() || !broadcast.contains(v) || !seen.insert(v).second) continue;
+      if (!v->is_tensor() || !broadcast.contains(v)) continue;
       if (v->tensor_type().numel() == 0 || v->tensor_type().numel() > kMaxTableElements) continue;
       Facts f = facts_of(v);
-      if (f.pure && f.computes) tables.push_back(v);
+      if (f.pure && f.computes) chosen.insert(viewed(v));
     }
   }
+  std::vector<const Value*> tables;  // in the body's order: a table's own tables come first
+  for (const Node* n : order)
+    for (const Value* v : n->outputs)
+      if (chosen.erase(v) > 0) tables.push_back(v);
   return tables;
 }
 

@@ -14,7 +14,9 @@
 // the region's inputs by elementwise ops, views (not as_strided) and creation ops only (no
 // reduction, index op or scatter: its elements depend on its own index alone), with at least one
 // op that is not a view, and used by an op of at least kTableBroadcast times its elements (a
-// broadcast). Values are in the body's order, so a table's own inputs that are tables come first.
+// broadcast), or viewed with the same elements by such a value (the table is the viewed value's,
+// so its other readers load it too). Values are in the body's order, so a table's own inputs
+// that are tables come first.
 #pragma once
 
 #include <cstdint>
