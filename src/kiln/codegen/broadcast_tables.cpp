@@ -100,8 +100,10 @@ std::vector<const Value*> broadcast_tables(const Trace& body) {
       const Node& n = *d->second;
       if (n.op->kind != OpKind::kView || n.id() == OpId::kAsStrided) break;
       const std::vector<const Value*> in = tensor_operands(n);
+      // (The same elements in the same dtype: a reshape or a permutation, not a dtype view.)
       if (in.size() != 1 || in[0]->tensor_type().numel() != v->tensor_type().numel() ||
-          !facts_of(in[0]).computes || inputs.contains(in[0]))
+          in[0]->tensor_type().dtype != v->tensor_type().dtype || !facts_of(in[0]).computes ||
+          inputs.contains(in[0]))
         break;
       v = in[0];
     }
