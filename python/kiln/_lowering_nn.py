@@ -314,7 +314,9 @@ _register(_channels_last_input, F.conv2d, F.avg_pool2d, F.adaptive_avg_pool2d)
 
 
 _FUSED_MAX_POOLS = os.environ.get("KILN_FUSED_MAX_POOLS") != "0"
-_MAX_POOL_WINDOW = 25  # the most elements a window may have: one maximum per element
+# The most elements a window may have (one maximum each): ResNet's 3 x 3 is what was measured
+# (bench/NOTES.md, session 35); a larger window's many loads per output are not.
+_MAX_POOL_WINDOW = 9
 
 
 def max_pool_as_maximum(x: Proxy, window: int) -> bool:
