@@ -194,7 +194,7 @@ std::optional<std::vector<std::pair<size_t, size_t>>> readers_first(
   std::vector<Step> trial;
   for (size_t q = 0; q < plan.steps.size(); ++q) {
     const Step& s = plan.steps[q];
-    Step light{s.kind, s.name, Trace(), s.inputs, s.outputs, {}};
+    Step light{s.kind, s.name, Trace(), s.inputs, s.outputs, {}, {}, {}};
     if (q == skip) light.inputs.clear(), light.outputs.clear();
     trial.push_back(std::move(light));
   }
