@@ -412,6 +412,8 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     on CUDA, "replayed" when the last call ran the program as one CUDA graph, "captured" when it
     made that graph, else "" (src/kiln/runtime/cuda/graph_replay.h; KILN_CUDA_GRAPHS=0 turns
     graphs off); cuda_graph_refused: why the program never runs as a graph ("" while it may);
+    cuda_graph_results: for a graph, (rebound, copied): how many of its fresh results a replay
+    writes into new memory and how many it copies out of the graph's own;
     differentiated: the last call ran a differentiated forward program (grad mode, an input that
     requires grad: kiln._autograd), whose facts these are; backward: then, the run facts of the
     last backward of that program (kernels, interpreted_steps, torch_steps, view_steps, eager_steps,
@@ -446,6 +448,7 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
         "first_run_seconds": p.first_run_seconds,
         "cuda_graph": "captured" if run["graph_captures"] else "replayed" if run["graph_replays"] else "",
         "cuda_graph_refused": p.graph_refused,
+        "cuda_graph_results": (run["graph_results_rebound"], run["graph_results_copied"]),
         "differentiated": cache is jitted._grad_cache,
         "backward": _backward_run_stats(p) if cache is jitted._grad_cache else None,
     }

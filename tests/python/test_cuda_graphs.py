@@ -230,6 +230,64 @@ def test_a_replay_that_would_copy_far_more_than_its_launches_cost_is_not_capture
     assert stats["cuda_graph"] == "" and "would copy" in stats["cuda_graph_refused"]
 
 
+def test_large_results_of_kiln_s_kernels_are_written_into_new_memory_each_replay_not_copied():
+    # 16 MiB of results for 2 launches: copied out of the graph's memory, a replay would cost more
+    # than it saves; the launches that write them are pointed at new memory instead. The product
+    # returned as it is (cuBLAS writes it) is copied. Every earlier result keeps its values.
+    def step(x, w, v):
+        h = F.linear(x, w)
+        return (h.relu() * 2).exp(), h.sum(-1), F.linear(x[:64], v)
+
+    f = kiln.jit(step)
+    gen = torch.Generator(device=DEVICE).manual_seed(7)
+    x = torch.randn(8192, 256, device=DEVICE, generator=gen)
+    w = torch.randn(512, 256, device=DEVICE, generator=gen) / 16
+    v = torch.randn(32, 256, device=DEVICE, generator=gen)
+    held = []
+    for call in range(6):
+        x.copy_(torch.randn(x.shape, device=DEVICE, generator=gen))  # new contents, one address
+        got, want = f(x, w, v), step(x, w, v)
+        for g, e in zip(got, want):
+            close(g, e)
+        stats = kiln.last_stats(f)
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+        if call > 2:
+            assert stats["cuda_graph_results"] == (2, 1), stats
+        held.append((got, [t.clone() for t in want]))
+    pointers = {t.data_ptr() for got, _ in held for t in got}
+    assert len(pointers) == 3 * len(held)  # no two calls' results share memory
+    for got, want in held:
+        for g, e in zip(got, want):
+            close(g, e)
+
+
+def test_a_result_a_cublas_product_reads_is_copied_out_of_the_graph_not_rebound():
+    # cuBLAS's kernels hold y's address where kiln cannot point them elsewhere, so y stays in the
+    # graph's memory and is copied out, as is the product's result.
+    def step(x, s, w):
+        y = (x * s).sin()
+        return y, y @ w
+
+    f = kiln.jit(step)
+    gen = torch.Generator(device=DEVICE).manual_seed(8)
+    x = torch.randn(256, 256, device=DEVICE, generator=gen)
+    w = torch.randn(256, 64, device=DEVICE, generator=gen)
+    held = []
+    for call in range(6):
+        s = torch.tensor(1.0 + call / 7, device=DEVICE)
+        got, want = f(x, s, w), step(x, s, w)
+        for g, e in zip(got, want):
+            close(g, e)
+        stats = kiln.last_stats(f)
+        assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+        if call > 2:
+            assert stats["cuda_graph_results"] == (0, 2), stats
+        held.append((got, [t.clone() for t in want]))
+    for got, want in held:
+        for g, e in zip(got, want):
+            close(g, e)
+
+
 def test_an_index_gathered_from_a_buffer_is_checked_on_the_buffer_before_each_replay():
     # BERT's token type ids: an index the program computes by selecting a buffer's values. The
     # replay checks all of the buffer's values before it runs; where some it does not select

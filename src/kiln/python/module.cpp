@@ -409,6 +409,8 @@ NB_MODULE(_C, m) {
         d["host_copy_bytes"] = s.host_copy_bytes;
         d["graph_captures"] = s.graph_captures;
         d["graph_replays"] = s.graph_replays;
+        d["graph_results_rebound"] = s.graph_results_rebound;
+        d["graph_results_copied"] = s.graph_results_copied;
         // (step, how, seconds, its body's ops) per step, with kiln._C.set_step_times(True).
         nb::list steps;
         const std::vector<Step>& plan = c.last().program->compiled.plan.steps;

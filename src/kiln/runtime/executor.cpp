@@ -425,6 +425,12 @@ void ProgramRun::run_step(size_t s) {
                                 *stats_)) {
       ++stats_->library_steps;
       how = "library";
+      if (options_.capture) {
+        std::vector<RtValue> outputs;
+        for (const Value* v : step.outputs)
+          if (env_.contains(v)) outputs.push_back(env_.at(v));
+        options_.capture->note_foreign_step(inputs, outputs);
+      }
     } else if (only_views(step.body)) {
       std::vector<RtValue> outs = run_view_step(step, inputs, memory_, options_.capture);
       for (size_t k = 0; k < outs.size(); ++k)
@@ -566,6 +572,7 @@ void ProgramRun::run_eager(size_t s, std::vector<RtValue>& inputs) {
       options_.capture->refuse("a step PyTorch runs returned a tensor in host memory");
     env_[step.outputs[k]] = outs[k];
   }
+  if (options_.capture) options_.capture->note_foreign_step(inputs, outs);
 }
 
 const char* ProgramRun::run_without_kernel(size_t s, std::vector<RtValue>& inputs) {

@@ -61,6 +61,10 @@ struct ExecutionStats {
   // (then the counts above are those of the captured run).
   int graph_captures = 0;
   int graph_replays = 0;
+  // Of a graph's fresh results, those its replays write into new memory (the launches that use
+  // them pointed there) and those they copy out of the graph's memory.
+  int graph_results_rebound = 0;
+  int graph_results_copied = 0;
   // With call_profile::set_step_times(true): each step the run made, how (kernel, library,
   // eager, view, torch, interpreted, copy: a step with only writebacks), and its host seconds.
   struct StepTime {
@@ -74,12 +78,16 @@ struct ExecutionStats {
 // Set while a call is captured into a CUDA graph (cuda/graph_replay.h), when nothing runs: the
 // executor hands each index check to it (it checks before every replay), asks it to refuse
 // (throw cuda::CaptureRefused) at a step that needs the host, and to admit or refuse each step
-// PyTorch runs (eager_call) before it runs, given the step's body and inputs.
+// PyTorch runs (eager_call) before it runs, given the step's body and inputs. It is told the
+// tensors of each step whose launches are not kiln's kernels (a library call, an eager step):
+// their kernels may hold those addresses where kiln cannot see them.
 class ExecutionCapture {
  public:
   virtual ~ExecutionCapture() = default;
   virtual void defer_index_check(const codegen::IndexCheck& check, const TensorHandle& index) = 0;
   virtual void admit_eager_step(const Trace& body, const std::vector<RtValue>& inputs) = 0;
+  virtual void note_foreign_step(const std::vector<RtValue>& inputs,
+                                 const std::vector<RtValue>& outputs) = 0;
   [[noreturn]] virtual void refuse(const std::string& why) = 0;
 };
 

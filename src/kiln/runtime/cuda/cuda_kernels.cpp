@@ -214,6 +214,23 @@ CompiledModule compile_cuda_source(const std::string& kernel_source, int arch) {
   return CompiledModule{std::move(out.cubin), std::move(out.log)};
 }
 
+namespace {
+
+// The words of a step kernel's argument block that hold storage addresses (graph replays may
+// point them elsewhere): every input's and output's, and the workspace's.
+std::vector<int> address_words(const codegen::Kernel& kernel) {
+  const codegen::CudaArgsLayout layout = codegen::cuda_args_layout(kernel);
+  std::vector<int> words;
+  for (size_t i = 0; i < kernel.inputs.size(); ++i)
+    words.push_back(static_cast<int>(layout.ins + static_cast<int64_t>(i)));
+  for (size_t j = 0; j < kernel.outputs.size(); ++j)
+    words.push_back(static_cast<int>(layout.outs + static_cast<int64_t>(j)));
+  words.push_back(static_cast<int>(layout.ws));
+  return words;
+}
+
+}  // namespace
+
 CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
   CudaPlanKernels pk;
   pk.steps.resize(plan.steps.size());
@@ -280,6 +297,8 @@ CudaPlanKernels prepare_cuda_kernels(const ExecutionPlan& plan, int device) {
         e.vector64 = get_function(requests[i].module, base + "v64");
       }
       k.nests.push_back(e);
+      for (Function f : {e.scalar32, e.scalar64, e.vector32, e.vector64})
+        if (f) register_address_words(f, address_words(k.kernel));
     }
   }
   for (size_t i = 0; i < groups_at.size(); ++i) {

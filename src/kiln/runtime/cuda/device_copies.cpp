@@ -5,6 +5,7 @@
 //   other rows of one dtype, up to 2 dims, long rows              kiln_row_copy
 //   anything else (a transpose, a dtype conversion)               kiln_strided_copy
 #include <algorithm>
+#include <cstddef>
 #include <map>
 #include <mutex>
 
@@ -280,6 +281,19 @@ struct VectorRowCopyArgs {
   int64_t sizes[kMaxCopyRank - 1], src_pitches[kMaxCopyRank - 1], dst_pitches[kMaxCopyRank - 1];
 };
 
+// The words of each copy kernel's arguments that hold device addresses (the src and dst
+// fields, as the structs above lay them out).
+std::vector<int> copy_address_words(const std::string& name) {
+  static_assert(offsetof(CopyArgs, dst) == 8 && offsetof(RowCopyArgs, dst) == 8 &&
+                offsetof(VectorRowCopyArgs, dst) == 8 && offsetof(ElementCopyArgs, src) == 8 &&
+                offsetof(ElementCopyArgs, dst) == 8 * (1 + kMaxElementCopies));
+  if (name != "kiln_element_copies") return {0, 1};
+  std::vector<int> words;
+  for (int w = 1; w <= 2 * static_cast<int>(kMaxElementCopies); ++w)
+    words.push_back(w);
+  return words;
+}
+
 // kiln_strided_copy, kiln_row_copy, ..., loaded once per device.
 Function copy_function(int device, const std::string& name) {
   static std::mutex mutex;
@@ -292,6 +306,7 @@ Function copy_function(int device, const std::string& name) {
   get_modules(requests, device);
   Function f = get_function(requests[0].module, name);
   loaded[{device, name}] = f;
+  register_address_words(f, copy_address_words(name));
   return f;
 }
 

@@ -2,7 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -24,6 +26,43 @@ constexpr int kAttributeMultiprocessors = 16;  // CU_DEVICE_ATTRIBUTE_MULTIPROCE
 constexpr int kAttributeCapabilityMajor = 75;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
 constexpr int kAttributeCapabilityMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR
 constexpr CUresult kErrorNoDevice = 100;       // CUDA_ERROR_NO_DEVICE
+
+// CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEMCPY3D_v2 and CUDA_MEMSET_NODE_PARAMS, as cuda.h lays them.
+struct KernelNodeParams {
+  Function func;
+  unsigned grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_bytes;
+  void** kernel_params;
+  void** extra;
+  void* kern;
+  void* ctx;
+};
+struct Memcpy3D {
+  size_t src_x, src_y, src_z, src_lod;
+  int src_type;
+  const void* src_host;
+  DevicePtr src_device;
+  void* src_array;
+  void* reserved0;
+  size_t src_pitch, src_height;
+  size_t dst_x, dst_y, dst_z, dst_lod;
+  int dst_type;
+  void* dst_host;
+  DevicePtr dst_device;
+  void* dst_array;
+  void* reserved1;
+  size_t dst_pitch, dst_height;
+  size_t width, height, depth;
+};
+struct MemsetParams {
+  DevicePtr dst;
+  size_t pitch;
+  unsigned value, element_size;
+  size_t width, height;
+};
+constexpr int kNodeKernel = 0, kNodeMemcpy = 1, kNodeMemset = 2, kNodeEmpty = 5, kNodeWaitEvent = 6,
+              kNodeRecordEvent = 7, kNodeMemAlloc = 10,
+              kNodeMemFree = 11;                      // CUgraphNodeType
+constexpr int kMemoryDevice = 2, kMemoryUnified = 4;  // CUmemorytype
 
 struct Driver {
   void* handle = nullptr;
@@ -66,6 +105,16 @@ struct Driver {
   CUresult (*GraphLaunch)(GraphExec, Stream) = nullptr;
   CUresult (*GraphExecDestroy)(GraphExec) = nullptr;
   CUresult (*GraphDestroy)(Graph) = nullptr;
+  // Reading a captured graph back and rebinding its launches (graph_contents); null where the
+  // driver lacks them (cuFuncGetParamInfo came with CUDA 12.4), and then nothing is rebound.
+  CUresult (*GraphGetNodes)(Graph, void**, size_t*) = nullptr;
+  CUresult (*GraphNodeGetType)(void*, int*) = nullptr;
+  CUresult (*GraphKernelNodeGetParams)(void*, KernelNodeParams*) = nullptr;
+  CUresult (*GraphExecKernelNodeSetParams)(GraphExec, void*, const KernelNodeParams*) = nullptr;
+  CUresult (*GraphMemcpyNodeGetParams)(void*, Memcpy3D*) = nullptr;
+  CUresult (*GraphMemsetNodeGetParams)(void*, MemsetParams*) = nullptr;
+  CUresult (*FuncGetParamInfo)(Function, size_t, size_t*, size_t*) = nullptr;
+  CUresult (*KernelGetFunction)(Function*, void*) = nullptr;
 };
 
 std::string error_text(const Driver& d, CUresult r) {
@@ -122,6 +171,17 @@ const Driver& driver() {
               bind_symbol(d.handle, "cuGraphLaunch", &d.GraphLaunch) &&
               bind_symbol(d.handle, "cuGraphExecDestroy", &d.GraphExecDestroy) &&
               bind_symbol(d.handle, "cuGraphDestroy", &d.GraphDestroy);
+    bool readable =
+        bind_symbol(d.handle, "cuGraphGetNodes", &d.GraphGetNodes) &&
+        bind_symbol(d.handle, "cuGraphNodeGetType", &d.GraphNodeGetType) &&
+        bind_symbol(d.handle, "cuGraphKernelNodeGetParams_v2", &d.GraphKernelNodeGetParams) &&
+        bind_symbol(d.handle, "cuGraphExecKernelNodeSetParams_v2",
+                    &d.GraphExecKernelNodeSetParams) &&
+        bind_symbol(d.handle, "cuGraphMemcpyNodeGetParams", &d.GraphMemcpyNodeGetParams) &&
+        bind_symbol(d.handle, "cuGraphMemsetNodeGetParams", &d.GraphMemsetNodeGetParams) &&
+        bind_symbol(d.handle, "cuFuncGetParamInfo", &d.FuncGetParamInfo) &&
+        bind_symbol(d.handle, "cuKernelGetFunction", &d.KernelGetFunction);
+    if (!readable) d.GraphGetNodes = nullptr;
     if (!ok) {
       d.why_not = "the CUDA driver on this machine lacks functions kiln needs (too old)";
       d.handle = nullptr;
@@ -399,19 +459,161 @@ CaptureScope::~CaptureScope() {
   if (driver().StreamEndCapture(stream_, &g) == 0 && g) driver().GraphDestroy(g);
 }
 
-GraphExec CaptureScope::finish() {
+namespace {
+
+std::mutex address_words_mutex;
+std::map<Function, std::vector<int>>& address_words_of() {
+  static std::map<Function, std::vector<int>> registered;
+  return registered;
+}
+
+// A kernel node's parameters as 8-byte words: each parameter copied in at its offset, or the one
+// buffer of a launch that passed them so (CU_LAUNCH_PARAM_BUFFER_POINTER). False where the
+// driver does not say where they lie.
+bool kernel_node_words(const Driver& d, const KernelNodeParams& p, std::vector<uint64_t>& words) {
+  std::vector<unsigned char> bytes;
+  if (p.kernel_params) {
+    for (size_t i = 0;; ++i) {
+      size_t offset = 0, size = 0;
+      if (d.FuncGetParamInfo(p.func, i, &offset, &size) != 0) break;  // past the last parameter
+      if (bytes.size() < offset + size) bytes.resize(offset + size, 0);
+      std::memcpy(bytes.data() + offset, p.kernel_params[i], size);
+    }
+  } else if (p.extra) {
+    constexpr uintptr_t kEnd = 0, kBufferPointer = 1, kBufferSize = 2;  // CU_LAUNCH_PARAM_*
+    const void* buffer = nullptr;
+    size_t size = 0;
+    for (void** e = p.extra; reinterpret_cast<uintptr_t>(e[0]) != kEnd; e += 2) {
+      if (reinterpret_cast<uintptr_t>(e[0]) == kBufferPointer)
+        buffer = e[1];
+      else if (reinterpret_cast<uintptr_t>(e[0]) == kBufferSize)
+        size = *static_cast<size_t*>(e[1]);
+      else
+        return false;
+    }
+    if (!buffer && size) return false;
+    bytes.assign(static_cast<const unsigned char*>(buffer),
+                 static_cast<const unsigned char*>(buffer) + size);
+  }
+  words.assign((bytes.size() + 7) / 8, 0);
+  std::memcpy(words.data(), bytes.data(), bytes.size());
+  return true;
+}
+
+// The device span [first, end) one side of a copy touches: Depth layers of Height rows of
+// WidthInBytes bytes, rows `pitch` bytes apart and layers `pitch * height`, from (x, y, z).
+std::pair<DevicePtr, DevicePtr> copy_side(DevicePtr base, size_t x, size_t y, size_t z,
+                                          size_t pitch, size_t height, const Memcpy3D& c) {
+  const DevicePtr first = base + x + y * pitch + z * pitch * height;
+  const size_t rows = std::max<size_t>(c.height, 1), layers = std::max<size_t>(c.depth, 1);
+  return {first, first + (layers - 1) * pitch * height + (rows - 1) * pitch + c.width};
+}
+
+// Nodes that read and write no memory kiln holds. (An allocation node's memory is the graph's
+// own, apart from every block kiln holds: a cuBLAS workspace allocated and freed in the capture.)
+bool touches_no_memory(int node_type) {
+  return node_type == kNodeEmpty || node_type == kNodeWaitEvent || node_type == kNodeRecordEvent ||
+         node_type == kNodeMemAlloc || node_type == kNodeMemFree;
+}
+
+GraphContents graph_contents(const Driver& d, Graph g) {
+  GraphContents contents;
+  if (!d.GraphGetNodes) {
+    contents.opaque = "the CUDA driver cannot read a graph's launches back (before CUDA 12.4)";
+    return contents;
+  }
+  size_t count = 0;
+  check(d.GraphGetNodes(g, nullptr, &count), "cuGraphGetNodes");
+  std::vector<void*> nodes(count);
+  check(d.GraphGetNodes(g, nodes.data(), &count), "cuGraphGetNodes");
+  for (void* node : nodes) {
+    int type = -1;
+    check(d.GraphNodeGetType(node, &type), "cuGraphNodeGetType");
+    if (type == kNodeKernel) {
+      KernelNodeParams p{};
+      check(d.GraphKernelNodeGetParams(node, &p), "cuGraphKernelNodeGetParams");
+      // A library's kernel (CUkernel) launched in the context: its function there.
+      if (!p.func && p.kern) check(d.KernelGetFunction(&p.func, p.kern), "cuKernelGetFunction");
+      if (!p.func) {
+        contents.opaque = "a kernel launch the driver does not name";
+        continue;
+      }
+      GraphKernelNode k;
+      k.node = node;
+      k.function = p.func;
+      k.grid[0] = p.grid_x, k.grid[1] = p.grid_y, k.grid[2] = p.grid_z;
+      k.block[0] = p.block_x, k.block[1] = p.block_y, k.block[2] = p.block_z;
+      k.shared_bytes = p.shared_bytes;
+      if (!kernel_node_words(d, p, k.words)) {
+        contents.opaque = "a kernel launch whose parameters the driver does not lay out";
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(address_words_mutex);
+        auto it = address_words_of().find(p.func);
+        if (it != address_words_of().end()) k.address_words = it->second;
+      }
+      contents.kernels.push_back(std::move(k));
+    } else if (type == kNodeMemcpy) {
+      Memcpy3D c{};
+      check(d.GraphMemcpyNodeGetParams(node, &c), "cuGraphMemcpyNodeGetParams");
+      if (c.src_type == kMemoryDevice || c.src_type == kMemoryUnified)
+        contents.copied_spans.push_back(
+            copy_side(c.src_device, c.src_x, c.src_y, c.src_z, c.src_pitch, c.src_height, c));
+      if (c.dst_type == kMemoryDevice || c.dst_type == kMemoryUnified)
+        contents.copied_spans.push_back(
+            copy_side(c.dst_device, c.dst_x, c.dst_y, c.dst_z, c.dst_pitch, c.dst_height, c));
+    } else if (type == kNodeMemset) {
+      MemsetParams m{};
+      check(d.GraphMemsetNodeGetParams(node, &m), "cuGraphMemsetNodeGetParams");
+      contents.copied_spans.emplace_back(
+          m.dst, m.dst + (std::max<size_t>(m.height, 1) - 1) * m.pitch + m.width * m.element_size);
+    } else if (!touches_no_memory(type)) {
+      contents.opaque = "a graph node of type " + std::to_string(type) + " (not a launch or copy)";
+    }
+  }
+  return contents;
+}
+
+}  // namespace
+
+void register_address_words(Function f, std::vector<int> words) {
+  std::lock_guard<std::mutex> lock(address_words_mutex);
+  address_words_of()[f] = std::move(words);
+}
+
+CapturedGraph CaptureScope::finish() {
   KILN_ASSERT(capturing) << "a CUDA graph capture finished twice";
   capturing = false;
   const Driver& d = loaded();
   use_device(device_);
-  Graph g = nullptr;
-  CUresult r = d.StreamEndCapture(stream_, &g);
-  if (r != 0 || !g) throw CaptureRefused("the capture failed: " + error_text(d, r));
-  GraphExec exec = nullptr;
-  r = d.GraphInstantiate(&exec, g, 0);
-  d.GraphDestroy(g);
-  if (r != 0) throw CaptureRefused("the graph did not instantiate: " + error_text(d, r));
-  return exec;
+  CapturedGraph captured;
+  CUresult r = d.StreamEndCapture(stream_, &captured.graph);
+  if (r != 0 || !captured.graph) throw CaptureRefused("the capture failed: " + error_text(d, r));
+  r = d.GraphInstantiate(&captured.exec, captured.graph, 0);
+  if (r != 0) {
+    d.GraphDestroy(captured.graph);
+    throw CaptureRefused("the graph did not instantiate: " + error_text(d, r));
+  }
+  try {
+    captured.contents = graph_contents(d, captured.graph);
+  } catch (...) {
+    destroy_graph(captured);
+    throw;
+  }
+  return captured;
+}
+
+void set_kernel_node_words(GraphExec exec, const GraphKernelNode& node,
+                           const std::vector<uint64_t>& words) {
+  const Driver& d = loaded();
+  KILN_ASSERT(node.words.size() == words.size()) << "a graph launch rebound with other parameters";
+  // One parameter block: kiln's kernels take their arguments as one.
+  void* params[] = {const_cast<uint64_t*>(words.data())};
+  KernelNodeParams p{node.function, node.grid[0],  node.grid[1],  node.grid[2],
+                     node.block[0], node.block[1], node.block[2], node.shared_bytes,
+                     params,        nullptr,       nullptr,       nullptr};
+  check(d.GraphExecKernelNodeSetParams(exec, node.node, &p), "cuGraphExecKernelNodeSetParams");
 }
 
 void launch_graph(GraphExec exec, int device, Stream stream) {
@@ -421,8 +623,13 @@ void launch_graph(GraphExec exec, int device, Stream stream) {
   check(d.GraphLaunch(exec, stream), "cuGraphLaunch");
 }
 
-void destroy_graph(GraphExec exec) {
-  if (exec && driver().handle) driver().GraphExecDestroy(exec);
+void destroy_graph(CapturedGraph& g) {
+  if (driver().handle) {
+    if (g.exec) driver().GraphExecDestroy(g.exec);
+    if (g.graph) driver().GraphDestroy(g.graph);
+  }
+  g.exec = nullptr;
+  g.graph = nullptr;
 }
 
 StreamEvent::StreamEvent(int device) : device_(device) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace kiln::cuda {
 
@@ -85,6 +86,38 @@ struct CaptureRefused : std::runtime_error {
 // queued on the legacy default stream during a capture fails it instead of escaping it).
 Stream capture_stream(int device);
 
+// The words (8 bytes each, from the start of its one parameter, the argument block) in which a
+// kernel of kiln's receives device addresses. kiln's kernels register theirs when loaded, so that
+// a graph replay may point a captured launch at other memory (graph_replay.h); a kernel without
+// them (cuBLAS's, PyTorch's) is never pointed elsewhere.
+void register_address_words(Function f, std::vector<int> words);
+
+// A kernel launch of a captured graph, as the driver holds it.
+struct GraphKernelNode {
+  void* node = nullptr;  // CUgraphNode of the graph the executable graph was made from
+  Function function = nullptr;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, shared_bytes = 0;
+  // Its parameters' bytes in 8-byte words (each parameter at its offset, the last padded).
+  std::vector<uint64_t> words;
+  std::vector<int> address_words;  // as registered; empty for a kernel kiln did not make
+};
+
+// What the nodes of a captured graph read and write, read back from the graph.
+struct GraphContents {
+  std::vector<GraphKernelNode> kernels;
+  // The device memory copies and fills touch: [first, end) spans, each covering its node's.
+  std::vector<std::pair<DevicePtr, DevicePtr>> copied_spans;
+  // Not empty: a node whose memory kiln cannot tell (a host function, a child graph, ...), or a
+  // driver too old to tell it; then no launch of the graph is pointed elsewhere.
+  std::string opaque;
+};
+
+struct CapturedGraph {
+  Graph graph = nullptr;  // kept: its nodes name the launches of exec
+  GraphExec exec = nullptr;
+  GraphContents contents;
+};
+
 // Captures the work queued on `stream` (relaxed mode) until finish(), which returns the
 // instantiated graph. While a scope lives, this thread's synchronize, copy_to_host,
 // copy_to_device and allocate raise CaptureRefused. A scope destroyed unfinished discards the
@@ -95,15 +128,19 @@ class CaptureScope {
   ~CaptureScope();
   CaptureScope(const CaptureScope&) = delete;
   CaptureScope& operator=(const CaptureScope&) = delete;
-  GraphExec finish();
+  CapturedGraph finish();
 
  private:
   Stream stream_;
   int device_;
 };
 
+// Later launches of `exec` run `node`'s kernel with the parameter words `words` (a launch queued
+// before is not changed).
+void set_kernel_node_words(GraphExec exec, const GraphKernelNode& node,
+                           const std::vector<uint64_t>& words);
 void launch_graph(GraphExec exec, int device, Stream stream);
-void destroy_graph(GraphExec exec);
+void destroy_graph(CapturedGraph& g);
 
 // An event that orders one stream's later work after another's (and lets the host wait).
 class StreamEvent {

@@ -5,18 +5,25 @@
 //              (parameters, buffers, a KV cache) and which move (the token ids of each step)
 //   call 3:    the launches captured on a side stream (nothing runs), then replayed
 //   later:     copy each moving argument into the graph's own buffer, check the indices on the
-//              host, launch the graph, copy the outputs into fresh memory
+//              host, point the launches that write (or read) a fresh result at new memory,
+//              launch the graph, copy the other fresh results out into new memory
+//
+// A fresh result is pointed at new memory (rebound, cuGraphExecKernelNodeSetParams) when every
+// node of the graph that holds its address is a launch of kiln's own kernels, holding it in a
+// word the kernel registered as an address (register_address_words), and its block was the
+// capture's for it alone. One that a cuBLAS or PyTorch kernel, a copy node or an eager step may
+// touch is copied out of the graph's memory instead.
 //
 // Requires: a CUDA program that ran without a step needing the host (no interpreted step, no
 // host copy; an eager_call step only where PyTorch joins the capture, options.eager_capture, and
 // its function was registered without a capture refusal), with no metadata mutation, at least
 // two launched steps (a multi-tensor launch counting its steps), and copies that cost little
-// against the launches a replay saves (at most 256 KiB of moving arguments and fresh results per
-// launch). An argument the program writes must keep its address (it is written in place; a moving
-// one would need a copy back), and every index a kernel checks must be a view of an argument the
-// program does not write (its check runs before the launch, on the caller's tensor). Anything else,
-// or a capture the driver refuses, leaves the program running through execute() (refused() says
-// why).
+// against the launches a replay saves (at most 2 MiB of moving arguments and copied fresh
+// results per launch). An argument the program writes must keep its address (it is written in
+// place; a moving one would need a copy back), and every index a kernel checks must be a view of an
+// argument the program does not write (its check runs before the launch, on the caller's tensor).
+// Anything else, or a capture the driver refuses, leaves the program running through execute()
+// (refused() says why).
 //
 // Ensures: the same results, writes into the caller's memory and errors as execute(): a replay
 // reads every argument's current contents, returns outputs in fresh memory (later replays never
