@@ -9,6 +9,7 @@
 #include "kiln/codegen/kernel.h"
 #include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/cuda/driver.h"
+#include "kiln/runtime/cuda/graph_rebinding.h"
 #include "kiln/runtime/index_checks.h"
 #include "kiln/runtime/interpreter/eager_calls.h"
 #include "kiln/support/error.h"
@@ -209,17 +210,14 @@ struct GraphReplay::Captured {
   };
   std::vector<Result> results;
   std::vector<TensorHandle> fresh;  // graph memory
-  // Fresh storages a replay gives new memory of the caller's allocator to, pointing the launches
-  // that use them there (instead of copying them out of the graph's memory), and those launches'
-  // words that hold their addresses: (graph.contents.kernels entry, [(word, fresh entry)]).
-  std::vector<bool> rebound;
-  std::vector<std::pair<size_t, std::vector<std::pair<int, int>>>> rebound_words;
+  // The fresh storages a replay gives new memory of the caller's allocator, pointing the launches
+  // that use them there instead of copying them out of the graph's memory (graph_rebinding.h).
+  Rebinding rebinding;
   // Storages the capture's library calls and eager steps read or write, [first, end): their
   // kernels may hold an address where kiln cannot see it (in memory, or encoded in a TMA
   // descriptor), so those storages are never rebound.
   std::vector<std::pair<uint64_t, uint64_t>> foreign_spans;
-  std::string why_copied;  // why the first fresh result not rebound is copied
-  ExecutionStats stats;    // of the captured run
+  ExecutionStats stats;  // of the captured run
   std::unique_ptr<StreamEvent> done;
   Stream last_stream = nullptr;
   bool launched = false;
@@ -323,62 +321,6 @@ std::map<const Value*, int> arguments_by_input(const CompiledProgram& program) {
     by_input.emplace(program.execution.inputs()[static_cast<size_t>(g)], static_cast<int>(j));
   }
   return by_input;
-}
-
-// Chooses the fresh results a replay rebinds (Captured::rebound_words): a storage the capture's
-// allocator gave a block of its own for the whole capture (a block handed out twice would move
-// the launches of the earlier tensor too), which no copy or fill node, no library call and no
-// eager step touches, and whose addresses every launch holds in words its kernel registered as
-// addresses. Any other result is copied out of the graph's memory.
-void choose_rebound_results(GraphReplay::Captured& c) {
-  c.rebound.assign(c.fresh.size(), false);
-  const GraphContents& graph = c.graph.contents;
-  if (!graph.opaque.empty()) {
-    c.why_copied = graph.opaque;
-    return;
-  }
-  auto copied_because = [&](const std::string& why) {
-    if (c.why_copied.empty()) c.why_copied = why;
-  };
-  std::map<size_t, std::vector<std::pair<int, int>>> words_of_node;
-  for (size_t f = 0; f < c.fresh.size(); ++f) {
-    const uint64_t first = c.fresh[f]->storage->device_data;
-    const std::optional<size_t> bytes = c.pool->sole_block(first);
-    if (!bytes) {
-      copied_because("memory the capture handed out more than once, or not kiln's");
-      continue;
-    }
-    const uint64_t end = first + *bytes;
-    auto overlaps = [&](const std::pair<uint64_t, uint64_t>& span) {
-      return span.first < end && first < span.second;
-    };
-    if (std::ranges::any_of(graph.copied_spans, overlaps)) {
-      copied_because("memory a copy or fill node touches");
-      continue;
-    }
-    if (std::ranges::any_of(c.foreign_spans, overlaps)) {
-      copied_because("memory a library call or a step PyTorch runs reads or writes");
-      continue;
-    }
-    std::vector<std::pair<size_t, int>> found;  // (node, word)
-    bool movable = true;
-    for (size_t n = 0; n < graph.kernels.size() && movable; ++n) {
-      const GraphKernelNode& k = graph.kernels[n];
-      for (size_t w = 0; w < k.words.size() && movable; ++w) {
-        if (k.words[w] < first || k.words[w] >= end) continue;
-        movable = std::ranges::find(k.address_words, static_cast<int>(w)) != k.address_words.end();
-        found.emplace_back(n, static_cast<int>(w));
-      }
-    }
-    if (!movable) {
-      copied_because("memory a kernel kiln did not make holds");
-      continue;
-    }
-    c.rebound[f] = true;
-    for (auto [n, w] : found)
-      words_of_node[n].emplace_back(w, static_cast<int>(f));
-  }
-  c.rebound_words.assign(words_of_node.begin(), words_of_node.end());
 }
 
 }  // namespace
@@ -536,7 +478,11 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
     }
     c->results.push_back(std::move(r));
   }
-  choose_rebound_results(*c);
+  std::vector<FreshBlock> blocks;
+  for (const TensorHandle& f : c->fresh)
+    blocks.push_back({f->storage->device_data, c->pool->sole_block(f->storage->device_data)});
+  c->rebinding = choose_rebound_results(c->graph.contents, blocks, c->foreign_spans);
+  const std::vector<bool>& rebound = c->rebinding.rebound;
   // A replay copies the moving arguments in and the fresh results it does not rebind out; a
   // graph pays only where those copies cost little against the host time of the launches it
   // saves (a few microseconds each): a bandwidth-bound program with large moving tensors runs
@@ -545,7 +491,7 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
   for (const Captured::Moving& m : c->moving)
     copied += m.bytes;
   for (size_t f = 0; f < c->fresh.size(); ++f)
-    if (!c->rebound[f])
+    if (!rebound[f])
       copied +=
           static_cast<size_t>(c->fresh[f]->storage->numel() * dtype_size(c->fresh[f]->dtype()));
   const auto launches =
@@ -553,10 +499,10 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
   if (copied > launches * kCopyBytesPerLaunch)
     throw CaptureRefused("a replay would copy " + std::to_string(copied) +
                          " bytes of arguments and results for " + std::to_string(launches) +
-                         " launches (" + std::to_string(std::ranges::count(c->rebound, true)) +
+                         " launches (" + std::to_string(std::ranges::count(rebound, true)) +
                          " of " + std::to_string(c->fresh.size()) +
                          " fresh results written in new memory; the first " +
-                         "of the others is copied as " + c->why_copied + ")");
+                         "of the others is copied as " + c->rebinding.why_copied + ")");
   return c;
 }
 
@@ -596,7 +542,7 @@ std::optional<std::vector<RtValue>> GraphReplay::replay(Captured& c,
     copies.push_back(
         cuda_strided(f->dtype(), {n}, {1}, 0, n, f->device(), false, options.allocator, stream));
   }
-  for (const auto& [node, words_of_results] : c.rebound_words) {
+  for (const auto& [node, words_of_results] : c.rebinding.node_words) {
     const GraphKernelNode& k = c.graph.contents.kernels[node];
     std::vector<uint64_t> words = k.words;
     for (auto [w, f] : words_of_results) {
@@ -608,7 +554,7 @@ std::optional<std::vector<RtValue>> GraphReplay::replay(Captured& c,
   }
   launch_graph(c.graph.exec, c.device, stream);
   for (size_t f = 0; f < c.fresh.size(); ++f) {
-    if (c.rebound[f]) continue;
+    if (c.rebinding.rebound[f]) continue;
     copy_on_device(
         copies[f]->storage->device_data, c.fresh[f]->storage->device_data,
         static_cast<size_t>(c.fresh[f]->storage->numel() * dtype_size(c.fresh[f]->dtype())),
@@ -637,7 +583,7 @@ std::optional<std::vector<RtValue>> GraphReplay::replay(Captured& c,
   if (options.stats) {
     *options.stats = c.stats;
     options.stats->graph_replays = 1;
-    const auto rebound = static_cast<int>(std::ranges::count(c.rebound, true));
+    const auto rebound = static_cast<int>(std::ranges::count(c.rebinding.rebound, true));
     options.stats->graph_results_rebound = rebound;
     options.stats->graph_results_copied = static_cast<int>(c.fresh.size()) - rebound;
   }
