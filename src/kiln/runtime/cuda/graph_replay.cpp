@@ -38,6 +38,11 @@ const RtTensor* tensor_of(const RtValue& v) {
   return t ? t->get() : nullptr;
 }
 
+// The bytes of the storage a tensor views.
+size_t storage_bytes(const RtTensor& t) {
+  return static_cast<size_t>(t.storage->numel() * dtype_size(t.dtype()));
+}
+
 // Where an argument's storage starts (0 for a number): what a stable argument keeps.
 uint64_t address_of(const RtValue& v) {
   const RtTensor* t = tensor_of(v);
@@ -284,8 +289,7 @@ class Recorder : public ExecutionCapture {
         const RtTensor* t = tensor_of(v);
         if (!t || !t->storage->on_device()) continue;
         const uint64_t first = t->storage->device_data;
-        c_.foreign_spans.emplace_back(
-            first, first + static_cast<uint64_t>(t->storage->numel() * dtype_size(t->dtype())));
+        c_.foreign_spans.emplace_back(first, first + storage_bytes(*t));
       }
   }
   [[noreturn]] void refuse(const std::string& why) override { throw CaptureRefused(why); }
@@ -491,9 +495,7 @@ std::unique_ptr<GraphReplay::Captured> GraphReplay::capture(const CompiledProgra
   for (const Captured::Moving& m : c->moving)
     copied += m.bytes;
   for (size_t f = 0; f < c->fresh.size(); ++f)
-    if (!rebound[f])
-      copied +=
-          static_cast<size_t>(c->fresh[f]->storage->numel() * dtype_size(c->fresh[f]->dtype()));
+    if (!rebound[f]) copied += storage_bytes(*c->fresh[f]);
   const auto launches =
       static_cast<size_t>(stats.kernel_steps + stats.library_steps + stats.eager_steps);
   if (copied > launches * kCopyBytesPerLaunch)
@@ -555,10 +557,8 @@ std::optional<std::vector<RtValue>> GraphReplay::replay(Captured& c,
   launch_graph(c.graph.exec, c.device, stream);
   for (size_t f = 0; f < c.fresh.size(); ++f) {
     if (c.rebinding.rebound[f]) continue;
-    copy_on_device(
-        copies[f]->storage->device_data, c.fresh[f]->storage->device_data,
-        static_cast<size_t>(c.fresh[f]->storage->numel() * dtype_size(c.fresh[f]->dtype())),
-        c.device, stream);
+    copy_on_device(copies[f]->storage->device_data, c.fresh[f]->storage->device_data,
+                   storage_bytes(*c.fresh[f]), c.device, stream);
   }
   c.done->record(stream);
   c.last_stream = stream;
