@@ -432,6 +432,41 @@ std::optional<std::string> KernelEmitter::pow_by_constant(const Operand& exponen
   return std::nullopt;
 }
 
+// The elementwise ops that compute a libm-class function (a polynomial after an argument
+// reduction, tens of operations an element): they weigh kCostlyOpWeight in a CPU nest's work.
+static bool costly_op(OpId fid) {
+  switch (fid) {
+    case OpId::kExp:
+    case OpId::kExp2:
+    case OpId::kExpm1:
+    case OpId::kLog:
+    case OpId::kLog1p:
+    case OpId::kLog2:
+    case OpId::kSin:
+    case OpId::kCos:
+    case OpId::kTan:
+    case OpId::kTanh:
+    case OpId::kAsin:
+    case OpId::kAcos:
+    case OpId::kAtan:
+    case OpId::kSinh:
+    case OpId::kCosh:
+    case OpId::kSigmoid:
+    case OpId::kGelu:
+    case OpId::kSilu:
+    case OpId::kErf:
+    case OpId::kPow:
+    case OpId::kAtan2:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool KernelEmitter::parallel_worth(int64_t iterations) const {
+  return iterations * element_cost_ >= kParallelIterations;
+}
+
 Val KernelEmitter::elementwise(const Node& node, const Index& at) {
   const OpInfo& op = *node.op;
   if (op.is_inplace_elementwise()) not_lowered(op.name + ": an in-place op in a region");
@@ -444,7 +479,10 @@ Val KernelEmitter::elementwise(const Node& node, const Index& at) {
                 " can raise (division by zero, negative powers); the interpreter runs it");
   }
   std::string expr = fl ? expr_text(fid).f : expr_text(fid).i;
-  if (fid == OpId::kPow && fl) expr = pow_by_constant(node.arg(1)).value_or(expr);
+  const std::optional<std::string> by_constant =
+      fid == OpId::kPow && fl ? pow_by_constant(node.arg(1)) : std::nullopt;
+  if (by_constant) expr = *by_constant;
+  if (fl && costly_op(fid) && !by_constant) element_cost_ += kCostlyOpWeight;
   if (expr.starts_with("KILN_NO_"))
     not_lowered(op.name + ": no " + (fl ? "floating" : "integer") + " math for its dtypes");
 

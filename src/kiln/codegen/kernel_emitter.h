@@ -45,9 +45,15 @@
 
 namespace kiln::codegen::detail {
 
-// Loop nests with at least this many iterations run on all cores (OpenMP); smaller ones on the
-// calling thread, where starting a team would cost more than the work.
+// Loop nests with at least this much work run on all cores (OpenMP); smaller ones on the calling
+// thread, where starting a team would cost more than the work. Work is iterations times the cost
+// of an element (KernelEmitter::element_cost_): a loop of simple arithmetic shares 65536 elements,
+// one computing a libm-class function (kCostlyOpWeight) about 3,900.
 constexpr int64_t kParallelIterations = int64_t{1} << 16;
+// What an element of exp, sin, tanh, erf, ... costs in simple operations' units, about: on a
+// 2-core AVX2 VM a team's start cost 1.1 us a call, tanh(x) * 2 over 5120 floats ran 9.3 us on
+// one thread and 7.9 on two, x + 1 over as many 3.9 and 5.0 (2026-12-06).
+constexpr int64_t kCostlyOpWeight = 16;
 // The fewest consecutive elements for which a flat loop splits around its broadcast values
 // (flat_loop_split): below, the split's outer loop costs more than the values it hoists.
 constexpr int64_t kMinSplitInner = 16;
@@ -345,6 +351,8 @@ class KernelEmitter {
   static std::string copy_convert(const Val& v, DType out);
   static std::optional<std::string> pow_by_constant(const Operand& exponent);
   Val elementwise(const Node& node, const Index& at);
+  // Whether `iterations` of the nest's elements are worth a team of threads (kParallelIterations).
+  bool parallel_worth(int64_t iterations) const;
   Val creation(const Node& node, const Index& at);
 
   // emit_reduction.cpp: reductions: their passes, accumulators and combines, and the outputs a pass
@@ -376,7 +384,7 @@ class KernelEmitter {
   static std::string table_position(const Value* v, const Index& at);
   bool lanes_along_table(const Value* v, const Index& at) const;
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last);
-  static std::string cpu_loops(const Shape& shape, const NestBody& body, int64_t work);
+  std::string cpu_loops(const Shape& shape, const NestBody& body, int64_t work) const;
   std::string cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
                                 const NestBody& body, int64_t work, bool is_last);
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
@@ -387,8 +395,8 @@ class KernelEmitter {
     std::string pointer;
     int64_t element_bytes = 0;
   };
-  static std::string cpu_prefetched_flat_loop(int64_t numel, const std::vector<LaneMemory>& lanes,
-                                              const std::string& body);
+  std::string cpu_prefetched_flat_loop(int64_t numel, const std::vector<LaneMemory>& lanes,
+                                       const std::string& body) const;
   bool flat_loop_prefetched_ = false;  // the last cpu_flat_loop's (for the schedule comment)
   static size_t flat_loop_split(const Shape& shape, const NestBody& body);
 
@@ -401,7 +409,7 @@ class KernelEmitter {
 
   // schedule_cpu_tiles.cpp: CPU nests in tiles, for an operand read transposed
   bool tiles_fit(const Shape& shape, const NestBody& body) const;
-  static std::string cpu_tiled_loops(const Shape& shape, const NestBody& body, int64_t work);
+  std::string cpu_tiled_loops(const Shape& shape, const NestBody& body, int64_t work) const;
 
   // schedule_cpu_passes.cpp: CPU reduction passes: column blocks, pieces between guards, row
   // buffers
@@ -530,6 +538,9 @@ class KernelEmitter {
   // has 16 iterations but 65536 of work (emit_nest's parallel loop).
   Shape nest_shape_;
   int64_t pass_iterations_ = 0;
+  // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class
+  // function in its body (costly_op). It scales the iterations parallel_worth compares.
+  int64_t element_cost_ = 1;
   ElementReductions element_;     // the nest's element-level reductions so far (reduction)
   int column_tile_ = 0;           // a column nest's elements per block
   int column_lanes_ = 0;          // ... and threads per element

@@ -284,6 +284,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   row_serial_reductions_ = 0;
   reductions_ = 0;
   pass_iterations_ = 0;
+  element_cost_ = 1;
   nest_shape_ = shape;
   element_ = ElementReductions{};
   lanes_ = lanes;

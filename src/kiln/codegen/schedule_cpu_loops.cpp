@@ -101,7 +101,7 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
                     shape_str(shape) + " (schedule: loops in dim order (" + walk + "))\n";
   const size_t n = order.size();
   const int collapse = n > 2 ? 2 : 1;
-  if (work >= kParallelIterations && n > 1)
+  if (parallel_worth(work) && n > 1)
     out += "#pragma omp parallel for collapse(" + std::to_string(collapse) + ")\n";
   for (size_t k = 0; k < n; ++k) {
     const std::string i = "i" + std::to_string(order[k]), pad(2 + 2 * k, ' ');
@@ -116,8 +116,9 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
 }
 
 // A CPU nest's loops around its body: the outer ones shared by the cores (OpenMP) when the
-// nest's iterations and its reductions' elements come to kParallelIterations.
-std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, int64_t work) {
+// nest's iterations and its reductions' elements, weighed by their cost, are worth it
+// (parallel_worth).
+std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, int64_t work) const {
   std::string out;
   bool between_loops = false;  // code between the loops: they cannot collapse
   for (size_t d = 1; d < shape.size(); ++d)
@@ -126,7 +127,7 @@ std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, i
   int64_t shared = 1;  // the iterations the threads share
   for (int d = 0; d < collapse && d < static_cast<int>(shape.size()); ++d)
     shared *= shape[static_cast<size_t>(d)];
-  const bool parallel = work >= kParallelIterations && shared > 1;
+  const bool parallel = parallel_worth(work) && shared > 1;
   const bool blocked = !body.column_block.empty();
   // The innermost loop of a nest whose row passes ran before it (a softmax's division by the row
   // sum): its iterations are independent (each stores its own element; an input stored into in
@@ -252,7 +253,7 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
                                          decompose(shape, "      ") + indented(lane.flat(), 3) +
                                          indented(lane.stores, 3));
   } else if (split == 0) {
-    text += numel >= kParallelIterations ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+    text += parallel_worth(numel) ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
     text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
     text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
     text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
@@ -266,7 +267,7 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     std::string hoisted, inside;
     for (size_t d = 0; d < lane.levels.size(); ++d)
       (d <= split ? hoisted : inside) += lane.levels[d];
-    if (numel >= kParallelIterations) text += "#pragma omp parallel for\n";
+    if (parallel_worth(numel)) text += "#pragma omp parallel for\n";
     text += "    for (int64_t outer = 0; outer < " + std::to_string(shape_numel(outer)) +
             "LL; ++outer) {\n";
     text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
@@ -293,9 +294,9 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
 //   }
 std::string KernelEmitter::cpu_prefetched_flat_loop(int64_t numel,
                                                     const std::vector<LaneMemory>& lanes,
-                                                    const std::string& body) {
+                                                    const std::string& body) const {
   const std::string n = std::to_string(numel) + "LL", block = std::to_string(kCpuPrefetchBlock);
-  std::string text = numel >= kParallelIterations ? "#pragma omp parallel for\n" : "";
+  std::string text = parallel_worth(numel) ? "#pragma omp parallel for\n" : "";
   text += "    for (int64_t blk = 0; blk < " + n + "; blk += " + block + ") {\n";
   // (Only blocks inside the tensors: an address past an array's end is not one to compute.)
   text += "      if (blk + " + std::to_string(kCpuPrefetchAhead + kCpuPrefetchBlock) + " <= " + n +

@@ -267,7 +267,7 @@ void KernelEmitter::cpu_float_chunks(
   const int64_t steps = std::max<int64_t>(kCpuFloatChunk / group, 1);
   const std::string f = std::to_string(from), t = std::to_string(to), width = std::to_string(steps);
   const bool one_chunk = to - from <= steps;  // then a block, not a loop over chunks
-  if (!one_chunk && depth == 0 && (to - from) * group >= kParallelIterations)
+  if (!one_chunk && depth == 0 && parallel_worth((to - from) * group))
     emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")");
   emit(depth, one_chunk ? "{"
                         : "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " +
