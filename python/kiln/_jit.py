@@ -418,7 +418,8 @@ def last_stats(fn: JitFunction) -> dict[str, Any]:
     requires grad: kiln._autograd), whose facts these are; backward: then, the run facts of the
     last backward of that program (kernels, interpreted_steps, torch_steps, view_steps, eager_steps,
     index_checks_first, index_checks_at_steps, layout_copies, layout_copy_bytes, host_copies, host_copy_bytes, aligned_products,
-    alignment_copy_bytes, cuda_graph, cuda_graph_refused), None before its first backward."""
+    alignment_copy_bytes, cuda_graph, cuda_graph_refused, cuda_graph_results), None before its first
+    backward."""
     jitted = _jitted(fn)
     cache = _last_cache(jitted)
     p = cache.last_program
@@ -468,4 +469,5 @@ def _backward_run_stats(program: Any) -> dict[str, Any] | None:
         **{k: run[k] for k in facts},
         "cuda_graph": graph,
         "cuda_graph_refused": backward.last_program.graph_refused,
+        "cuda_graph_results": (run["graph_results_rebound"], run["graph_results_copied"]),
     }

@@ -399,3 +399,35 @@ def test_a_multi_tensor_optimizer_step_replays_as_a_graph():
         stats = kiln.last_stats(f)
         assert (stats["kernels"], stats["multi_tensor_steps"]) == (1, len(shapes))
         assert stats["cuda_graph"] == _expected_graph(call), stats["cuda_graph_refused"]
+
+
+def test_a_backward_replays_as_a_graph_and_reports_its_results():
+    # The backward program of a differentiated call replays as a graph too; last_stats reports
+    # its results' (rebound, copied) as it does the forward's. Each call's gradients are checked
+    # against eager's, and the gradients earlier calls returned keep their values.
+    def step(x, w):
+        return (F.linear(x, w).tanh() * x[:, :64]).square().sum()
+
+    f = kiln.jit(step)
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    w = (torch.randn(64, 128, device=DEVICE, generator=gen) / 8).requires_grad_()
+    w_eager = w.detach().clone().requires_grad_()
+    held = []
+    for call in range(6):
+        x = torch.randn(512, 128, device=DEVICE, generator=gen).requires_grad_()
+        x_eager = x.detach().clone().requires_grad_()
+        gx, gw = torch.autograd.grad(f(x, w), (x, w))
+        ex, ew = torch.autograd.grad(step(x_eager, w_eager), (x_eager, w_eager))
+        close(gx, ex)
+        close(gw, ew)
+        backward = kiln.last_stats(f)["backward"]
+        assert backward["cuda_graph"] == _expected_graph(call), backward["cuda_graph_refused"]
+        rebound, copied = backward["cuda_graph_results"]
+        if call > 2:
+            assert rebound + copied >= 2, backward  # the two gradients, at least
+        elif call < 2:
+            assert (rebound, copied) == (0, 0), backward  # no graph yet
+        held.append(((gx, gw), (ex.clone(), ew.clone())))
+    for got, want in held:
+        for g, e in zip(got, want):
+            close(g, e)

@@ -51,6 +51,7 @@ int fixed_seed_count() {
 
 TEST(Differential, ProgramsFromAFixedSeed) {
   const int count = fixed_seed_count();
+  ASSERT_GT(count, 0) << "KILN_FIXED_SEED_PROGRAMS is not a positive number of programs";
   FuzzSummary s = fuzz::run_fuzz(20240601, count, isolated());
   expect_no_failures(s, "rerun: kiln_fuzz --count " + std::to_string(count) + " --seed 20240601");
   RecordProperty("summary", s.str());
