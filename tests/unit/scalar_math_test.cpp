@@ -51,6 +51,18 @@ TEST(ScalarMath, ExpF32IsWithinOneUlpOfTheRoundedExp) {
   EXPECT_GE(exact_within_one_ulp("exp", math::exp_f32, rounded_exp), 0.99);
 }
 
+// erf_f32's exp: exp_f32's bits over [-87, 0] (each 127th float of it, and the ends), without
+// exp_f32's clamps and second scale factor.
+TEST(ScalarMath, ExpNonpositiveF32IsExpF32WhereEvery2ToTheNIsNormal) {
+  const uint32_t zero = std::bit_cast<uint32_t>(-0.0f), last = std::bit_cast<uint32_t>(-87.0f);
+  for (uint32_t bits = zero; bits <= last; bits += 127) {
+    const float x = std::bit_cast<float>(bits);
+    ASSERT_EQ(math::exp_nonpositive_f32(x), math::exp_f32(x)) << std::hexfloat << x;
+  }
+  EXPECT_EQ(math::exp_nonpositive_f32(-87.0f), math::exp_f32(-87.0f));
+  EXPECT_EQ(math::exp_nonpositive_f32(0.0f), 1.0f);
+}
+
 TEST(ScalarMath, ExpF32AtTheEdges) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(math::exp_f32(inf), inf);

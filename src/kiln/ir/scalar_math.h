@@ -79,6 +79,23 @@ inline float exp_f32(float x) {
       p * std::bit_cast<float>((half + 127) << 23) * std::bit_cast<float>((k - half + 127) << 23);
   return x != x ? x : e;
 }
+
+// exp_f32 for x in [-87, 0], where every 2^n is a normal float: the same bits with no clamp and
+// one scale factor. erf_f32's exp(-x^2) takes it: exp_f32's clamps, computed under erf's own
+// selects, made GCC's vector code of a float32 GELU about 40% longer (75 instructions for 8
+// elements; 1.42 against 1.00 ns an element on one AVX2 core, 2026-12-06).
+inline float exp_nonpositive_f32(float x) {
+  const float n = std::rint(x * 0x1.715476p+0f);
+  float r = std::fma(n, -0x1.62e430p-1f, x);
+  r = std::fma(n, 0x1.05c610p-29f, r);
+  float q = 0x1.6a2176p-10f;
+  q = std::fma(q, r, 0x1.123b8ap-7f);
+  q = std::fma(q, r, 0x1.5558fcp-5f);
+  q = std::fma(q, r, 0x1.555490p-3f);
+  q = std::fma(q, r, 0x1.fffffcp-2f);
+  const float p = std::fma(r * r, q, r) + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
 #endif
 
 #ifndef __CUDACC__
@@ -135,7 +152,9 @@ inline float erf_f32(float x) {
   g = std::fma(g, t, 0x1.903e28p-2f);
   g = std::fma(g, t, 0x1.0bb312p-2f);
   g = std::fma(g, t, 0x1.a970d6p-10f);
-  const float far = a < 3.92f ? std::fma(-exp_f32(-z), g, 1.0f) : 1.0f;
+  // (z clamped where the select below discards far: exp's argument stays in [-15.5, 0].)
+  const float e = exp_nonpositive_f32(-(z < 15.5f ? z : 15.5f));
+  const float far = a < 3.92f ? std::fma(-e, g, 1.0f) : 1.0f;
   const float result = a < 0.875f ? near_zero : std::copysign(far, x);
   return x != x ? x : result;
 }
