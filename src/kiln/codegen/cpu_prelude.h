@@ -15,6 +15,8 @@
 
 #include "kiln/ir/dtype_convert.h"
 
+extern "C" int omp_get_max_threads(void);  // (libgomp: kernels compile with -fopenmp)
+
 namespace kiln::kernel {
 
 // ---- loads (Storage::load_double / load_int) ---------------------------------------------------
@@ -87,6 +89,13 @@ inline double kernel_infinity() {
 }
 inline double kernel_nan() {
   return __builtin_nan("");
+}
+
+// The team of a parallel loop worth `threads` threads (KernelEmitter::team_clause): no more than
+// OpenMP has, so a machine of many cores does not wake them all for a loop that pays for two.
+inline int team_of(int64_t threads) {
+  const int most = omp_get_max_threads();
+  return threads < most ? static_cast<int>(threads) : most;
 }
 
 }  // namespace kiln::kernel

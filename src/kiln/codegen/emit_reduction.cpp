@@ -296,10 +296,9 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
           continue;
         }
         if (target_ == Target::kCpu && !simd.empty())
-          emit(depth,
-               std::string(depth == 0 && parallel_worth(count) ? "#pragma omp parallel for simd "
-                                                               : "#pragma omp simd ") +
-                   simd);
+          emit(depth, depth == 0 && parallel_worth(count)
+                          ? "#pragma omp parallel for simd " + simd + team_clause(count)
+                          : "#pragma omp simd " + simd);
         emit(depth, "for (int64_t " + rl + " = " + std::to_string(pieces[piece]) + "; " + rl +
                         " < " + std::to_string(pieces[piece + 1]) + "; ++" + rl + ") {");
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);

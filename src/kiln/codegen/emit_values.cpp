@@ -467,6 +467,13 @@ bool KernelEmitter::parallel_worth(int64_t iterations) const {
   return iterations * element_cost_ >= kParallelIterations;
 }
 
+//   " num_threads(team_of(5))" for 163840 of work: at most the threads OpenMP has (cpu_prelude.h).
+std::string KernelEmitter::team_clause(int64_t iterations) const {
+  const int64_t threads =
+      std::max<int64_t>(2, iterations * element_cost_ / (kParallelIterations / 2));
+  return " num_threads(team_of(" + std::to_string(threads) + "))";
+}
+
 Val KernelEmitter::elementwise(const Node& node, const Index& at) {
   const OpInfo& op = *node.op;
   if (op.is_inplace_elementwise()) not_lowered(op.name + ": an in-place op in a region");

@@ -102,7 +102,8 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
   const size_t n = order.size();
   const int collapse = n > 2 ? 2 : 1;
   if (parallel_worth(work) && n > 1)
-    out += "#pragma omp parallel for collapse(" + std::to_string(collapse) + ")\n";
+    out += "#pragma omp parallel for collapse(" + std::to_string(collapse) + ")" +
+           team_clause(work) + "\n";
   for (size_t k = 0; k < n; ++k) {
     const std::string i = "i" + std::to_string(order[k]), pad(2 + 2 * k, ' ');
     if (k + 1 == n && n > 1) out += pad + "  #pragma omp simd\n";
@@ -142,7 +143,7 @@ std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, i
     out += "#pragma omp parallel for";
     if (collapse > 1) out += " collapse(" + std::to_string(collapse) + ")";
     if (simd_innermost && shape.size() == 1) out += " simd";  // one loop: shared and in lanes
-    out += "\n";
+    out += team_clause(work) + "\n";
   }
   for (size_t d = 0; d < shape.size(); ++d) {
     std::string i = "i" + std::to_string(d), pad(2 + 2 * d, ' ');
@@ -253,7 +254,8 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
                                          decompose(shape, "      ") + indented(lane.flat(), 3) +
                                          indented(lane.stores, 3));
   } else if (split == 0) {
-    text += parallel_worth(numel) ? "#pragma omp parallel for simd\n" : "#pragma omp simd\n";
+    text += parallel_worth(numel) ? "#pragma omp parallel for simd" + team_clause(numel) + "\n"
+                                  : "#pragma omp simd\n";
     text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
     text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
     text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
@@ -267,7 +269,7 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     std::string hoisted, inside;
     for (size_t d = 0; d < lane.levels.size(); ++d)
       (d <= split ? hoisted : inside) += lane.levels[d];
-    if (parallel_worth(numel)) text += "#pragma omp parallel for\n";
+    if (parallel_worth(numel)) text += "#pragma omp parallel for" + team_clause(numel) + "\n";
     text += "    for (int64_t outer = 0; outer < " + std::to_string(shape_numel(outer)) +
             "LL; ++outer) {\n";
     text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
@@ -296,7 +298,8 @@ std::string KernelEmitter::cpu_prefetched_flat_loop(int64_t numel,
                                                     const std::vector<LaneMemory>& lanes,
                                                     const std::string& body) const {
   const std::string n = std::to_string(numel) + "LL", block = std::to_string(kCpuPrefetchBlock);
-  std::string text = parallel_worth(numel) ? "#pragma omp parallel for\n" : "";
+  std::string text =
+      parallel_worth(numel) ? "#pragma omp parallel for" + team_clause(numel) + "\n" : "";
   text += "    for (int64_t blk = 0; blk < " + n + "; blk += " + block + ") {\n";
   // (Only blocks inside the tensors: an address past an array's end is not one to compute.)
   text += "      if (blk + " + std::to_string(kCpuPrefetchAhead + kCpuPrefetchBlock) + " <= " + n +

@@ -268,7 +268,8 @@ void KernelEmitter::cpu_float_chunks(
   const std::string f = std::to_string(from), t = std::to_string(to), width = std::to_string(steps);
   const bool one_chunk = to - from <= steps;  // then a block, not a loop over chunks
   if (!one_chunk && depth == 0 && parallel_worth((to - from) * group))
-    emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")");
+    emit(depth,
+         "#pragma omp parallel for reduction(+:" + acc + ")" + team_clause((to - from) * group));
   emit(depth, one_chunk ? "{"
                         : "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " +
                               chunk + " += " + width + ") {");

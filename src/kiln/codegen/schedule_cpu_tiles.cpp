@@ -33,8 +33,9 @@ std::string KernelEmitter::cpu_tiled_loops(const Shape& shape, const NestBody& b
     outer_code = outer_code || !body.levels[d].empty();
   std::string out;
   if (parallel_worth(work))
-    out += outer_code ? "#pragma omp parallel for\n"
-                      : "#pragma omp parallel for collapse(" + std::to_string(n) + ")\n";
+    out += (outer_code ? "#pragma omp parallel for"
+                       : "#pragma omp parallel for collapse(" + std::to_string(n) + ")") +
+           team_clause(work) + "\n";
   size_t depth = 0;
   auto open = [&](const std::string& line, const std::string& code) {
     out += std::string(2 + 2 * depth, ' ') + "  " + line + "\n";
