@@ -21,7 +21,7 @@ from . import _lowering_creation  # noqa: F401  (factories)
 from . import _lowering_nn  # noqa: F401  (softmax, the norms, dropout)
 from . import _lowering_index  # noqa: F401  (index reads and writes; replaces getitem/setitem)
 from . import _lowering_foreach  # noqa: F401  (foreach ops, as their per-tensor ops)
-from ._jit import JitFunction, jit, last_stats, last_traces
+from ._jit import JitFunction, jit, kernel_cache_stats, last_stats, last_traces
 from ._jit import _C
 from ._module import JitModule
 from ._backend import backend, backend_graphs, clear_backend_graphs
@@ -39,6 +39,7 @@ __all__ = [
     "JitFunction",
     "JitModule",
     "jit",
+    "kernel_cache_stats",
     "last_stats",
     "last_traces",
     "KilnError",

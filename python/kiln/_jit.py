@@ -383,6 +383,17 @@ def _last_cache(fn: JitFunction) -> Any:
     return grad if grad.last_sequence > plain.last_sequence else plain
 
 
+def kernel_cache_stats() -> dict[str, dict[str, int]]:
+    """This process's kernel caches so far, by target ("cpu", "cuda"): kernels compiled, found
+    in the disk cache (disk_hits) and found already loaded (memory_hits); on the CPU also the
+    compiler runs (several kernels a run). A kernel's source keys both caches, and a nest reads
+    its outermost extent at run time, so a program called at a new row count of a size class
+    compiles nothing new."""
+    if _C is None:
+        raise RuntimeError("kiln.kernel_cache_stats needs kiln's C++ extension (kiln._C)")
+    return _C.kernel_cache_stats()
+
+
 def last_traces(fn: JitFunction) -> list[str]:
     """The trace after each pass of the program the last call ran (the first is the trace as
     traced; each starts with `# Constructed by <pass> (<time>)`)."""

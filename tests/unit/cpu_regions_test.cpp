@@ -12,6 +12,7 @@
 #include "kiln/kiln.h"
 #include "kiln/passes/fuse.h"
 #include "kiln/runtime/cpu/cpu_kernels.h"
+#include "kiln/runtime/cpu/kernel_cache.h"
 #include "kiln/runtime/interpreter/interpreter.h"
 #include "support/bitwise.h"
 
@@ -399,6 +400,64 @@ TEST_P(Regions, KernelAgreesWithTheInterpreter) {
 
 INSTANTIATE_TEST_SUITE_P(CpuBackend, Regions, ::testing::ValuesIn(region_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// A nest reads its outermost extent at run time (codegen Kernel::extents), so a region at row
+// counts its schedules treat alike has one source, one compiled kernel, and that kernel computes
+// what the interpreter does at each count. (Rows of 24 with a row max, an exp and a bf16 scale;
+// rows of 8 made from [R, 3, 8] by a reshape, so the nest's extent is 3R.)
+TEST(CpuBackend, RowCountsOfASizeClassShareOneKernel) {
+  const std::string text = R"(def f(x, w, y):
+  # x: "cpu f32[R, 24]"
+  # w: "cpu bf16[24]"
+  # y: "cpu f32[R, 3, 8]"
+  t0 = ltorch.amax(x, [1], True)
+  t1 = ltorch.sub(x, t0)
+  t2 = ltorch.exp(t1)
+  t3 = ltorch.mul(t2, w)
+  t4 = ltorch.reshape(y, [-1, 8])
+  t5 = ltorch.tanh(t4)
+  t6 = ltorch.add(t5, 0.5)
+  return {"output": (t3, t6)}
+)";
+  cpu::KernelCacheOptions options = cpu::default_kernel_cache_options();
+  options.cache_dir = "";  // this cache's own compiles only
+  cpu::KernelCache cache(options);
+  std::vector<std::string> first_sources;
+  for (int64_t rows : {5, 9, 37}) {
+    std::string program = text;
+    for (size_t at; (at = program.find("[R,")) != std::string::npos;)
+      program.replace(at, 3, "[" + std::to_string(rows) + ",");
+    Trace t = parse_trace(program, "rows");
+    ExecutionPlan plan = fuse(t);
+    cpu::PlanKernels kernels = cpu::prepare_cpu_kernels(plan, cache);
+    std::map<const Value*, RtValue> seen;
+    interpret_observed(t, inputs_for(t, 100 + static_cast<uint64_t>(rows)),
+                       [&](const Value* v, const RtValue& r) { seen[v] = r; });
+    std::vector<std::string> sources;
+    for (size_t s = 0; s < plan.steps.size(); ++s) {
+      const Step& step = plan.steps[s];
+      ASSERT_TRUE(kernels.steps[s].has_value()) << kernels.why_not[s];
+      const cpu::StepKernel& k = *kernels.steps[s];
+      sources.push_back(k.kernel.source);
+      EXPECT_FALSE(k.kernel.extents.empty()) << k.kernel.source;
+      std::vector<RtValue> inputs;
+      for (const Value* v : step.inputs)
+        inputs.push_back(seen.at(v));
+      std::vector<TensorHandle> outputs;
+      for (const codegen::KernelOutput& o : k.kernel.outputs)
+        outputs.push_back(empty_strided(o.dtype, o.shape, contiguous_strides(o.shape)));
+      ASSERT_TRUE(cpu::run_cpu_kernel(k, inputs, outputs));
+      for (size_t j = 0; j < outputs.size(); ++j) {
+        auto d = differs(*std::get<TensorHandle>(seen.at(step.outputs[j])), *outputs[j]);
+        EXPECT_FALSE(d.has_value()) << rows << " rows, " << step.outputs[j]->name() << ": " << *d;
+      }
+    }
+    if (first_sources.empty()) first_sources = sources;
+    EXPECT_EQ(sources, first_sources) << rows << " rows";
+  }
+  EXPECT_EQ(cache.stats().kernels_compiled, static_cast<int>(first_sources.size()));
+  EXPECT_GE(first_sources.size(), 1u);
+}
 
 }  // namespace
 }  // namespace kiln

@@ -91,9 +91,13 @@ inline double kernel_nan() {
   return __builtin_nan("");
 }
 
-// The team of a parallel loop worth `threads` threads (KernelEmitter::team_clause): no more than
-// OpenMP has, so a machine of many cores does not wake them all for a loop that pays for two.
-inline int team_of(int64_t threads) {
+// The team of a parallel loop of `work` (its iterations times an element's cost,
+// KernelEmitter::team_clause): a thread for each kTeamWorkPerThread of it, half of
+// kernel_emitter.h's kParallelIterations (less work runs on one thread), at least 2, and no more
+// than OpenMP has, so a machine of many cores does not wake them all for a loop that pays for two.
+constexpr int64_t kTeamWorkPerThread = 32768;
+inline int team_of(int64_t work) {
+  const int64_t threads = work / kTeamWorkPerThread < 2 ? 2 : work / kTeamWorkPerThread;
   const int most = omp_get_max_threads();
   return threads < most ? static_cast<int>(threads) : most;
 }

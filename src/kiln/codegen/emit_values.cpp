@@ -467,11 +467,11 @@ bool KernelEmitter::parallel_worth(int64_t iterations) const {
   return iterations * element_cost_ >= kParallelIterations;
 }
 
-//   " num_threads(team_of(5))" for 163840 of work: at most the threads OpenMP has (cpu_prelude.h).
+//   " num_threads(team_of(e0 * 4352LL))" for 256 x 17 of work a row: a thread for each half of
+// kParallelIterations of it, at most the threads OpenMP has (cpu_prelude.h). The work is text
+// over the nest's runtime extent (rows_times): it is not a size class of its own.
 std::string KernelEmitter::team_clause(int64_t iterations) const {
-  const int64_t threads =
-      std::max<int64_t>(2, iterations * element_cost_ / (kParallelIterations / 2));
-  return " num_threads(team_of(" + std::to_string(threads) + "))";
+  return " num_threads(team_of(" + rows_times(iterations * element_cost_) + "))";
 }
 
 Val KernelEmitter::elementwise(const Node& node, const Index& at) {

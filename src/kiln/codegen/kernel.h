@@ -59,7 +59,8 @@ enum class Target { kCpu, kCuda };
 // ins[k]: the start of step input k's storage (not of its first element); in_meta from
 // in_meta[meta]: its storage offset, then one stride per dim (elements). sd[k] / si[k]: step input
 // k as a double / an int64 when it is a number. outs[k], out_meta: the same for step output k's
-// buffer. Every stride and offset is read at run time; sizes are compiled in.
+// buffer, then the kernel's extents (Kernel::extents). Every stride and offset is read at run
+// time, and so is the outermost extent of each nest; the other sizes are compiled in.
 using CpuKernelFn = void (*)(void* const* ins, const int64_t* in_meta, const double* sd,
                              const int64_t* si, void* const* outs, const int64_t* out_meta);
 
@@ -174,8 +175,16 @@ struct Kernel {
   std::vector<KernelInput> inputs;    // one per step input
   std::vector<KernelOutput> outputs;  // one per step output
   int64_t in_meta_size = 0;
-  int64_t out_meta_size = 0;
+  int64_t out_meta_size = 0;      // the outputs' layouts, then `extents`
   std::vector<KernelNest> nests;  // CUDA: in launch order
+  // Sizes the kernel reads at run time (e0, e1, ... in its source), not as text: the outermost
+  // extent of its nests, and the counts made of it (a flat loop's elements, a team's work). A
+  // kernel's source keys the kernel caches, so one source, compiled once, serves a region at
+  // every row count its schedules treat alike (a size class):
+  //   nest over [e0, 256]: for (i0 = 0; i0 < e0; ++i0) ...   (e0 = 48, 56, 4096, ...)
+  // The executor passes them in out_meta after the outputs' layouts, from `extents_meta` on.
+  std::vector<int64_t> extents;
+  int64_t extents_meta = 0;
 };
 
 // A CUDA kernel's argument block, in 8-byte words: ins[ni], outs[no], in_meta[mi], out_meta[mo],

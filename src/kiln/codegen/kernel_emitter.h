@@ -318,6 +318,13 @@ class KernelEmitter {
   std::string cuda_decls(const Kernel& k) const;
   std::string layout_decls(const Kernel& k, const std::string& from,
                            const std::string& index) const;
+  // The nest's outermost extent read at run time (Kernel::extents), so that its source is the
+  // same at every row count of its size class: registered when a nest begins (size > 1 only);
+  // a dim's extent, a count that is a multiple of it, and the nest's shape as kernel text.
+  void begin_outer_extent(const Shape& shape, Kernel& k);
+  std::string extent_text(const Shape& shape, size_t d) const;
+  std::string rows_times(int64_t count) const;
+  std::string nest_shape_text(const Shape& shape) const;
   static std::string decompose(const Shape& shape, const std::string& indent);
   static std::string decompose_in_order(const Shape& shape, const std::vector<int>& order,
                                         const std::string& indent);
@@ -386,6 +393,7 @@ class KernelEmitter {
   static std::string table_position(const Value* v, const Index& at);
   bool lanes_along_table(const Value* v, const Index& at) const;
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last);
+  std::string emit_nest_loops(const Shape& shape, Kernel& k, bool is_last);
   std::string cpu_loops(const Shape& shape, const NestBody& body, int64_t work) const;
   std::string cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
                                 const NestBody& body, int64_t work, bool is_last);
@@ -539,6 +547,12 @@ class KernelEmitter {
   // elements times the nest iterations it runs in): a CPU nest of 16 row sums over 4096 elements
   // has 16 iterations but 65536 of work (emit_nest's parallel loop).
   Shape nest_shape_;
+  // The nest's outermost extent as the kernel reads it (begin_outer_extent): e<k>, its value.
+  struct OuterExtent {
+    std::string name;
+    int64_t value = 0;
+  };
+  std::optional<OuterExtent> outer_;
   int64_t pass_iterations_ = 0;
   // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class
   // function in its body (costly_op). It scales the iterations parallel_worth compares.

@@ -85,6 +85,7 @@ Kernel KernelEmitter::lower() {
               (c.negative ? "-" : "0, ") + (c.negative ? std::to_string(c.size) + ", " : "") +
               std::to_string(c.size) + ") for " + c.op + "\n";
   k.source = checks + k.source;
+  k.out_meta_size += static_cast<int64_t>(k.extents.size());
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     k.inputs[i].windows = windows_[i];
     k.inputs[i].whole_storage = whole_storage_[i];
@@ -123,6 +124,7 @@ void KernelEmitter::declare_arguments(Kernel& k) {
     k.out_meta_size += 1 + static_cast<int64_t>(ko.shape.size());
     k.outputs.push_back(ko);
   }
+  k.extents_meta = k.out_meta_size;  // the extents follow (lower adds their count)
 }
 
 std::string KernelEmitter::cpu_source(const std::vector<Shape>& shapes, Kernel& k) {
@@ -349,28 +351,34 @@ void KernelEmitter::record_last_nest_loads(const Shape& shape, Kernel& k) {
 
 std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel& k) {
   auto words = [](int64_t n) { return std::to_string(std::max<int64_t>(n, 1)); };
-  std::string src = "namespace KILN_KERNEL_NAME {\n";
-  src += "using namespace kiln;\nusing namespace kiln::kernel;\n";
-  src += "// " + describe_step() + "\n";
-  src += "struct Args {\n  void* ins[" + words(static_cast<int64_t>(k.inputs.size())) +
-         "];\n  void* outs[" + words(static_cast<int64_t>(k.outputs.size())) +
-         "];\n  int64_t in_meta[" + words(k.in_meta_size) + "];\n  int64_t out_meta[" +
-         words(k.out_meta_size) + "];\n  double sd[" +
-         words(static_cast<int64_t>(k.inputs.size())) + "];\n  int64_t si[" +
-         words(static_cast<int64_t>(k.inputs.size())) + "];\n  void* ws;\n};\n";
-  std::string entries;
+  std::string nests, entries;
   stored_by_earlier_nest_.clear();
   for (size_t s = 0; s < shapes.size(); ++s) {
     bool is_last = s + 1 == shapes.size();
-    src += scatter_ ? cuda_scatter_nest(*scatter_, k, &entries)
-                    : cuda_nest(s, shapes[s], k, is_last, &entries);
+    if (scatter_) {
+      nests += cuda_scatter_nest(*scatter_, k, &entries);
+    } else {
+      begin_outer_extent(shapes[s], k);
+      nests += cuda_nest(s, shapes[s], k, is_last, &entries);
+      outer_.reset();
+    }
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       const Value* v = body_.outputs()[j];
       if (v->tensor_type().shape == shapes[s] && !written_back(j))  // not read back
         stored_by_earlier_nest_.emplace(v, j);
     }
   }
-  src += entries;
+  // The argument block, its out_meta with the extents the nests registered.
+  std::string src = "namespace KILN_KERNEL_NAME {\n";
+  src += "using namespace kiln;\nusing namespace kiln::kernel;\n";
+  src += "// " + describe_step() + "\n";
+  src += "struct Args {\n  void* ins[" + words(static_cast<int64_t>(k.inputs.size())) +
+         "];\n  void* outs[" + words(static_cast<int64_t>(k.outputs.size())) +
+         "];\n  int64_t in_meta[" + words(k.in_meta_size) + "];\n  int64_t out_meta[" +
+         words(k.out_meta_size + static_cast<int64_t>(k.extents.size())) + "];\n  double sd[" +
+         words(static_cast<int64_t>(k.inputs.size())) + "];\n  int64_t si[" +
+         words(static_cast<int64_t>(k.inputs.size())) + "];\n  void* ws;\n};\n";
+  src += nests + entries;
   src += "}  // namespace KILN_KERNEL_NAME\n";
   return src;
 }
@@ -413,7 +421,47 @@ std::string KernelEmitter::layout_decls(const Kernel& k, const std::string& from
     declare_layout("void* const out" + n + " = " + from + "outs[" + n + "]", "out_meta", "oo" + n,
                    "os" + n + "_", k.outputs[j].meta, k.outputs[j].shape.size());
   }
+  for (size_t e = 0; e < k.extents.size(); ++e)
+    src += "  [[maybe_unused]] const " + index + " e" + std::to_string(e) + " = static_cast<" +
+           index + ">(" + from + "out_meta[" +
+           std::to_string(k.extents_meta + static_cast<int64_t>(e)) + "]);\n";
   return src;
+}
+
+// A nest's outermost extent becomes a value the kernel reads (Kernel::extents) where it is a
+// real loop (a size of 0 or 1 is its own size class: no loop runs, or loop_index has 0 there).
+// Its uses are bounds and counts of the nest itself; anything else the schedules derive from the
+// extent (a choice of parallel loops, a table's size) stays text, so a row count that changes
+// it changes the source and compiles its own kernel, never runs another's.
+void KernelEmitter::begin_outer_extent(const Shape& shape, Kernel& k) {
+  outer_.reset();
+  if (shape.empty() || shape[0] <= 1) return;
+  outer_ = OuterExtent{"e" + std::to_string(k.extents.size()), shape[0]};
+  k.extents.push_back(shape[0]);
+}
+
+// The extent of dim d of `shape` as loop-bound text: the nest's runtime extent where it is that.
+std::string KernelEmitter::extent_text(const Shape& shape, size_t d) const {
+  if (d == 0 && outer_ && shape[0] == outer_->value) return outer_->name;
+  return std::to_string(shape[d]);
+}
+
+// `count` as kernel text: over the nest's runtime extent where it is a multiple of it
+//   12288 in a nest over [48, 256]:  e0 * 256LL
+// else the literal.
+std::string KernelEmitter::rows_times(int64_t count) const {
+  if (!outer_ || count % outer_->value != 0) return int_literal(count);
+  const int64_t per_row = count / outer_->value;
+  return per_row == 1 ? outer_->name : outer_->name + " * " + int_literal(per_row);
+}
+
+// "[e0, 256]": the nest's shape in its comment, with no size the source does not depend on.
+std::string KernelEmitter::nest_shape_text(const Shape& shape) const {
+  if (!outer_ || shape.empty() || shape[0] != outer_->value) return shape_str(shape);
+  std::string s = "[" + outer_->name;
+  for (size_t d = 1; d < shape.size(); ++d)
+    s += ", " + std::to_string(shape[d]);
+  return s + "]";
 }
 
 // i0, i1, ... of the linear position `lin` (row-major over `shape`; dims of size 1 are 0, and a

@@ -42,6 +42,13 @@ std::string KernelEmitter::table_position(const Value* v, const Index& at) {
 }
 
 std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last) {
+  begin_outer_extent(shape, k);
+  std::string nest = emit_nest_loops(shape, k, is_last);
+  outer_.reset();
+  return nest;
+}
+
+std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool is_last) {
   NestBody body = emit_body(shape, k, is_last, NestMode::kCpuLoops);
   bool has_reductions = reductions_ > 0;
   if (is_last) record_last_nest_loads(shape, k);
@@ -66,7 +73,7 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
                                             std::to_string(kCpuPrefetchBlock)
                                       : ", a flat loop where contiguous";
   std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
-                    shape_str(shape) + " (schedule: " + schedule + ")\n";
+                    nest_shape_text(shape) + " (schedule: " + schedule + ")\n";
   if (!flat.empty()) out += flat + "  } else {\n";
   // The code outside the loops (a full reduction's passes) is specialized with them.
   const std::string loops =
@@ -98,7 +105,7 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
   for (size_t d = 0; d < order.size(); ++d)
     walk += (d ? ", " : "") + std::to_string(order[d]);
   std::string out = "  {  // " + std::string(is_last ? "last nest" : "nest") + " over " +
-                    shape_str(shape) + " (schedule: loops in dim order (" + walk + "))\n";
+                    nest_shape_text(shape) + " (schedule: loops in dim order (" + walk + "))\n";
   const size_t n = order.size();
   const int collapse = n > 2 ? 2 : 1;
   if (parallel_worth(work) && n > 1)
@@ -108,7 +115,7 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
     const std::string i = "i" + std::to_string(order[k]), pad(2 + 2 * k, ' ');
     if (k + 1 == n && n > 1) out += pad + "  #pragma omp simd\n";
     out += pad + "  for (int64_t " + i + " = 0; " + i + " < " +
-           std::to_string(shape[static_cast<size_t>(order[k])]) + "; ++" + i + ") {\n";
+           extent_text(shape, static_cast<size_t>(order[k])) + "; ++" + i + ") {\n";
   }
   out += indented(body.flat() + body.stores, static_cast<int>(n) + 2);
   for (size_t k = n; k-- > 0;)
@@ -153,8 +160,8 @@ std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, i
       out += column_block_loop(shape[d], body.column_block, pad);
       out += pad + "  for (int64_t " + i + " = cb; " + i + " < cb + cw; ++" + i + ") {\n";
     } else {
-      out += pad + "  for (int64_t " + i + " = 0; " + i + " < " + std::to_string(shape[d]) +
-             "; ++" + i + ") {\n";
+      out += pad + "  for (int64_t " + i + " = 0; " + i + " < " + extent_text(shape, d) + "; ++" +
+             i + ") {\n";
     }
     out += indented(body.levels[d + 1], static_cast<int>(d) + 3);
   }
@@ -256,7 +263,7 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
   } else if (split == 0) {
     text += parallel_worth(numel) ? "#pragma omp parallel for simd" + team_clause(numel) + "\n"
                                   : "#pragma omp simd\n";
-    text += "    for (int64_t lin = 0; lin < " + std::to_string(numel) + "LL; ++lin) {\n";
+    text += "    for (int64_t lin = 0; lin < " + rows_times(numel) + "; ++lin) {\n";
     text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
     text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
   } else {
@@ -270,8 +277,8 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     for (size_t d = 0; d < lane.levels.size(); ++d)
       (d <= split ? hoisted : inside) += lane.levels[d];
     if (parallel_worth(numel)) text += "#pragma omp parallel for" + team_clause(numel) + "\n";
-    text += "    for (int64_t outer = 0; outer < " + std::to_string(shape_numel(outer)) +
-            "LL; ++outer) {\n";
+    text +=
+        "    for (int64_t outer = 0; outer < " + rows_times(shape_numel(outer)) + "; ++outer) {\n";
     text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
     text += indented(hoisted, 3) + "#pragma omp simd\n";
     text += "      for (int64_t within = 0; within < " + inner_n + "; ++within) {\n";
@@ -297,7 +304,7 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
 std::string KernelEmitter::cpu_prefetched_flat_loop(int64_t numel,
                                                     const std::vector<LaneMemory>& lanes,
                                                     const std::string& body) const {
-  const std::string n = std::to_string(numel) + "LL", block = std::to_string(kCpuPrefetchBlock);
+  const std::string n = rows_times(numel), block = std::to_string(kCpuPrefetchBlock);
   std::string text =
       parallel_worth(numel) ? "#pragma omp parallel for" + team_clause(numel) + "\n" : "";
   text += "    for (int64_t blk = 0; blk < " + n + "; blk += " + block + ") {\n";

@@ -44,19 +44,19 @@ std::string KernelEmitter::cpu_tiled_loops(const Shape& shape, const NestBody& b
   };
   for (size_t d = 0; d + 2 < n; ++d) {
     std::string i = "i" + std::to_string(d);
-    open("for (int64_t " + i + " = 0; " + i + " < " + std::to_string(shape[d]) + "; ++" + i + ") {",
+    open("for (int64_t " + i + " = 0; " + i + " < " + extent_text(shape, d) + "; ++" + i + ") {",
          body.levels[d + 1]);
   }
   const std::string tile = std::to_string(kCpuTile);
   for (size_t d = n - 2; d < n; ++d) {
     std::string t = "t" + std::to_string(d);
-    open("for (int64_t " + t + " = 0; " + t + " < " + std::to_string(shape[d]) + "; " + t +
+    open("for (int64_t " + t + " = 0; " + t + " < " + extent_text(shape, d) + "; " + t +
              " += " + tile + ") {",
          "");
   }
   for (size_t d = n - 2; d < n; ++d) {
     std::string i = "i" + std::to_string(d), t = "t" + std::to_string(d);
-    std::string size = std::to_string(shape[d]);
+    std::string size = extent_text(shape, d);
     open("for (int64_t " + i + " = " + t + "; " + i + " < (" + t + " + " + tile + " < " + size +
              " ? " + t + " + " + tile + " : " + size + "); ++" + i + ") {",
          body.levels[d + 1]);

@@ -61,8 +61,8 @@ std::string KernelEmitter::cuda_columns_nest(size_t index, const Shape& shape, K
   std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                     "_columns(const Args& a) {\n" + cuda_decls(k);
   src += "  // schedule: " + schedule.describe() + "\n";
-  src += "  const I n = static_cast<I>(" + std::to_string(nest.numel) + "LL);\n";
-  src += "  const I tiles = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
+  src += "  const I n = static_cast<I>(" + rows_times(nest.numel) + ");\n";
+  src += "  const I tiles = (n + " + tile + " - 1) / " + tile + ";\n";  // KernelNest::rows
   src +=
       "  [[maybe_unused]] const int column_lane = static_cast<int>(threadIdx.x) / " + tile + ";\n";
   if (split_columns_) {  // one part of one tile per block: every block reaches every barrier

@@ -100,7 +100,6 @@ std::string KernelEmitter::cuda_vector_variant(const std::string& name, const Sh
   auto walk = [&](const std::string& indent) {
     return order ? decompose_in_order(shape, *order, indent) : decompose(shape, indent);
   };
-  const std::string numel = std::to_string(nest.numel);
   std::string identity = index_key(loop_index(shape));
   Lanes lanes;
   int64_t widest = 0;
@@ -143,7 +142,7 @@ std::string KernelEmitter::cuda_vector_variant(const std::string& name, const Sh
   std::string v = std::to_string(width);
   std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                     "_vector(const Args& a) {\n" + prologue;
-  src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+  src += "  const I n = static_cast<I>(" + rows_times(nest.numel) + ");\n";
   src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x) * " + v + ";\n";
   src +=
       "  for (I base = (static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "
@@ -189,8 +188,6 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   nest.numel = shape_numel(shape);
   std::string name = "nest" + std::to_string(index);
   std::string decls = cuda_decls(k);
-  std::string numel = std::to_string(nest.numel);
-
   // (What the first body recorded of the inputs' windows, kept for a body emitted again.)
   const std::vector<std::vector<StorageWindow>> windows_before = windows_;
   const std::vector<bool> whole_before = whole_storage_;
@@ -241,7 +238,7 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   std::string src = schedule_line.empty() ? "" : "// schedule: pointwise" + schedule_line + "\n";
   src += "template <class I>\n__device__ __forceinline__ void " + name +
          "_scalar(const Args& a) {\n" + decls + tables;
-  src += "  const I n = static_cast<I>(" + numel + "LL);\n";
+  src += "  const I n = static_cast<I>(" + rows_times(nest.numel) + ");\n";
   src += "  const I step = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);\n";
   src +=
       "  for (I lin = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + "

@@ -55,7 +55,7 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
   std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                     "_rows(const Args& a) {\n" + cuda_decls(k);
   if (unit_row) src += "  // schedule: row per element\n";
-  src += "  const I rows = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
+  src += "  const I rows = static_cast<I>(" + rows_times(nest.rows) + ");\n";
   if (split_rows_) {  // one part of one row per block: every block reaches every grid barrier
     src +=
         "  // schedule: rows split across blocks (grid = rows x split, a grid barrier at each "

@@ -128,7 +128,7 @@ std::string KernelEmitter::cuda_tiles_nest(size_t index, const Shape& shape, Ker
            std::to_string(in) + "[" + side + "][" + side + " + 1];\n";
   src += "  const int tx = static_cast<int>(threadIdx.x) % " + side +
          ", ty = static_cast<int>(threadIdx.x) / " + side + ";\n";
-  src += "  const I tiles = static_cast<I>(" + std::to_string(nest.rows) + "LL);\n";
+  src += "  const I tiles = static_cast<I>(" + rows_times(nest.rows) + ");\n";
   src +=
       "  for (I tile = static_cast<I>(blockIdx.x); tile < tiles; tile += "
       "static_cast<I>(gridDim.x)) {\n";
@@ -138,8 +138,8 @@ std::string KernelEmitter::cuda_tiles_nest(size_t index, const Shape& shape, Ker
   src += "    [[maybe_unused]] I rest = tile / " + std::to_string(tiles_a * tiles_b) + ";\n";
   for (size_t d = n - 2; d-- > 0;) {
     if (shape[d] == 1) continue;
-    src += "    const I i" + std::to_string(d) + " = rest % " + std::to_string(shape[d]) + ";\n";
-    src += "    rest /= " + std::to_string(shape[d]) + ";\n";
+    src += "    const I i" + std::to_string(d) + " = rest % " + extent_text(shape, d) + ";\n";
+    src += "    rest /= " + extent_text(shape, d) + ";\n";
   }
   // The previous tile's reads of shared memory are done before it is overwritten.
   src += "    __syncthreads();\n";

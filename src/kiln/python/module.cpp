@@ -39,6 +39,8 @@
 #include "kiln/python/torch_cuda_capture.h"
 #include "kiln/python/torch_steps.h"
 #include "kiln/python/torch_values.h"
+#include "kiln/runtime/cpu/kernel_cache.h"
+#include "kiln/runtime/cuda/cuda_kernels.h"
 #include "kiln/runtime/cuda/driver.h"
 #include "kiln/runtime/cuda/graph_replay.h"
 #include "kiln/runtime/executor.h"
@@ -347,6 +349,25 @@ NB_MODULE(_C, m) {
         d["caller_results"] = g.caller_results;
         return d;
       });
+  m.def(
+      "kernel_cache_stats",
+      [] {
+        const cpu::KernelCacheStats c = cpu::kernel_cache().stats();
+        const cuda::CudaCacheStats g = cuda::cuda_cache_stats();
+        nb::dict cpu_stats, cuda_stats, d;
+        cpu_stats["compiled"] = c.kernels_compiled;
+        cpu_stats["compiler_runs"] = c.compiler_runs;
+        cpu_stats["disk_hits"] = c.disk_hits;
+        cpu_stats["memory_hits"] = c.memory_hits;
+        cuda_stats["compiled"] = g.compiled;
+        cuda_stats["disk_hits"] = g.disk_hits;
+        cuda_stats["memory_hits"] = g.memory_hits;
+        d["cpu"] = cpu_stats;
+        d["cuda"] = cuda_stats;
+        return d;
+      },
+      "This process's kernel caches so far: kernels compiled, found on disk and found in memory "
+      "(and CPU compiler runs), by target.");
   m.def("set_step_times", &call_profile::set_step_times, nb::arg("on"),
         "Records each step's host seconds in last_run_stats['step_times'] (off by default).");
   m.def("call_phase_seconds", &call_profile::seconds,

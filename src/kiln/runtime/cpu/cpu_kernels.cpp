@@ -144,6 +144,9 @@ bool run_cpu_kernel(const StepKernel& k, const std::vector<RtValue>& inputs,
     outs[j] = data_of(t);
     append_layout(t, out_meta);
   }
+  KILN_ASSERT(static_cast<int64_t>(out_meta.size()) == kernel.extents_meta)
+      << "kernel output layout";
+  out_meta.insert(out_meta.end(), kernel.extents.begin(), kernel.extents.end());
   k.fn(ins.data(), in_meta.data(), sd.data(), si.data(), outs.data(), out_meta.data());
   return true;
 }

@@ -353,6 +353,9 @@ bool run_cuda_kernel(const CudaStepKernel& k, const std::vector<RtValue>& inputs
     for (int64_t st : t.strides)
       word(layout.out_meta + out_meta++) = static_cast<uint64_t>(st);
   }
+  KILN_ASSERT(out_meta == kernel.extents_meta) << "kernel output layout";
+  for (int64_t extent : kernel.extents)
+    word(layout.out_meta + out_meta++) = static_cast<uint64_t>(extent);
   use_device(k.device);
   // Split row nests: their grids (rows x split, within what the device holds resident) and one
   // zeroed workspace the nests share (each leaves its barrier's count at 0). A device too small

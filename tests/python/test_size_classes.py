@@ -1,0 +1,108 @@
+"""A program called at a new row count compiles no new kernel while its schedules stay alike.
+
+Every new shape is a new kiln program (traced and planned again), but a kernel's source keys the
+kernel caches, and each nest reads its outermost extent at run time (codegen Kernel::extents):
+a region whose schedules choose alike at two row counts (a size class: the same parallel loops,
+the same split of rows across blocks) has one source there, compiled once. Each call is still
+checked against eager PyTorch (values, in-place writes) at its own row count.
+
+Row counts of 9 to 13 lie in one size class on both targets (on the CPU far below a parallel
+loop's work, on CUDA too few rows to fill the device). A new row length changes the source: the
+control case shows the counter counts.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+from against_eager import check_against_eager
+
+pytestmark = pytest.mark.skipif(not kiln.HAVE_EXTENSION, reason="kiln._C is not built (cmake -DKILN_BUILD_PYTHON=ON)")
+
+
+def _device() -> str:
+    return torch.empty(0).device.type
+
+
+def _loaded_anew() -> int:
+    """Kernels this process compiled or read from the disk cache so far (not found loaded)."""
+    stats = kiln.kernel_cache_stats()[_device()]
+    return stats["compiled"] + stats["disk_hits"]
+
+
+def _norm_gelu_residual(x, w, b, r):
+    return F.gelu(F.layer_norm(x, (x.shape[-1],), w, b)) + r
+
+
+def _softmax(x):
+    return torch.softmax(x, -1)
+
+
+def _scale_then_row_sum(x):
+    x.mul_(2)
+    return x.sum(-1)
+
+
+def _strided_copy_then_sum(x, y):
+    x[:, ::2].copy_(y)
+    return x.sum(-1)
+
+
+def _rms_norm_3d(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _broadcast_in_place(x, s, t):
+    return x.mul_(s[:, None]).add_(t)
+
+
+def _flattened_rows(x):
+    return torch.tanh(x.reshape(-1, x.shape[-1])) * 0.5
+
+
+# (function, maker of its arguments at R rows and a row length)
+PROGRAMS = {
+    "norm_gelu_residual": (_norm_gelu_residual, lambda R, C: [(R, C), (C,), (C,), (R, C)]),
+    "softmax": (_softmax, lambda R, C: [(R, C)]),
+    "scale_then_row_sum": (_scale_then_row_sum, lambda R, C: [(R, C)]),
+    "strided_copy_then_sum": (_strided_copy_then_sum, lambda R, C: [(R, 2 * C), (R, C)]),
+    "rms_norm_3d": (_rms_norm_3d, lambda R, C: [(R, 3, C), (C,)]),
+    "broadcast_in_place": (_broadcast_in_place, lambda R, C: [(R, C), (R,), (C,)]),
+    "flattened_rows": (_flattened_rows, lambda R, C: [(R, 5, C)]),
+}
+
+
+def _maker(shapes, seed):
+    def make():
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        return [torch.randn(s, generator=gen).to(torch.empty(0).device) for s in shapes]
+
+    return make
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_new_row_count_of_a_size_class_compiles_no_kernel(name):
+    fn, shapes = PROGRAMS[name]
+    jitted = kiln.jit(fn)
+    check_against_eager(fn, _maker(shapes(9, 48), 9), jitted, rtol=1e-4, atol=1e-4)
+    before = _loaded_anew()
+    for rows in (10, 11, 12, 13):
+        check_against_eager(fn, _maker(shapes(rows, 48), rows), jitted, rtol=1e-4, atol=1e-4)
+        assert kiln.last_stats(jitted)["kernels"] > 0, "the program ran compiled kernels"
+    assert _loaded_anew() == before, f"{name}: a row count of the same size class compiled kernels"
+    # The control: a new row length is new kernel text.
+    check_against_eager(fn, _maker(shapes(9, 43), 43), jitted, rtol=1e-4, atol=1e-4)
+    assert _loaded_anew() > before
+
+
+def test_kernel_cache_stats_reports_each_target():
+    stats = kiln.kernel_cache_stats()
+    assert set(stats) == {"cpu", "cuda"}
+    assert {"compiled", "disk_hits", "memory_hits"} <= set(stats["cpu"]) and set(stats["cuda"]) == {
+        "compiled",
+        "disk_hits",
+        "memory_hits",
+    }
