@@ -353,6 +353,38 @@ def first_call(system: str, device: torch.device, cache_dir: str) -> float:
     return float(r.stdout.strip().splitlines()[-1])
 
 
+# ---- size classes: kernels compiled at new sizes ---------------------------------------------------
+
+
+def size_classes(workloads: list[Workload], device: torch.device, log2: int, steps: int = 6) -> list[dict]:
+    """Each workload through one kiln.jit at `steps` element counts from 2^log2 up, 8192 elements
+    apart (8 more rows of 1024, 2 more of 4096, a wider square, ...): the kernels each new count
+    compiled or read from the disk cache (not found loaded), and its first call's wall time. A
+    kernel reads each nest's outermost extent at run time, so a count that only adds rows of a
+    size class compiles nothing; a count that changes a row's length or a schedule's choice does."""
+    rows = []
+    for w in workloads:
+        f = kiln.jit(w.fn)
+        loaded, first_ms = [], []
+        for step in range(steps):
+            args = w.make((1 << log2) + step * 8192, torch.float32, device)
+            stats = kiln.kernel_cache_stats()[device.type]
+            before = stats["compiled"] + stats["disk_hits"]
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            f(*args)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            first_ms.append((time.perf_counter() - t) * 1e3)
+            stats = kiln.kernel_cache_stats()[device.type]
+            loaded.append(stats["compiled"] + stats["disk_hits"] - before)
+        row = {"workload": w.name, "kernels_loaded": loaded, "first_call_ms": [round(t, 1) for t in first_ms]}
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 # ---- main ----------------------------------------------------------------------------------------
 
 
@@ -364,6 +396,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke test)")
     ap.add_argument("--workloads", default=None, help="comma-separated names (_ for a space: rms_norm)")
     ap.add_argument("--no-first-call", action="store_true", help="skip the first-call latencies")
+    ap.add_argument("--size-classes", action="store_true",
+                    help="only the kernels each workload compiles at new element counts (from the first size)")
     opts = ap.parse_args()
     device = torch.device(opts.device)
     cuda = device.type == "cuda"
@@ -382,6 +416,12 @@ def main() -> None:
     bandwidth = copy_bandwidth(device)
     info["copy_GBps"] = bandwidth / 1e9
     print(f"# kiln bench: {info}")
+    if opts.size_classes:
+        report = {"info": info, "size_classes": size_classes(workloads, device, sizes[0])}
+        if opts.json:
+            with open(opts.json, "w") as fh:
+                json.dump(report, fh, indent=1)
+        return
     rows = []
     configs = [(s, torch.float32) for s in sizes] + ([(max(sizes), torch.bfloat16)] if cuda else [])
     for w in workloads:

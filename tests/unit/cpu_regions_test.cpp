@@ -404,12 +404,14 @@ INSTANTIATE_TEST_SUITE_P(CpuBackend, Regions, ::testing::ValuesIn(region_cases()
 // A nest reads its outermost extent at run time (codegen Kernel::extents), so a region at row
 // counts its schedules treat alike has one source, one compiled kernel, and that kernel computes
 // what the interpreter does at each count. (Rows of 24 with a row max, an exp and a bf16 scale;
-// rows of 8 made from [R, 3, 8] by a reshape, so the nest's extent is 3R.)
+// rows of 8 made from [R, 3, 8] by a reshape, so the nest's extent is 3R; a column max and a
+// column mean over the R rows, whose passes read R at run time too.)
 TEST(CpuBackend, RowCountsOfASizeClassShareOneKernel) {
-  const std::string text = R"(def f(x, w, y):
+  const std::string text = R"(def f(x, w, y, z):
   # x: "cpu f32[R, 24]"
   # w: "cpu bf16[24]"
   # y: "cpu f32[R, 3, 8]"
+  # z: "cpu f64[R, 6]"
   t0 = ltorch.amax(x, [1], True)
   t1 = ltorch.sub(x, t0)
   t2 = ltorch.exp(t1)
@@ -417,7 +419,9 @@ TEST(CpuBackend, RowCountsOfASizeClassShareOneKernel) {
   t4 = ltorch.reshape(y, [-1, 8])
   t5 = ltorch.tanh(t4)
   t6 = ltorch.add(t5, 0.5)
-  return {"output": (t3, t6)}
+  t7 = ltorch.amax(x, [0])
+  t8 = ltorch.mean(z, [0])
+  return {"output": (t3, t6, t7, t8)}
 )";
   cpu::KernelCacheOptions options = cpu::default_kernel_cache_options();
   options.cache_dir = "";  // this cache's own compiles only

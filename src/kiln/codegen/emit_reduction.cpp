@@ -103,6 +103,14 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   using Combine = std::function<std::string(const std::string& x, const std::string& rl)>;
   const bool last_dim_reduced =
       std::find(reduced.begin(), reduced.end(), in.rank() - 1) != reduced.end();
+  // The pass's length as kernel text: read at run time (pass_extent) where it is not a row's
+  // length, whose constant trip count GCC's vector loops and CUDA's row caches are shaped by: a
+  // column pass, a full reduction, a CUDA column nest's lanes. A sum over a batch's rows (a bias
+  // gradient) then compiles once for every batch size of its size class.
+  const bool runtime_count = !cooperative && (columnar || depth == 0 || !last_dim_reduced);
+  const std::string count_text = runtime_count ? pass_extent(count) : std::to_string(count);
+  const std::string count_double =
+      runtime_count ? "static_cast<double>(" + count_text + ")" : std::to_string(count) + ".0";
   // The pass's variable along the last dim, when it reduces the last dim alone (set in pass).
   std::string last_dim_reduced_alone;
   // `simd`: on the CPU, the OpenMP reduction clauses ("reduction(+:acc3)") under which the
@@ -239,7 +247,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       element(index, var);
     }
     std::string body = close_level(level);
-    std::string n = std::to_string(count);
+    const std::string& n = count_text;
     if (cooperative) {
       BlockLoop loop = block_loop(rl, "int64_t", count);
       levels_.at(static_cast<size_t>(depth)) += indented(loop.open + body + loop.close, 0);
@@ -261,9 +269,10 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       for (int d = 0; d < depth && d < static_cast<int>(nest_shape_.size()); ++d)
         runs *= nest_shape_[static_cast<size_t>(d)];
       pass_iterations_ += runs * count;
+      pass_work_terms_.push_back(rows_times(runs) + " * " + count_text);
       if (std::optional<std::string> element =
               column_block_fits(body, depth, last_dim_reduced, accs)) {
-        cpu_column_block(rl, count, body, accs, *element);
+        cpu_column_block(rl, count, count_text, body, accs, *element);
         for (const Accumulator& a : accs)
           emit(depth,
                a.name + " = " + a.name + "_b[i" + std::to_string(nest_rank_ - 1) + " - cb];");
@@ -289,18 +298,22 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
                            element_type == "double" && dtype_size(element_dtype) <= 4 &&
                            is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1 &&
                            count >= 32;
+      // One piece of the whole length: its bound the pass's runtime extent (where it has one).
+      const bool whole = runtime_count && pieces.size() == 2 && pieces[1] == count;
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
         if (chunked) {
-          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], std::max<int64_t>(split, 1), body,
-                           combines, accs.front().name, depth);
+          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], whole ? count_text : "",
+                           std::max<int64_t>(split, 1), body, combines, accs.front().name, depth);
           continue;
         }
         if (target_ == Target::kCpu && !simd.empty())
           emit(depth, depth == 0 && parallel_worth(count)
-                          ? "#pragma omp parallel for simd " + simd + team_clause(count)
+                          ? "#pragma omp parallel for simd " + simd +
+                                team_clause(count, whole ? count_text : "", count)
                           : "#pragma omp simd " + simd);
         emit(depth, "for (int64_t " + rl + " = " + std::to_string(pieces[piece]) + "; " + rl +
-                        " < " + std::to_string(pieces[piece + 1]) + "; ++" + rl + ") {");
+                        " < " + (whole ? count_text : std::to_string(pieces[piece + 1])) + "; ++" +
+                        rl + ") {");
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
         emit(depth, "}");
       }
@@ -371,7 +384,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         if (!prod) note_sum(acc_type, acc);
       }
       if (id == OpId::kMean)
-        result = "f_" + suffix(out) + "(" + acc + " / " + std::to_string(count) + ".0)";
+        result = "f_" + suffix(out) + "(" + acc + " / " + count_double + ")";
       else
         result = (fl ? "f_" : "i_") + suffix(out) + "(" + acc + ")";
       break;
@@ -435,9 +448,8 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       }
       std::string mean = fresh("mean");
       declare(vt, mean,
-              vt == "double"
-                  ? acc + " / double(" + std::to_string(count) + ".0)"
-                  : "static_cast<" + vt + ">(" + acc + " / " + std::to_string(count) + ".0)");
+              vt == "double" ? acc + " / double(" + count_double + ")"
+                             : "static_cast<" + vt + ">(" + acc + " / " + count_double + ")");
       std::string m2 = fresh("acc");
       emit(depth, vt + " " + m2 + " = 0;", m2);
       pass(
@@ -449,7 +461,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       combine(m2, "sum");
       // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
       std::string divisor = fresh("n");
-      std::string excess = "(" + std::to_string(count) + ".0 - " + correction.as_double + ")";
+      std::string excess = "(" + count_double + " - " + correction.as_double + ")";
       declare("double", divisor, excess + " > 0 ? " + excess + " : 0.0");
       std::string variance = m2 + " / " + divisor;
       result = "f_" + suffix(out) + "(" +

@@ -324,6 +324,8 @@ class KernelEmitter {
   void begin_outer_extent(const Shape& shape, Kernel& k);
   std::string extent_text(const Shape& shape, size_t d) const;
   std::string rows_times(int64_t count) const;
+  // A reduction pass's length read at run time as well: one extent per length in a kernel.
+  std::string pass_extent(int64_t count);
   std::string nest_shape_text(const Shape& shape) const;
   static std::string decompose(const Shape& shape, const std::string& indent);
   static std::string decompose_in_order(const Shape& shape, const std::vector<int>& order,
@@ -361,7 +363,8 @@ class KernelEmitter {
   // Whether `iterations` of the nest's elements are worth a team of threads (kParallelIterations),
   // and the team's size clause: a thread for each half of kParallelIterations of work.
   bool parallel_worth(int64_t iterations) const;
-  std::string team_clause(int64_t iterations) const;
+  std::string team_clause(int64_t iterations, const std::string& over = "",
+                          int64_t over_count = 0) const;
   Val creation(const Node& node, const Index& at);
 
   // emit_reduction.cpp: reductions: their passes, accumulators and combines, and the outputs a pass
@@ -423,7 +426,7 @@ class KernelEmitter {
 
   // schedule_cpu_passes.cpp: CPU reduction passes: column blocks, pieces between guards, row
   // buffers
-  static std::string column_block_loop(int64_t length, const std::string& passes,
+  static std::string column_block_loop(const std::string& length, const std::string& passes,
                                        const std::string& pad);
   void keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level, int depth,
                           int64_t count);
@@ -434,10 +437,12 @@ class KernelEmitter {
   std::optional<std::string> column_block_fits(const std::string& body, int depth,
                                                bool last_dim_reduced,
                                                const std::vector<Accumulator>& accs) const;
-  void cpu_column_block(const std::string& rl, int64_t count, const std::string& body,
-                        const std::vector<Accumulator>& accs, const std::string& element);
-  void cpu_float_chunks(const std::string& rl, int64_t from, int64_t to, int64_t group,
-                        const std::string& body,
+  void cpu_column_block(const std::string& rl, int64_t count, const std::string& count_text,
+                        const std::string& body, const std::vector<Accumulator>& accs,
+                        const std::string& element);
+  // (to_text: `to` as kernel text, the pass's runtime extent; empty: the literal)
+  void cpu_float_chunks(const std::string& rl, int64_t from, int64_t to, const std::string& to_text,
+                        int64_t group, const std::string& body,
                         const std::vector<std::pair<std::string, std::string>>& combines,
                         const std::string& acc, int depth);
   int64_t cpu_residue_split(int64_t count) const;
@@ -553,7 +558,14 @@ class KernelEmitter {
     int64_t value = 0;
   };
   std::optional<OuterExtent> outer_;
+  std::map<int64_t, std::string> pass_extents_;  // pass_extent's, by length
+  bool runtime_extents_ = false;  // lowering a kernel whose extents are passed (not multi-tensor)
   int64_t pass_iterations_ = 0;
+  // ... each pass's iterations as text over the runtime extents ("e0 * e1"), and the nest's work
+  // (its elements and its passes') as a value and as text (emit_nest), for team_clause.
+  std::vector<std::string> pass_work_terms_;
+  int64_t nest_work_ = -1;
+  std::string nest_work_text_;
   // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class
   // function in its body (costly_op). It scales the iterations parallel_worth compares.
   int64_t element_cost_ = 1;

@@ -23,6 +23,7 @@ Kernel KernelEmitter::lower() {
   if (step_.kind != Step::Kind::kFusion) not_lowered("not a fusion region");
   Kernel k;
   declare_arguments(k);
+  runtime_extents_ = true;
   if (std::none_of(body_.nodes().begin(), body_.nodes().end(),
                    [](const auto& n) { return n->op->kind != OpKind::kView; })) {
     not_lowered("the region only views its inputs (no kernel needed)");
@@ -286,6 +287,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   row_serial_reductions_ = 0;
   reductions_ = 0;
   pass_iterations_ = 0;
+  pass_work_terms_.clear();
   element_cost_ = 1;
   nest_shape_ = shape;
   element_ = ElementReductions{};
@@ -453,6 +455,18 @@ std::string KernelEmitter::rows_times(int64_t count) const {
   if (!outer_ || count % outer_->value != 0) return int_literal(count);
   const int64_t per_row = count / outer_->value;
   return per_row == 1 ? outer_->name : outer_->name + " * " + int_literal(per_row);
+}
+
+// A reduction pass's length as kernel text: its runtime extent, registered once per length (two
+// passes over 4096 rows read the same e<k>). For the CPU's passes and CUDA's column lanes, whose
+// nests declare the kernel's extents after their bodies are emitted.
+std::string KernelEmitter::pass_extent(int64_t count) {
+  if (!runtime_extents_ || count <= 1) return int_literal(count);
+  auto it = pass_extents_.find(count);
+  if (it != pass_extents_.end()) return it->second;
+  const std::string name = "e" + std::to_string(kernel_->extents.size());
+  kernel_->extents.push_back(count);
+  return pass_extents_.emplace(count, name).first->second;
 }
 
 // "[e0, 256]": the nest's shape in its comment, with no size the source does not depend on.

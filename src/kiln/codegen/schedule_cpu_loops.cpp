@@ -45,6 +45,7 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
   begin_outer_extent(shape, k);
   std::string nest = emit_nest_loops(shape, k, is_last);
   outer_.reset();
+  nest_work_text_.clear();
   return nest;
 }
 
@@ -53,6 +54,14 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
   bool has_reductions = reductions_ > 0;
   if (is_last) record_last_nest_loads(shape, k);
   const int64_t work = shape_numel(shape) + pass_iterations_;
+  // The same as text over the runtime extents, for the team's size (team_clause).
+  nest_work_ = work;
+  nest_work_text_.clear();
+  if (!pass_work_terms_.empty()) {
+    nest_work_text_ = rows_times(shape_numel(shape));
+    for (const std::string& term : pass_work_terms_)
+      nest_work_text_ += " + " + term;
+  }
   if (const std::vector<int>* order = has_reductions ? nullptr : stored_order(shape, k))
     return cpu_ordered_loops(shape, *order, body, work, is_last);
   std::vector<std::string> unit = unit_inner_strides(shape, k, work);
@@ -157,7 +166,7 @@ std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, i
     if (simd_innermost && d + 1 == shape.size() && !(parallel && d == 0))
       out += pad + "  #pragma omp simd\n";
     if (blocked && d + 1 == shape.size()) {
-      out += column_block_loop(shape[d], body.column_block, pad);
+      out += column_block_loop(extent_text(shape, d), body.column_block, pad);
       out += pad + "  for (int64_t " + i + " = cb; " + i + " < cb + cw; ++" + i + ") {\n";
     } else {
       out += pad + "  for (int64_t " + i + " = 0; " + i + " < " + extent_text(shape, d) + "; ++" +

@@ -31,13 +31,12 @@ std::string renamed_variable(const std::string& text, const std::string& from,
 // The opening of a CPU nest's last loop split into column blocks of kCpuColumnBlock positions
 // (cb, cw of them), whose column reductions' passes run first (cpu_column_block); the caller
 // opens the loop over the block's positions and closes both.
-std::string KernelEmitter::column_block_loop(int64_t length, const std::string& passes,
+std::string KernelEmitter::column_block_loop(const std::string& length, const std::string& passes,
                                              const std::string& pad) {
   const std::string width = std::to_string(kCpuColumnBlock);
-  std::string out =
-      pad + "  for (int64_t cb = 0; cb < " + std::to_string(length) + "; cb += " + width + ") {\n";
-  out += pad + "    const int64_t cw = " + std::to_string(length) + " - cb < " + width + " ? " +
-         std::to_string(length) + " - cb : " + width + ";\n";
+  std::string out = pad + "  for (int64_t cb = 0; cb < " + length + "; cb += " + width + ") {\n";
+  out += pad + "    const int64_t cw = " + length + " - cb < " + width + " ? " + length +
+         " - cb : " + width + ";\n";
   return out + indented(passes, static_cast<int>(pad.size() / 2) + 2);
 }
 
@@ -204,7 +203,8 @@ std::optional<std::string> KernelEmitter::column_block_fits(
 // read once for both. (A layer norm's weight and bias gradients, (g * xhat).sum(0) and
 // g.sum(0), read g twice, and the columns' rows are a new page each.)
 //   for (rl1 < 4096) { omp simd for (cj < cw) { ... acc0 ...; ... acc7 ... } }
-void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count, const std::string& body,
+void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count,
+                                     const std::string& count_text, const std::string& body,
                                      const std::vector<Accumulator>& accs,
                                      const std::string& element) {
   const std::string width = std::to_string(kCpuColumnBlock);
@@ -236,8 +236,8 @@ void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count, const
   }
   const ColumnPass& pass = *last_column_pass_;
   std::string code = pass.arrays;
-  code += "for (int64_t " + pass.rl + " = 0; " + pass.rl + " < " + std::to_string(count) + "; ++" +
-          pass.rl + ") {\n";
+  code += "for (int64_t " + pass.rl + " = 0; " + pass.rl + " < " + count_text + "; ++" + pass.rl +
+          ") {\n";
   code += "#pragma omp simd\n  for (int64_t cj = 0; cj < cw; ++cj) {\n";
   code += "    [[maybe_unused]] const int64_t i" + std::to_string(nest_rank_ - 1) + " = cb + cj;\n";
   code += indented(pass.element, 2) + "  }\n}\n";
@@ -254,9 +254,9 @@ void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count, const
 //     acc0 += acc0_f; }
 // A pass at the nest's top over many elements (a full sum) shares its chunks among the cores.
 void KernelEmitter::cpu_float_chunks(
-    const std::string& rl, int64_t from, int64_t to, int64_t group, const std::string& body,
-    const std::vector<std::pair<std::string, std::string>>& combines, const std::string& acc,
-    int depth) {
+    const std::string& rl, int64_t from, int64_t to, const std::string& to_text, int64_t group,
+    const std::string& body, const std::vector<std::pair<std::string, std::string>>& combines,
+    const std::string& acc, int depth) {
   const std::string part = acc + "_f", chunk = rl + "_c", end = rl + "_e";
   std::string in_chunk = body;
   for (const auto& [combined, in_float] : combines) {
@@ -265,11 +265,12 @@ void KernelEmitter::cpu_float_chunks(
     in_chunk.replace(at, combined.size(), part + " = red_sum(" + part + ", " + in_float + ");");
   }
   const int64_t steps = std::max<int64_t>(kCpuFloatChunk / group, 1);
-  const std::string f = std::to_string(from), t = std::to_string(to), width = std::to_string(steps);
+  const std::string f = std::to_string(from), width = std::to_string(steps);
+  const std::string t = to_text.empty() ? std::to_string(to) : to_text;
   const bool one_chunk = to - from <= steps;  // then a block, not a loop over chunks
   if (!one_chunk && depth == 0 && parallel_worth((to - from) * group))
-    emit(depth,
-         "#pragma omp parallel for reduction(+:" + acc + ")" + team_clause((to - from) * group));
+    emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")" +
+                    team_clause((to - from) * group, to_text, to - from));
   emit(depth, one_chunk ? "{"
                         : "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " +
                               chunk + " += " + width + ") {");

@@ -187,7 +187,6 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
   nest.shape = shape;
   nest.numel = shape_numel(shape);
   std::string name = "nest" + std::to_string(index);
-  std::string decls = cuda_decls(k);
   // (What the first body recorded of the inputs' windows, kept for a body emitted again.)
   const std::vector<std::vector<StorageWindow>> windows_before = windows_;
   const std::vector<bool> whole_before = whole_storage_;
@@ -235,6 +234,8 @@ std::string KernelEmitter::cuda_nest(size_t index, const Shape& shape, Kernel& k
     table_of[std::stoul(table.substr(3))] = shape_str(v->tensor_type().shape);
   for (size_t t = 0; t < table_of.size(); ++t)
     schedule_line += ", table tbl" + std::to_string(t) + " " + table_of[t];
+  // (Declared after the bodies: a pass's length read at run time is an extent of theirs.)
+  const std::string decls = cuda_decls(k);
   std::string src = schedule_line.empty() ? "" : "// schedule: pointwise" + schedule_line + "\n";
   src += "template <class I>\n__device__ __forceinline__ void " + name +
          "_scalar(const Args& a) {\n" + decls + tables;
