@@ -94,7 +94,7 @@ CPU_ONLY_SHARING = {"full_amax"}
 def _maker(shapes, seed):
     def make():
         gen = torch.Generator(device="cpu").manual_seed(seed)
-        return [torch.randn(s, generator=gen).to(torch.empty(0).device) for s in shapes]
+        return [torch.randn(s, generator=gen, device="cpu").to(torch.empty(0).device) for s in shapes]
 
     return make
 

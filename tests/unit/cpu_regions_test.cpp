@@ -344,6 +344,24 @@ void PrintTo(const RegionCase& c, std::ostream* os) {
   *os << c.name;
 }
 
+// Runs step's kernel on the values the interpreter gave its inputs (`seen`) and expects every
+// output to be the interpreter's, bit for bit.
+void expect_kernel_agrees(const Step& step, const cpu::StepKernel& k,
+                          const std::map<const Value*, RtValue>& seen, const std::string& label) {
+  std::vector<RtValue> inputs;
+  for (const Value* v : step.inputs)
+    inputs.push_back(seen.at(v));
+  std::vector<TensorHandle> outputs;
+  for (const codegen::KernelOutput& o : k.kernel.outputs)
+    outputs.push_back(empty_strided(o.dtype, o.shape, contiguous_strides(o.shape)));
+  ASSERT_TRUE(cpu::run_cpu_kernel(k, inputs, outputs));
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    auto d = differs(*std::get<TensorHandle>(seen.at(step.outputs[j])), *outputs[j]);
+    EXPECT_FALSE(d.has_value()) << label << " " << step.outputs[j]->name() << ": " << *d << "\n"
+                                << k.kernel.source;
+  }
+}
+
 class Regions : public ::testing::TestWithParam<RegionCase> {
  public:
   // Every case's kernels compiled at once: one compiler run instead of one per case.
@@ -380,20 +398,7 @@ TEST_P(Regions, KernelAgreesWithTheInterpreter) {
       const Step& step = plan.steps[s];
       ASSERT_EQ(step.kind, Step::Kind::kFusion);
       ASSERT_TRUE(kernels.steps[s].has_value()) << kernels.why_not[s];
-      const cpu::StepKernel& k = *kernels.steps[s];
-      std::vector<RtValue> inputs;
-      for (const Value* v : step.inputs)
-        inputs.push_back(seen.at(v));
-      std::vector<TensorHandle> outputs;
-      for (const codegen::KernelOutput& o : k.kernel.outputs)
-        outputs.push_back(empty_strided(o.dtype, o.shape, contiguous_strides(o.shape)));
-      ASSERT_TRUE(cpu::run_cpu_kernel(k, inputs, outputs));
-      for (size_t j = 0; j < outputs.size(); ++j) {
-        auto d = differs(*std::get<TensorHandle>(seen.at(step.outputs[j])), *outputs[j]);
-        EXPECT_FALSE(d.has_value())
-            << c.name << " " << step.outputs[j]->name() << ": " << *d << "\n"
-            << k.kernel.source;
-      }
+      expect_kernel_agrees(step, *kernels.steps[s], seen, c.name);
     }
   }
 }
@@ -444,17 +449,7 @@ TEST(CpuBackend, RowCountsOfASizeClassShareOneKernel) {
       const cpu::StepKernel& k = *kernels.steps[s];
       sources.push_back(k.kernel.source);
       EXPECT_FALSE(k.kernel.extents.empty()) << k.kernel.source;
-      std::vector<RtValue> inputs;
-      for (const Value* v : step.inputs)
-        inputs.push_back(seen.at(v));
-      std::vector<TensorHandle> outputs;
-      for (const codegen::KernelOutput& o : k.kernel.outputs)
-        outputs.push_back(empty_strided(o.dtype, o.shape, contiguous_strides(o.shape)));
-      ASSERT_TRUE(cpu::run_cpu_kernel(k, inputs, outputs));
-      for (size_t j = 0; j < outputs.size(); ++j) {
-        auto d = differs(*std::get<TensorHandle>(seen.at(step.outputs[j])), *outputs[j]);
-        EXPECT_FALSE(d.has_value()) << rows << " rows, " << step.outputs[j]->name() << ": " << *d;
-      }
+      expect_kernel_agrees(step, k, seen, std::to_string(rows) + " rows");
     }
     if (first_sources.empty()) first_sources = sources;
     EXPECT_EQ(sources, first_sources) << rows << " rows";

@@ -23,6 +23,7 @@ Kernel KernelEmitter::lower() {
   if (step_.kind != Step::Kind::kFusion) not_lowered("not a fusion region");
   Kernel k;
   declare_arguments(k);
+  kernel_ = &k;  // (a table's pass registers its extent before any nest's body)
   runtime_extents_ = true;
   if (std::none_of(body_.nodes().begin(), body_.nodes().end(),
                    [](const auto& n) { return n->op->kind != OpKind::kView; })) {
