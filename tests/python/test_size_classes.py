@@ -64,6 +64,11 @@ def _flattened_rows(x):
     return torch.tanh(x.reshape(-1, x.shape[-1])) * 0.5
 
 
+def _batch_of_one_tokens(x, w, b):
+    # [1, T, C]: the tokens of a batch of one are the rows
+    return F.silu(F.layer_norm(x, (x.shape[-1],), w, b)) * 2
+
+
 def _column_sum_and_mean(x):
     x.mul_(2)
     return x.sum(0), x.mean(0), x.amax(0)
@@ -83,6 +88,7 @@ PROGRAMS = {
     "rms_norm_3d": (_rms_norm_3d, lambda R, C: [(R, 3, C), (C,)]),
     "broadcast_in_place": (_broadcast_in_place, lambda R, C: [(R, C), (R,), (C,)]),
     "flattened_rows": (_flattened_rows, lambda R, C: [(R, 5, C)]),
+    "batch_of_one_tokens": (_batch_of_one_tokens, lambda R, C: [(1, R, C), (C,), (C,)]),
     "column_sum_and_mean": (_column_sum_and_mean, lambda R, C: [(R, C)]),
     "full_amax": (_full_amax, lambda R, C: [(R, C)]),
 }

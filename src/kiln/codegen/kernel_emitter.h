@@ -556,6 +556,7 @@ class KernelEmitter {
   struct OuterExtent {
     std::string name;
     int64_t value = 0;
+    size_t dim = 0;  // the nest's first dim of more than one element
   };
   std::optional<OuterExtent> outer_;
   std::map<int64_t, std::string> pass_extents_;  // pass_extent's, by length

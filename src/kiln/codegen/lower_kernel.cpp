@@ -431,21 +431,24 @@ std::string KernelEmitter::layout_decls(const Kernel& k, const std::string& from
   return src;
 }
 
-// A nest's outermost extent becomes a value the kernel reads (Kernel::extents) where it is a
-// real loop (a size of 0 or 1 is its own size class: no loop runs, or loop_index has 0 there).
-// Its uses are bounds and counts of the nest itself; anything else the schedules derive from the
-// extent (a choice of parallel loops, a table's size) stays text, so a row count that changes
+// A nest's outermost extent becomes a value the kernel reads (Kernel::extents): that of its first
+// dim of more than one element (sizes of 0 and 1 are size classes of their own: no loop runs, or
+// loop_index has 0 there), so the tokens of a batch of one, [1, T, 768], are its rows as a batch's
+// are. Its uses are bounds and counts of the nest itself; anything else the schedules derive from
+// the extent (a choice of parallel loops, a table's size) stays text, so a row count that changes
 // it changes the source and compiles its own kernel, never runs another's.
 void KernelEmitter::begin_outer_extent(const Shape& shape, Kernel& k) {
   outer_.reset();
-  if (shape.empty() || shape[0] <= 1) return;
-  outer_ = OuterExtent{"e" + std::to_string(k.extents.size()), shape[0]};
-  k.extents.push_back(shape[0]);
+  const auto first = std::find_if(shape.begin(), shape.end(), [](int64_t n) { return n != 1; });
+  if (first == shape.end() || *first == 0) return;
+  outer_ = OuterExtent{"e" + std::to_string(k.extents.size()), *first,
+                       static_cast<size_t>(first - shape.begin())};
+  k.extents.push_back(*first);
 }
 
 // The extent of dim d of `shape` as loop-bound text: the nest's runtime extent where it is that.
 std::string KernelEmitter::extent_text(const Shape& shape, size_t d) const {
-  if (d == 0 && outer_ && shape[0] == outer_->value) return outer_->name;
+  if (outer_ && d == outer_->dim && shape[d] == outer_->value) return outer_->name;
   return std::to_string(shape[d]);
 }
 
@@ -472,10 +475,9 @@ std::string KernelEmitter::pass_extent(int64_t count) {
 
 // "[e0, 256]": the nest's shape in its comment, with no size the source does not depend on.
 std::string KernelEmitter::nest_shape_text(const Shape& shape) const {
-  if (!outer_ || shape.empty() || shape[0] != outer_->value) return shape_str(shape);
-  std::string s = "[" + outer_->name;
-  for (size_t d = 1; d < shape.size(); ++d)
-    s += ", " + std::to_string(shape[d]);
+  std::string s = "[";
+  for (size_t d = 0; d < shape.size(); ++d)
+    s += (d ? ", " : "") + extent_text(shape, d);
   return s + "]";
 }
 
