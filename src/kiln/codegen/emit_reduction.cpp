@@ -106,11 +106,14 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // The pass's length as kernel text: read at run time (pass_extent) where it is not a row's
   // length, whose constant trip count GCC's vector loops and CUDA's row caches are shaped by: a
   // column pass, a full reduction, a CUDA column nest's lanes. A sum over a batch's rows (a bias
-  // gradient) then compiles once for every batch size of its size class.
+  // gradient) then compiles once for every batch size of its size class. Registered where a
+  // loop bound, a team's work or a mean's division reads it (not by a pass in pieces).
   const bool runtime_count = !cooperative && (columnar || depth == 0 || !last_dim_reduced);
-  const std::string count_text = runtime_count ? pass_extent(count) : std::to_string(count);
-  const std::string count_double =
-      runtime_count ? "static_cast<double>(" + count_text + ")" : std::to_string(count) + ".0";
+  auto count_text = [&] { return runtime_count ? pass_extent(count) : std::to_string(count); };
+  auto count_double = [&] {
+    return runtime_count ? "static_cast<double>(" + count_text() + ")"
+                         : std::to_string(count) + ".0";
+  };
   // The pass's variable along the last dim, when it reduces the last dim alone (set in pass).
   std::string last_dim_reduced_alone;
   // `simd`: on the CPU, the OpenMP reduction clauses ("reduction(+:acc3)") under which the
@@ -247,7 +250,6 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       element(index, var);
     }
     std::string body = close_level(level);
-    const std::string& n = count_text;
     if (cooperative) {
       BlockLoop loop = block_loop(rl, "int64_t", count);
       levels_.at(static_cast<size_t>(depth)) += indented(loop.open + body + loop.close, 0);
@@ -257,11 +259,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       emit(depth, "#pragma unroll 4");
       if (split_columns_)
         emit(depth, "for (int64_t " + rl + " = column_lane + static_cast<int64_t>(part) * " +
-                        lanes + "; " + rl + " < " + n + "; " + rl +
+                        lanes + "; " + rl + " < " + count_text() + "; " + rl +
                         " += static_cast<int64_t>(split) * " + lanes + ") {");
       else
-        emit(depth, "for (int64_t " + rl + " = column_lane; " + rl + " < " + n + "; " + rl +
-                        " += " + lanes + ") {");
+        emit(depth, "for (int64_t " + rl + " = column_lane; " + rl + " < " + count_text() + "; " +
+                        rl + " += " + lanes + ") {");
       levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
       emit(depth, "}");
     } else {
@@ -269,10 +271,14 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       for (int d = 0; d < depth && d < static_cast<int>(nest_shape_.size()); ++d)
         runs *= nest_shape_[static_cast<size_t>(d)];
       pass_iterations_ += runs * count;
-      pass_work_terms_.push_back(rows_times(runs) + " * " + count_text);
+      // (A CPU team's work, over the pass's extent where its loop reads it: emit_nest_loops.)
+      auto work_term = [&](const std::string& length) {
+        if (target_ == Target::kCpu) pass_work_terms_.push_back(rows_times(runs) + " * " + length);
+      };
       if (std::optional<std::string> element =
               column_block_fits(body, depth, last_dim_reduced, accs)) {
-        cpu_column_block(rl, count, count_text, body, accs, *element);
+        work_term(count_text());
+        cpu_column_block(rl, count, count_text(), body, accs, *element);
         for (const Accumulator& a : accs)
           emit(depth,
                a.name + " = " + a.name + "_b[i" + std::to_string(nest_rank_ - 1) + " - cb];");
@@ -300,20 +306,21 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
                            count >= 32;
       // One piece of the whole length: its bound the pass's runtime extent (where it has one).
       const bool whole = runtime_count && pieces.size() == 2 && pieces[1] == count;
+      const std::string length = whole ? count_text() : std::to_string(count);
+      work_term(length);
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
         if (chunked) {
-          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], whole ? count_text : "",
+          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], whole ? length : "",
                            std::max<int64_t>(split, 1), body, combines, accs.front().name, depth);
           continue;
         }
         if (target_ == Target::kCpu && !simd.empty())
           emit(depth, depth == 0 && parallel_worth(count)
-                          ? "#pragma omp parallel for simd " + simd +
-                                team_clause(count, whole ? count_text : "", count)
+                          ? "#pragma omp parallel for simd " + simd + team_clause({count, length})
                           : "#pragma omp simd " + simd);
         emit(depth, "for (int64_t " + rl + " = " + std::to_string(pieces[piece]) + "; " + rl +
-                        " < " + (whole ? count_text : std::to_string(pieces[piece + 1])) + "; ++" +
-                        rl + ") {");
+                        " < " + (whole ? length : std::to_string(pieces[piece + 1])) + "; ++" + rl +
+                        ") {");
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
         emit(depth, "}");
       }
@@ -384,7 +391,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         if (!prod) note_sum(acc_type, acc);
       }
       if (id == OpId::kMean)
-        result = "f_" + suffix(out) + "(" + acc + " / " + count_double + ")";
+        result = "f_" + suffix(out) + "(" + acc + " / " + count_double() + ")";
       else
         result = (fl ? "f_" : "i_") + suffix(out) + "(" + acc + ")";
       break;
@@ -448,8 +455,8 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       }
       std::string mean = fresh("mean");
       declare(vt, mean,
-              vt == "double" ? acc + " / double(" + count_double + ")"
-                             : "static_cast<" + vt + ">(" + acc + " / " + count_double + ")");
+              vt == "double" ? acc + " / double(" + count_double() + ")"
+                             : "static_cast<" + vt + ">(" + acc + " / " + count_double() + ")");
       std::string m2 = fresh("acc");
       emit(depth, vt + " " + m2 + " = 0;", m2);
       pass(
@@ -461,7 +468,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       combine(m2, "sum");
       // max(N - correction, 0), as a variable: a constant 0 would be a division-by-zero warning.
       std::string divisor = fresh("n");
-      std::string excess = "(" + count_double + " - " + correction.as_double + ")";
+      std::string excess = "(" + count_double() + " - " + correction.as_double + ")";
       declare("double", divisor, excess + " > 0 ? " + excess + " : 0.0");
       std::string variance = m2 + " / " + divisor;
       result = "f_" + suffix(out) + "(" +

@@ -469,16 +469,12 @@ bool KernelEmitter::parallel_worth(int64_t iterations) const {
 
 //   " num_threads(team_of(e0 * 4352LL))" for 256 x 17 of work a row: a thread for each half of
 // kParallelIterations of it, at most the threads OpenMP has (cpu_prelude.h). The work is text
-// over the nest's runtime extent (rows_times): it is not a size class of its own.
-// A pass's team may have its work written over the pass's own extent (`over`, of `over_count`).
-std::string KernelEmitter::team_clause(int64_t iterations, const std::string& over,
-                                       int64_t over_count) const {
-  const int64_t work = iterations * element_cost_;
-  if (!over.empty() && work % over_count == 0)
-    return " num_threads(team_of(" + over + " * " + int_literal(work / over_count) + "))";
-  if (iterations == nest_work_ && !nest_work_text_.empty())  // a nest's elements and passes
-    return " num_threads(team_of((" + nest_work_text_ + ") * " + int_literal(element_cost_) + "))";
-  return " num_threads(team_of(" + rows_times(work) + "))";
+// over the kernel's runtime extents: it is not a size class of its own.
+std::string KernelEmitter::team_clause(const TeamWork& work) const {
+  if (work.units.empty())
+    return " num_threads(team_of(" + rows_times(work.iterations * element_cost_) + "))";
+  return " num_threads(team_of(" + work.units + " * " + int_literal(work.per_unit * element_cost_) +
+         "))";
 }
 
 Val KernelEmitter::elementwise(const Node& node, const Index& at) {

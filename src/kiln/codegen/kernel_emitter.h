@@ -363,8 +363,15 @@ class KernelEmitter {
   // Whether `iterations` of the nest's elements are worth a team of threads (kParallelIterations),
   // and the team's size clause: a thread for each half of kParallelIterations of work.
   bool parallel_worth(int64_t iterations) const;
-  std::string team_clause(int64_t iterations, const std::string& over = "",
-                          int64_t over_count = 0) const;
+  // The iterations a team of threads shares, and the same as text over the kernel's runtime
+  // extents: `units` (empty: the iterations written over the nest's extent, rows_times) of
+  // `per_unit` iterations each.
+  struct TeamWork {
+    int64_t iterations = 0;
+    std::string units;
+    int64_t per_unit = 1;
+  };
+  std::string team_clause(const TeamWork& work) const;
   Val creation(const Node& node, const Index& at);
 
   // emit_reduction.cpp: reductions: their passes, accumulators and combines, and the outputs a pass
@@ -397,9 +404,9 @@ class KernelEmitter {
   bool lanes_along_table(const Value* v, const Index& at) const;
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last);
   std::string emit_nest_loops(const Shape& shape, Kernel& k, bool is_last);
-  std::string cpu_loops(const Shape& shape, const NestBody& body, int64_t work) const;
+  std::string cpu_loops(const Shape& shape, const NestBody& body, const TeamWork& work) const;
   std::string cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
-                                const NestBody& body, int64_t work, bool is_last);
+                                const NestBody& body, const TeamWork& work, bool is_last);
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
                                               int64_t work) const;
   std::string cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last);
@@ -422,7 +429,7 @@ class KernelEmitter {
 
   // schedule_cpu_tiles.cpp: CPU nests in tiles, for an operand read transposed
   bool tiles_fit(const Shape& shape, const NestBody& body) const;
-  std::string cpu_tiled_loops(const Shape& shape, const NestBody& body, int64_t work) const;
+  std::string cpu_tiled_loops(const Shape& shape, const NestBody& body, const TeamWork& work) const;
 
   // schedule_cpu_passes.cpp: CPU reduction passes: column blocks, pieces between guards, row
   // buffers
@@ -562,11 +569,9 @@ class KernelEmitter {
   std::map<int64_t, std::string> pass_extents_;  // pass_extent's, by length
   bool runtime_extents_ = false;  // lowering a kernel whose extents are passed (not multi-tensor)
   int64_t pass_iterations_ = 0;
-  // ... each pass's iterations as text over the runtime extents ("e0 * e1"), and the nest's work
-  // (its elements and its passes') as a value and as text (emit_nest), for team_clause.
+  // ... and each pass's iterations as text over the runtime extents ("e0 * e1"): with the nest's
+  // elements, the work its team shares (emit_nest_loops).
   std::vector<std::string> pass_work_terms_;
-  int64_t nest_work_ = -1;
-  std::string nest_work_text_;
   // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class
   // function in its body (costly_op). It scales the iterations parallel_worth compares.
   int64_t element_cost_ = 1;

@@ -23,7 +23,6 @@ Kernel KernelEmitter::lower() {
   if (step_.kind != Step::Kind::kFusion) not_lowered("not a fusion region");
   Kernel k;
   declare_arguments(k);
-  kernel_ = &k;  // (a table's pass registers its extent before any nest's body)
   runtime_extents_ = true;
   if (std::none_of(body_.nodes().begin(), body_.nodes().end(),
                    [](const auto& n) { return n->op->kind != OpKind::kView; })) {
@@ -98,6 +97,7 @@ Kernel KernelEmitter::lower() {
 // The kernel's inputs and outputs: where each tensor's offset and strides sit in in_meta and
 // out_meta.
 void KernelEmitter::declare_arguments(Kernel& k) {
+  kernel_ = &k;  // (its nests and passes register their extents in it as they are emitted)
   k.target = target_;
   // Inputs: where each tensor's layout sits in in_meta.
   for (size_t i = 0; i < body_.inputs().size(); ++i) {
@@ -178,7 +178,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   begin_body(shape, k, mode, lanes);
   const Shape out_shape(shape.begin(), shape.end() - (unit_row ? 1 : 0));
   Index at = loop_index(out_shape);
-  kernel_ = &k;
+  KILN_ASSERT(kernel_ == &k) << "a nest's body outside the kernel its arguments were declared for";
   nest_is_last_ = is_last;
   const bool lane_stores =
       mode == NestMode::kRows && !shape.empty() && shape.back() > 1 && row_lanes(shape.back()) > 1;

@@ -22,7 +22,7 @@ std::string KernelEmitter::cpu_tables(Kernel& k) {
     src += "  alignas(64) " + reg(type.dtype) + " " + name + "[" + std::to_string(type.numel()) +
            "];\n";
     src += "  {  // table " + name + " " + shape_str(type.shape) + "\n" +
-           indented(body.levels[0], 2) + cpu_loops(type.shape, body, 0) + "  }\n";
+           indented(body.levels[0], 2) + cpu_loops(type.shape, body, TeamWork{}) + "  }\n";
     table_name_[v] = name;  // filled: from here on its uses load it
   }
   return src;
@@ -45,7 +45,6 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
   begin_outer_extent(shape, k);
   std::string nest = emit_nest_loops(shape, k, is_last);
   outer_.reset();
-  nest_work_text_.clear();
   return nest;
 }
 
@@ -53,18 +52,18 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
   NestBody body = emit_body(shape, k, is_last, NestMode::kCpuLoops);
   bool has_reductions = reductions_ > 0;
   if (is_last) record_last_nest_loads(shape, k);
-  const int64_t work = shape_numel(shape) + pass_iterations_;
-  // The same as text over the runtime extents, for the team's size (team_clause).
-  nest_work_ = work;
-  nest_work_text_.clear();
+  // The nest's elements and its passes' (a team's work), as text over the runtime extents too:
+  //   (e0 * 256LL + e0 * e1)
+  TeamWork work{shape_numel(shape) + pass_iterations_, "", 1};
   if (!pass_work_terms_.empty()) {
-    nest_work_text_ = rows_times(shape_numel(shape));
+    work.units = "(" + rows_times(shape_numel(shape));
     for (const std::string& term : pass_work_terms_)
-      nest_work_text_ += " + " + term;
+      work.units += " + " + term;
+    work.units += ")";
   }
   if (const std::vector<int>* order = has_reductions ? nullptr : stored_order(shape, k))
     return cpu_ordered_loops(shape, *order, body, work, is_last);
-  std::vector<std::string> unit = unit_inner_strides(shape, k, work);
+  std::vector<std::string> unit = unit_inner_strides(shape, k, work.iterations);
   const bool tiled = !has_reductions && tiles_fit(shape, body);
   std::string flat = has_reductions || tiled ? "" : cpu_flat_loop(shape, k, is_last);
   // A flat loop of one dim is taken exactly when the inner strides are 1: the loops' unit
@@ -109,7 +108,8 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
 // that the stores and the loads of inputs laid out alike are consecutive:
 //   order (0, 2, 3, 1) over [N, C, H, W]: for i0 { for i2 { for i3 { simd for i1 { ... } } } }
 std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
-                                             const NestBody& body, int64_t work, bool is_last) {
+                                             const NestBody& body, const TeamWork& work,
+                                             bool is_last) {
   std::string walk;
   for (size_t d = 0; d < order.size(); ++d)
     walk += (d ? ", " : "") + std::to_string(order[d]);
@@ -117,7 +117,7 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
                     nest_shape_text(shape) + " (schedule: loops in dim order (" + walk + "))\n";
   const size_t n = order.size();
   const int collapse = n > 2 ? 2 : 1;
-  if (parallel_worth(work) && n > 1)
+  if (parallel_worth(work.iterations) && n > 1)
     out += "#pragma omp parallel for collapse(" + std::to_string(collapse) + ")" +
            team_clause(work) + "\n";
   for (size_t k = 0; k < n; ++k) {
@@ -135,7 +135,8 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
 // A CPU nest's loops around its body: the outer ones shared by the cores (OpenMP) when the
 // nest's iterations and its reductions' elements, weighed by their cost, are worth it
 // (parallel_worth).
-std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, int64_t work) const {
+std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body,
+                                     const TeamWork& work) const {
   std::string out;
   bool between_loops = false;  // code between the loops: they cannot collapse
   for (size_t d = 1; d < shape.size(); ++d)
@@ -144,7 +145,7 @@ std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body, i
   int64_t shared = 1;  // the iterations the threads share
   for (int d = 0; d < collapse && d < static_cast<int>(shape.size()); ++d)
     shared *= shape[static_cast<size_t>(d)];
-  const bool parallel = parallel_worth(work) && shared > 1;
+  const bool parallel = parallel_worth(work.iterations) && shared > 1;
   const bool blocked = !body.column_block.empty();
   // The innermost loop of a nest whose row passes ran before it (a softmax's division by the row
   // sum): its iterations are independent (each stores its own element; an input stored into in
@@ -270,8 +271,9 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
                                          decompose(shape, "      ") + indented(lane.flat(), 3) +
                                          indented(lane.stores, 3));
   } else if (split == 0) {
-    text += parallel_worth(numel) ? "#pragma omp parallel for simd" + team_clause(numel) + "\n"
-                                  : "#pragma omp simd\n";
+    text += parallel_worth(numel)
+                ? "#pragma omp parallel for simd" + team_clause({numel, "", 1}) + "\n"
+                : "#pragma omp simd\n";
     text += "    for (int64_t lin = 0; lin < " + rows_times(numel) + "; ++lin) {\n";
     text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
     text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
@@ -285,7 +287,8 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     std::string hoisted, inside;
     for (size_t d = 0; d < lane.levels.size(); ++d)
       (d <= split ? hoisted : inside) += lane.levels[d];
-    if (parallel_worth(numel)) text += "#pragma omp parallel for" + team_clause(numel) + "\n";
+    if (parallel_worth(numel))
+      text += "#pragma omp parallel for" + team_clause({numel, "", 1}) + "\n";
     text +=
         "    for (int64_t outer = 0; outer < " + rows_times(shape_numel(outer)) + "; ++outer) {\n";
     text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
@@ -315,7 +318,7 @@ std::string KernelEmitter::cpu_prefetched_flat_loop(int64_t numel,
                                                     const std::string& body) const {
   const std::string n = rows_times(numel), block = std::to_string(kCpuPrefetchBlock);
   std::string text =
-      parallel_worth(numel) ? "#pragma omp parallel for" + team_clause(numel) + "\n" : "";
+      parallel_worth(numel) ? "#pragma omp parallel for" + team_clause({numel, "", 1}) + "\n" : "";
   text += "    for (int64_t blk = 0; blk < " + n + "; blk += " + block + ") {\n";
   // (Only blocks inside the tensors: an address past an array's end is not one to compute.)
   text += "      if (blk + " + std::to_string(kCpuPrefetchAhead + kCpuPrefetchBlock) + " <= " + n +

@@ -270,7 +270,8 @@ void KernelEmitter::cpu_float_chunks(
   const bool one_chunk = to - from <= steps;  // then a block, not a loop over chunks
   if (!one_chunk && depth == 0 && parallel_worth((to - from) * group))
     emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")" +
-                    team_clause((to - from) * group, to_text, to - from));
+                    team_clause({(to - from) * group,
+                                 to_text.empty() ? std::to_string(to - from) : to_text, group}));
   emit(depth, one_chunk ? "{"
                         : "for (int64_t " + chunk + " = " + f + "; " + chunk + " < " + t + "; " +
                               chunk + " += " + width + ") {");

@@ -26,13 +26,13 @@ bool KernelEmitter::tiles_fit(const Shape& shape, const NestBody& body) const {
 //   for (t0 = 0; t0 < 2048; t0 += 16) for (t1 = 0; t1 < 2048; t1 += 16)
 //     for (i0 = t0; i0 < min(t0 + 16, 2048); ++i0) for (i1 = t1; ...) { ... }
 std::string KernelEmitter::cpu_tiled_loops(const Shape& shape, const NestBody& body,
-                                           int64_t work) const {
+                                           const TeamWork& work) const {
   const size_t n = shape.size();
   bool outer_code = false;  // code between the outer loops: the tile loops cannot collapse
   for (size_t d = 1; d + 1 < n; ++d)
     outer_code = outer_code || !body.levels[d].empty();
   std::string out;
-  if (parallel_worth(work))
+  if (parallel_worth(work.iterations))
     out += (outer_code ? "#pragma omp parallel for"
                        : "#pragma omp parallel for collapse(" + std::to_string(n) + ")") +
            team_clause(work) + "\n";

@@ -70,7 +70,6 @@ NestBody KernelEmitter::emit_scatter_body(const ScatterStore& scatter, Kernel& k
   const int64_t count = index->tensor_type().numel();
   const DType out = k.outputs[0].dtype;
   begin_body(scatter.nest, k, mode, nullptr);
-  kernel_ = &k;
   nest_is_last_ = true;
   k.outputs[0].in_last_nest = true;
   k.outputs[0].base = static_cast<int>(scatter.base);
@@ -123,7 +122,7 @@ std::string KernelEmitter::cpu_scatter_nest(const ScatterStore& scatter, Kernel&
   const int64_t stores = shape_numel(scatter.nest) * scatter.write->input(2)->tensor_type().numel();
   return "  {  // last nest over " + shape_str(scatter.nest) +
          " (schedule: " + scatter_schedule(scatter) + ")\n" + indented(body.levels[0], 2) +
-         cpu_loops(scatter.nest, body, stores) + "  }\n";
+         cpu_loops(scatter.nest, body, TeamWork{stores, "", 1}) + "  }\n";
 }
 
 std::string KernelEmitter::cuda_scatter_nest(const ScatterStore& scatter, Kernel& k,
