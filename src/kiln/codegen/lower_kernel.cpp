@@ -222,7 +222,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
     stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
   }
   lanes_ = nullptr;
-  drop_unread_output_stores(stores);
+  drop_unread_kept_values(stores);
   levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
   return NestBody{levels_, stores, stores_once, column_block_};
 }
@@ -269,7 +269,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   last_column_pass_.reset();
   column_block_accumulators_.clear();
   row_buffer_bytes_ = 0;
-  kept_in_outputs_.clear();
+  kept_row_values_.clear();
   if (mode != NestMode::kTiles) tile_keys_.clear();
   cuts_.clear();
   raw_loads_.assign(k.inputs.size(), false);

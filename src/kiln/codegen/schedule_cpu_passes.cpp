@@ -61,9 +61,15 @@ void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index
   if (!key) return;
   row_buffer_bytes_ += bytes;
   const std::string buffer = fresh("row_buffer");
-  emit(depth, "alignas(64) " + reg(x.dtype) + " " + buffer + "[" + std::to_string(count) + "];");
-  emit(level, buffer + "[" + index.back().text + "] = " + x.expr + ";");
-  memo_[*key] = Val{buffer + "[i" + std::to_string(nest_rank_ - 1) + "]", x.dtype};
+  KeptRowValue kept{
+      std::nullopt,
+      "alignas(64) " + reg(x.dtype) + " " + buffer + "[" + std::to_string(count) + "];",
+      buffer + "[" + index.back().text + "] = " + x.expr + ";",
+      buffer + "[i" + std::to_string(nest_rank_ - 1) + "]"};
+  emit(depth, kept.declaration);
+  emit(level, kept.store);
+  memo_[*key] = Val{kept.load, x.dtype};
+  kept_row_values_.push_back(std::move(kept));
 }
 
 // keep_in_row_buffer's value kept in an output of the nest instead, at the element the pass is
@@ -82,43 +88,50 @@ bool KernelEmitter::keep_in_output(const Value* v, const Val& x, const Index& in
   const std::optional<std::string> key = row_element_key(v, index);
   if (!key) return false;
   for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
-    const bool taken = std::any_of(kept_in_outputs_.begin(), kept_in_outputs_.end(),
-                                   [&](const KeptInOutput& k) { return k.output == j; });
+    const bool taken = std::any_of(kept_row_values_.begin(), kept_row_values_.end(),
+                                   [&](const KeptRowValue& k) { return k.output == j; });
     if (kernel_->outputs[j].shape != nest_shape_ || kernel_->outputs[j].dtype != x.dtype ||
         written_back(j) || taken)
       continue;
     const std::string n = std::to_string(j), d = suffix(x.dtype);
-    KeptInOutput kept{
-        j, "st_" + d + "(out" + n + ", " + output_address(j, index).text + ", " + x.expr + ");",
+    KeptRowValue kept{
+        j, "", "st_" + d + "(out" + n + ", " + output_address(j, index).text + ", " + x.expr + ");",
         "ld_" + d + "(out" + n + ", " + output_address(j, loop_index(nest_shape_)).text + ")"};
     emit(level, kept.store);
     memo_[*key] = Val{kept.load, x.dtype};
-    kept_in_outputs_.push_back(std::move(kept));
+    kept_row_values_.push_back(std::move(kept));
     return true;
   }
   return false;
 }
 
-// keep_in_output's stores whose value the nest never reads back (a variance's squares, kept in
-// its pass as softmax's exp is, though only the centered values are read again), taken out of
-// the pass before the nest's text is final: each would write the whole row once more for nothing.
+// keep_in_row_buffer's and keep_in_output's stores whose value the nest never reads back (a
+// variance's squares, kept in its pass as softmax's exp is, though only the centered values are
+// read again), taken out of the pass before the nest's text is final: each would write the whole
+// row once more for nothing; and a buffer's declaration with them.
 // `stores`: the nest's final stores, where a read back may stand too.
-void KernelEmitter::drop_unread_output_stores(const std::string& stores) {
-  for (const KeptInOutput& k : kept_in_outputs_) {
+void KernelEmitter::drop_unread_kept_values(const std::string& stores) {
+  for (const KeptRowValue& k : kept_row_values_) {
     bool read = stores.find(k.load) != std::string::npos;
     for (const std::string& text : levels_)
       read = read || text.find(k.load) != std::string::npos;
     if (read) continue;
-    // The pass's text has moved out of its level into its loop by now (at the level above).
+    // The pass's text has moved out of its level into its loop by now (at the level above),
+    // once or more (cpu_float_chunks' lanes and the rest of the chunk).
     bool dropped = false;
     for (std::string& text : levels_) {
-      const size_t at = text.find(k.store + "\n");
-      if (at == std::string::npos) continue;
-      text.erase(at, k.store.size() + 1);
-      dropped = true;
-      break;
+      for (size_t at = text.find(k.store + "\n"); at != std::string::npos;
+           at = text.find(k.store + "\n", at)) {
+        text.erase(at, k.store.size() + 1);
+        dropped = true;
+      }
     }
-    KILN_ASSERT(dropped) << "keep_in_output: its store is not in the nest's text";
+    KILN_ASSERT(dropped) << "a row pass's kept value: its store is not in the nest's text";
+    if (k.declaration.empty()) continue;
+    for (std::string& text : levels_) {
+      const size_t at = text.find(k.declaration + "\n");
+      if (at != std::string::npos) text.erase(at, k.declaration.size() + 1);
+    }
   }
 }
 
@@ -279,11 +292,42 @@ void KernelEmitter::cpu_float_chunks(
   if (!one_chunk)
     emit(depth, "  const int64_t " + end + " = " + t + " - " + chunk + " < " + width + " ? " + t +
                     " : " + chunk + " + " + width + ";");
+  const std::string first = one_chunk ? f : chunk, last = one_chunk ? t : end;
+  // A long chunk's elements in kCpuSumLanes partial sums (independent vector adds), then the
+  // rest's into the chunk's float, and the lanes' after them.
+  const bool in_lanes = std::min(to - from, steps) >= 2 * kCpuSumLanes;
+  std::string rest = first;
+  if (in_lanes) {
+    const std::string lanes = part + "_l", block = rl + "_b", lane = rl + "_k";
+    const std::string width_of_lanes = std::to_string(kCpuSumLanes);
+    std::string in_lane = body;
+    for (const auto& [combined, in_float] : combines) {
+      const size_t at = in_lane.find(combined);
+      in_lane.replace(
+          at, combined.size(),
+          lanes + "[" + lane + "] = red_sum(" + lanes + "[" + lane + "], " + in_float + ");");
+    }
+    emit(depth, "  alignas(64) float " + lanes + "[" + width_of_lanes + "] = {};");
+    emit(depth, "  int64_t " + block + " = " + first + ";");
+    emit(depth, "  for (; " + block + " + " + width_of_lanes + " <= " + last + "; " + block +
+                    " += " + width_of_lanes + ") {");
+    emit(depth, "    #pragma omp simd");
+    emit(depth, "    for (int64_t " + lane + " = 0; " + lane + " < " + width_of_lanes + "; ++" +
+                    lane + ") {");
+    emit(depth, "      const int64_t " + rl + " = " + block + " + " + lane + ";");
+    levels_.at(static_cast<size_t>(depth)) += indented(in_lane, 3);
+    emit(depth, "    }");
+    emit(depth, "  }");
+    rest = block;
+  }
   emit(depth, "  #pragma omp simd reduction(+:" + part + ")");
-  emit(depth, "  for (int64_t " + rl + " = " + (one_chunk ? f : chunk) + "; " + rl + " < " +
-                  (one_chunk ? t : end) + "; ++" + rl + ") {");
+  emit(depth,
+       "  for (int64_t " + rl + " = " + rest + "; " + rl + " < " + last + "; ++" + rl + ") {");
   levels_.at(static_cast<size_t>(depth)) += indented(in_chunk, 2);
   emit(depth, "  }");
+  if (in_lanes)
+    emit(depth, "  for (int64_t k = 0; k < " + std::to_string(kCpuSumLanes) + "; ++k) " + part +
+                    " += " + part + "_l[k];");
   emit(depth, "  " + acc + " += " + part + ";");
   emit(depth, "}");
 }
