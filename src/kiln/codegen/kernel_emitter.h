@@ -71,6 +71,10 @@ constexpr int64_t kCpuFloatChunk = 1024;
 // four such chains apart on AVX2 (two on AVX-512). A row of 8192 floats in L1: 0.78 us with one
 // accumulator, 0.36 with 32 lanes (this VM's EPYC, 2026-12-06).
 constexpr int64_t kCpuSumLanes = 32;
+// ... for chunks of at least this many blocks of the lanes: the lanes' zeros and their sum cost a
+// short row about what they save (rows of 64 floats: a layer norm of 65536 of them took 2.0 ms
+// in lanes of blocks of 32 against 1.3 in one accumulator, this VM, 2026-12-06).
+constexpr int64_t kCpuMinLaneBlocks = 8;
 // The side of a CPU nest's tiles where an input is read transposed (cpu_tiled_loops): 16 x 16
 // floats of it are 16 cache lines, held in L1 while a tile's rows are stored (x.add_(y.t()) of
 // 2048 x 2048 floats on 2 cores: 4.1 ms in tiles of 16, 6.6 of 32, 7.7 of 64; 12.3 untiled).

@@ -295,7 +295,7 @@ void KernelEmitter::cpu_float_chunks(
   const std::string first = one_chunk ? f : chunk, last = one_chunk ? t : end;
   // A long chunk's elements in kCpuSumLanes partial sums (independent vector adds), then the
   // rest's into the chunk's float, and the lanes' after them.
-  const bool in_lanes = std::min(to - from, steps) >= 2 * kCpuSumLanes;
+  const bool in_lanes = std::min(to - from, steps) >= kCpuMinLaneBlocks * kCpuSumLanes;
   std::string rest = first;
   if (in_lanes) {
     const std::string lanes = part + "_l", block = rl + "_b", lane = rl + "_k";
@@ -326,8 +326,8 @@ void KernelEmitter::cpu_float_chunks(
   levels_.at(static_cast<size_t>(depth)) += indented(in_chunk, 2);
   emit(depth, "  }");
   if (in_lanes)
-    emit(depth, "  for (int64_t k = 0; k < " + std::to_string(kCpuSumLanes) + "; ++k) " + part +
-                    " += " + part + "_l[k];");
+    emit(depth, "  #pragma omp simd reduction(+:" + part + ")\n  for (int64_t k = 0; k < " +
+                    std::to_string(kCpuSumLanes) + "; ++k) " + part + " += " + part + "_l[k];");
   emit(depth, "  " + acc + " += " + part + ";");
   emit(depth, "}");
 }
