@@ -461,6 +461,10 @@ class KernelEmitter {
                         int64_t group, const std::string& body,
                         const std::vector<std::pair<std::string, std::string>>& combines,
                         const std::string& acc, int depth);
+  std::string cpu_sum_lanes(const std::string& rl, const std::string& first,
+                            const std::string& last, const std::string& body,
+                            const std::vector<std::pair<std::string, std::string>>& combines,
+                            const std::string& part, int depth);
   int64_t cpu_residue_split(int64_t count) const;
 
   // schedule_scatter.cpp: an index write stored in place, a nest over the positions it writes

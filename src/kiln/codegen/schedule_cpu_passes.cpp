@@ -265,6 +265,7 @@ void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count,
 //   for (rc = 0; rc < 4096; rc += 1024) { float acc0_f = 0; const int64_t rc_end = ...;
 //     #pragma omp simd reduction(+:acc0_f)  for (rl1 = rc; rl1 < rc_end; ++rl1) {... acc0_f += x}
 //     acc0 += acc0_f; }
+// A chunk of at least kCpuMinLaneBlocks blocks of lanes sums them in lanes first (cpu_sum_lanes).
 // A pass at the nest's top over many elements (a full sum) shares its chunks among the cores.
 void KernelEmitter::cpu_float_chunks(
     const std::string& rl, int64_t from, int64_t to, const std::string& to_text, int64_t group,
@@ -293,33 +294,10 @@ void KernelEmitter::cpu_float_chunks(
     emit(depth, "  const int64_t " + end + " = " + t + " - " + chunk + " < " + width + " ? " + t +
                     " : " + chunk + " + " + width + ";");
   const std::string first = one_chunk ? f : chunk, last = one_chunk ? t : end;
-  // A long chunk's elements in kCpuSumLanes partial sums (independent vector adds), then the
-  // rest's into the chunk's float, and the lanes' after them.
+  // A long chunk's elements in lanes of partial sums first (cpu_sum_lanes), the rest after them.
   const bool in_lanes = std::min(to - from, steps) >= kCpuMinLaneBlocks * kCpuSumLanes;
-  std::string rest = first;
-  if (in_lanes) {
-    const std::string lanes = part + "_l", block = rl + "_b", lane = rl + "_k";
-    const std::string width_of_lanes = std::to_string(kCpuSumLanes);
-    std::string in_lane = body;
-    for (const auto& [combined, in_float] : combines) {
-      const size_t at = in_lane.find(combined);
-      in_lane.replace(
-          at, combined.size(),
-          lanes + "[" + lane + "] = red_sum(" + lanes + "[" + lane + "], " + in_float + ");");
-    }
-    emit(depth, "  alignas(64) float " + lanes + "[" + width_of_lanes + "] = {};");
-    emit(depth, "  int64_t " + block + " = " + first + ";");
-    emit(depth, "  for (; " + block + " + " + width_of_lanes + " <= " + last + "; " + block +
-                    " += " + width_of_lanes + ") {");
-    emit(depth, "    #pragma omp simd");
-    emit(depth, "    for (int64_t " + lane + " = 0; " + lane + " < " + width_of_lanes + "; ++" +
-                    lane + ") {");
-    emit(depth, "      const int64_t " + rl + " = " + block + " + " + lane + ";");
-    levels_.at(static_cast<size_t>(depth)) += indented(in_lane, 3);
-    emit(depth, "    }");
-    emit(depth, "  }");
-    rest = block;
-  }
+  const std::string rest =
+      in_lanes ? cpu_sum_lanes(rl, first, last, body, combines, part, depth) : first;
   emit(depth, "  #pragma omp simd reduction(+:" + part + ")");
   emit(depth,
        "  for (int64_t " + rl + " = " + rest + "; " + rl + " < " + last + "; ++" + rl + ") {");
@@ -330,6 +308,43 @@ void KernelEmitter::cpu_float_chunks(
                     std::to_string(kCpuSumLanes) + "; ++k) " + part + " += " + part + "_l[k];");
   emit(depth, "  " + acc + " += " + part + ";");
   emit(depth, "}");
+}
+
+// cpu_float_chunks' chunk over [first, last) in blocks of kCpuSumLanes elements, each element
+// summed into its lane's float (part_l[k]: independent vector adds, where one accumulator waits
+// for its last add); returns the variable where the chunk's rest starts, which the caller sums
+// into `part` before the lanes' sum.
+//   alignas(64) float acc0_f_l[32] = {};
+//   int64_t rl1_b = rl1_c;
+//   for (; rl1_b + 32 <= rl1_e; rl1_b += 32) {
+//     #pragma omp simd
+//     for (int64_t rl1_k = 0; rl1_k < 32; ++rl1_k) { const int64_t rl1 = rl1_b + rl1_k; ...
+//       acc0_f_l[rl1_k] = red_sum(acc0_f_l[rl1_k], x); } }
+std::string KernelEmitter::cpu_sum_lanes(
+    const std::string& rl, const std::string& first, const std::string& last,
+    const std::string& body, const std::vector<std::pair<std::string, std::string>>& combines,
+    const std::string& part, int depth) {
+  const std::string lanes = part + "_l", block = rl + "_b", lane = rl + "_k";
+  const std::string width = std::to_string(kCpuSumLanes);
+  std::string in_lane = body;
+  for (const auto& [combined, in_float] : combines) {
+    const size_t at = in_lane.find(combined);
+    KILN_ASSERT(at != std::string::npos) << "a sum's pass without its combine";
+    in_lane.replace(
+        at, combined.size(),
+        lanes + "[" + lane + "] = red_sum(" + lanes + "[" + lane + "], " + in_float + ");");
+  }
+  emit(depth, "  alignas(64) float " + lanes + "[" + width + "] = {};");
+  emit(depth, "  int64_t " + block + " = " + first + ";");
+  emit(depth,
+       "  for (; " + block + " + " + width + " <= " + last + "; " + block + " += " + width + ") {");
+  emit(depth, "    #pragma omp simd");
+  emit(depth, "    for (int64_t " + lane + " = 0; " + lane + " < " + width + "; ++" + lane + ") {");
+  emit(depth, "      const int64_t " + rl + " = " + block + " + " + lane + ";");
+  levels_.at(static_cast<size_t>(depth)) += indented(in_lane, 3);
+  emit(depth, "    }");
+  emit(depth, "  }");
+  return block;
 }
 
 // The residue split of a CPU pass over the last dim alone (its `count` positions): the step of a
