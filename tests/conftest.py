@@ -56,16 +56,3 @@ def fresh_dynamo():
     kiln.clear_backend_graphs()
     yield
     torch._dynamo.reset()
-
-
-# cuDNN's float32 convolutions default to TF32 (torch.backends.cudnn.allow_tf32), and under TF32
-# kiln hands them their activations channels-last (_lowering_nn.channels_last_convolution):
-# another algorithm than eager's, whose results differ by about 1e-3, over the float32
-# tolerance. The tests compare in full float32 (no effect on the CPU); those of the TF32 layout
-# turn it on themselves.
-@pytest.fixture(autouse=True)
-def _float32_convolutions_in_float32():
-    previous = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32 = previous

@@ -272,16 +272,11 @@ def channels_last_convolution(x: Proxy, w: Proxy | None) -> bool:
     transposes NCHW activations in and out of each (2.2 of ResNet-50's 10.8 ms at batch 128 on an
     H100, bench/NOTES.md), and PyTorch's CUDA pooling has NHWC kernels: kiln lays the activations
     between such steps out channels-last instead (place_layouts.h), with a copy only where one
-    comes from the caller. Float32 too where cuDNN may compute its convolutions in TF32
-    (torch.backends.cudnn.allow_tf32, PyTorch's default): they then run on the same tensor cores,
-    and the caller has asked for TF32's precision, which any of cuDNN's algorithms gives (eager's
-    own pick among them already varies with strides and cudnn.benchmark). Without TF32 float32
-    keeps eager's layout. Tests replace this to check the mechanism on the CPU;
+    comes from the caller. Tests replace this to check the mechanism on the CPU;
     KILN_CHANNELS_LAST_CONVOLUTIONS=0 turns it off (for side-by-side comparisons)."""
-    tensor_cores = x.dtype in (torch.float16, torch.bfloat16) or (x.dtype == torch.float32 and torch.backends.cudnn.allow_tf32)
     return (
         _CHANNELS_LAST_CONVOLUTIONS
-        and x.device.type == "cuda" and tensor_cores and x.dim() == 4 and x.is_contiguous()
+        and x.device.type == "cuda" and x.dtype in (torch.float16, torch.bfloat16) and x.dim() == 4 and x.is_contiguous()
         and (w is None or (w.dim() == 4 and w.is_contiguous()))
     )
 

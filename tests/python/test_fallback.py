@@ -242,8 +242,7 @@ def test_a_convolution_of_channels_last_arguments_is_laid_out_as_eager(fn, x_las
 
 
 # Convolutions of row-major arguments handed their input channels-last (on CUDA for 16-bit
-# dtypes and float32 under TF32, _lowering_nn.channels_last_convolution; here on every device and
-# dtype, to check the mechanism):
+# dtypes, _lowering_nn.channels_last_convolution; here on every device, to check the mechanism):
 # the regions between convolutions store their activations channels-last (place_layouts), the
 # caller's input is copied once, and everything the caller sees is as eager's.
 @pytest.fixture
@@ -321,26 +320,3 @@ def test_a_training_step_through_channels_last_convolutions_agrees_with_eager(ch
             model(_images(seed)).square().mean().backward()
     for (name, p), q in zip(net.named_parameters(), eager.parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}: {m}")
-
-
-# Float32 convolutions on CUDA go channels-last where cuDNN may compute them in TF32, and only
-# there: the result is then as accurate as eager's own TF32 result (both against float64), and in
-# full float32 as accurate as eager's float32 one.
-@pytest.mark.skipif(torch.empty(0).device.type != "cuda", reason="cuDNN's layouts are a CUDA matter")
-@pytest.mark.parametrize("tf32", [True, False], ids=["tf32", "float32"])
-def test_float32_convolutions_go_channels_last_under_tf32_alone(tf32):
-    import copy
-
-    net = _residual_net().eval()
-    exact = copy.deepcopy(net).double()
-    jitted = kiln.jit(net)
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=tf32), torch.no_grad():
-        for seed in range(2):
-            x = _images(seed)
-            got, want, reference = jitted(x), net(x), exact(x.double())
-            kiln_error = (got.double() - reference).abs().max().item()
-            eager_error = (want.double() - reference).abs().max().item()
-            assert kiln_error <= 4 * eager_error + 1e-5 * reference.abs().max().item(), (kiln_error, eager_error)
-            assert got.stride() == want.stride()
-    trace = kiln.last_traces(jitted)[-1]
-    assert ("laid out in dim order (0, 2, 3, 1)" in trace) == tf32, trace
