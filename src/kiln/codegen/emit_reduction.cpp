@@ -216,7 +216,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       Val x = eval(self, index);
       element_dtype = x.dtype;
       if (target_ == Target::kCpu && before_row_stores && !last_dim_reduced_alone.empty() && !split)
-        keep_in_row_buffer(self, x, index, level, depth, count);
+        keep_row_value(self, x, index, level, depth, count);
       if (target_ == Target::kCuda && cooperative && !split_rows_ && before_row_stores &&
           !last_dim_reduced_alone.empty())
         keep_in_row_registers(self, x, index, level, depth, count);

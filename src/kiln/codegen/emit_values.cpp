@@ -194,6 +194,7 @@ Val KernelEmitter::eval(const Value* v, const Index& at) {
       std::to_string(v->id()) + "@" + index_key(at) + (guard_depth_ > 0 ? "|guarded" : "");
   auto it = memo_.find(key);
   if (it != memo_.end()) return it->second;
+  if (std::optional<Val> kept = read_kept_row_value(key)) return memo_[key] = *kept;
   Val r = compute(v, at);
   memo_[key] = r;
   return r;
@@ -559,7 +560,7 @@ Val KernelEmitter::elementwise(const Node& node, const Index& at) {
   std::string integer_condition;  // where's condition, when it is held apart (below)
   // The broadcast operands that hold a reduction (a row's statistic) first: its pass runs
   // before the other operands are computed at the element, so a row pass can keep what they
-  // share (keep_in_row_buffer, keep_in_row_registers: softmax's exp(x - max) divided by its
+  // share (keep_row_value, keep_in_row_registers: softmax's exp(x - max) divided by its
   // sum). Values are memoized: the loop below finds them.
   for (int i = 0; i < op.arity; ++i)
     if (const Operand& o = node.arg(static_cast<size_t>(i));

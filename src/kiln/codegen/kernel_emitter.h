@@ -444,10 +444,13 @@ class KernelEmitter {
   // buffers
   static std::string column_block_loop(const std::string& length, const std::string& passes,
                                        const std::string& pad);
-  void keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level, int depth,
-                          int64_t count);
-  bool keep_in_output(const Value* v, const Val& x, const Index& index, int level);
-  void drop_unread_kept_values(const std::string& stores);
+  struct KeptRowValue;
+  void keep_row_value(const Value* v, const Val& x, const Index& index, int level, int depth,
+                      int64_t count);
+  std::optional<Val> read_kept_row_value(const std::string& key);
+  bool keep_in_row_buffer(KeptRowValue& kept);
+  bool keep_in_output(KeptRowValue& kept);
+  void place_kept_row_values();
   void note_cut(const IndexExpr& x, int64_t at);
   std::vector<int64_t> pieces_between_cuts(const std::string& var, int64_t count) const;
   std::optional<std::string> column_block_fits(const std::string& body, int depth,
@@ -593,10 +596,18 @@ class KernelEmitter {
   int column_lanes_ = 0;          // ... and threads per element
   bool split_columns_ = false;    // ... and whether its tiles are split across blocks
   int64_t row_buffer_bytes_ = 0;  // the nest's row buffers so far (keep_in_row_buffer)
-  // The row buffers and outputs holding a row pass's value (keep_in_row_buffer, keep_in_output):
-  // the output (none for a buffer), the buffer's declaration, the pass's store line and the load
-  // that reads the value back.
+  // The values a CPU row pass offers to keep for the row's elements (keep_row_value): its memo
+  // key at the row's element, its value and index in the pass, the row's length, and the marker
+  // the pass holds where its store goes; once the row's elements read it (read_kept_row_value),
+  // where it is kept: a row buffer (its declaration at the pass's depth) or an output, the pass's
+  // store line and the load that reads it back (none where neither holds it).
   struct KeptRowValue {
+    std::string key;
+    Val value;
+    Index index;
+    int64_t count = 0;
+    std::string marker;
+    bool read = false;
     std::optional<size_t> output;
     std::string declaration, store, load;
   };

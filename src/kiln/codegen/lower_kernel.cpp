@@ -222,7 +222,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
     stores += "st_" + suffix(k.outputs[j].dtype) + "(" + where + ", " + v.expr + ");\n";
   }
   lanes_ = nullptr;
-  drop_unread_kept_values(stores);
+  place_kept_row_values();
   levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
   return NestBody{levels_, stores, stores_once, column_block_};
 }

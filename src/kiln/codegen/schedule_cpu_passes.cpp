@@ -41,97 +41,120 @@ std::string KernelEmitter::column_block_loop(const std::string& length, const st
 }
 
 // A CPU row pass's value `x` of `v` at `index` (the row's indices, then the pass's variable
-// along the last dim), kept in a buffer of the row as the pass computes it, so that the row's
-// elements read it back instead of computing it again: softmax's exp(x - max), summed in the
-// pass, then divided by the sum, computed each exp twice. Not for a
-// value that is a load (a second load costs what the buffer would). Past kMaxRowBufferBytes for
-// the nest's buffers together (each thread's stack holds them) the row's own place in an output
-// may hold it (keep_in_output).
-void KernelEmitter::keep_in_row_buffer(const Value* v, const Val& x, const Index& index, int level,
-                                       int depth, int64_t count) {
+// along the last dim), offered to the row's elements, which then read it back instead of
+// computing it again: softmax's exp(x - max), summed in the pass, then divided by the sum,
+// computed each exp twice. The pass holds a marker where the value's store goes; the row's first
+// read decides where it is kept (read_kept_row_value), and a value nothing reads (a variance's
+// squares, whose pass keeps them as softmax's exp, though only the centered values are read
+// again) costs neither a store nor a buffer (place_kept_row_values). Not for a value that is a
+// load (a second load costs what the buffer would).
+//   pass:    e = exp(x[r, rl] - m); /* kept row value 0: store */ s += e
+//   element: y = row_buffer0[i1] * (1 / s)      (the marker now: row_buffer0[rl] = e;)
+void KernelEmitter::keep_row_value(const Value* v, const Val& x, const Index& index, int level,
+                                   int depth, int64_t count) {
   const Node* node = defining_node(v);
-  const int64_t bytes = count * (reg(x.dtype) == "float" ? 4 : 8);  // in its register type
   if (!node || node->op->kind == OpKind::kView) return;
   if (v->tensor_type().shape != nest_shape_) return;
-  if (row_buffer_bytes_ + bytes > kMaxRowBufferBytes) {
-    keep_in_output(v, x, index, level);
-    return;
-  }
   const std::optional<std::string> key = row_element_key(v, index);
   if (!key) return;
-  row_buffer_bytes_ += bytes;
-  const std::string buffer = fresh("row_buffer");
-  KeptRowValue kept{
-      std::nullopt,
-      "alignas(64) " + reg(x.dtype) + " " + buffer + "[" + std::to_string(count) + "];",
-      buffer + "[" + index.back().text + "] = " + x.expr + ";",
-      buffer + "[i" + std::to_string(nest_rank_ - 1) + "]"};
-  emit(depth, kept.declaration);
-  emit(level, kept.store);
-  memo_[*key] = Val{kept.load, x.dtype};
+  KeptRowValue kept;
+  kept.key = *key;
+  kept.value = x;
+  kept.index = index;
+  kept.count = count;
+  kept.marker = "kept row value " + std::to_string(kept_row_values_.size());
+  emit(depth, "/* " + kept.marker + ": declaration */");
+  emit(level, "/* " + kept.marker + ": store */");
   kept_row_values_.push_back(std::move(kept));
 }
 
-// keep_in_row_buffer's value kept in an output of the nest instead, at the element the pass is
-// at, as eager's CPU softmax keeps exp(x - max) in its result between its sum and its scaling:
-// for rows of 2^20 floats, computing each exp twice took 1.26x eager's time. The output must be
-// a buffer of the nest's own (no writeback's value, which the executor may store into an input's
-// memory that the nest reads after the pass: x[:, :n] = softmax(x[:, :n]) * x[:, :n]), of the
-// value's dtype exactly (float32 or float64: stored and loaded back unrounded), held for no other
-// value, and stored by the nest only after its iteration has read it back: the element loop
+// The value a row pass keeps (keep_row_value) for the memo key `key` at the row's element, if
+// any: at its first read kept in a row buffer, past kMaxRowBufferBytes for the nest's buffers
+// together (each thread's stack holds them) in the row's own place in an output, or, where
+// neither may hold it, nowhere (the row's element computes it again).
+std::optional<Val> KernelEmitter::read_kept_row_value(const std::string& key) {
+  auto kept = std::find_if(kept_row_values_.begin(), kept_row_values_.end(),
+                           [&](const KeptRowValue& k) { return k.key == key; });
+  if (kept == kept_row_values_.end()) return std::nullopt;
+  if (!kept->read) {
+    kept->read = true;
+    if (!keep_in_row_buffer(*kept)) keep_in_output(*kept);
+  }
+  if (kept->load.empty()) return std::nullopt;
+  return Val{kept->load, kept->value.dtype};
+}
+
+bool KernelEmitter::keep_in_row_buffer(KeptRowValue& kept) {
+  const Val& x = kept.value;
+  const int64_t bytes = kept.count * (reg(x.dtype) == "float" ? 4 : 8);  // in its register type
+  if (row_buffer_bytes_ + bytes > kMaxRowBufferBytes) return false;
+  row_buffer_bytes_ += bytes;
+  const std::string buffer = fresh("row_buffer");
+  kept.declaration =
+      "alignas(64) " + reg(x.dtype) + " " + buffer + "[" + std::to_string(kept.count) + "];";
+  kept.store = buffer + "[" + kept.index.back().text + "] = " + x.expr + ";";
+  kept.load = buffer + "[i" + std::to_string(nest_rank_ - 1) + "]";
+  return true;
+}
+
+// A row pass's value kept in an output of the nest instead of a row buffer, at the element the
+// pass is at, as eager's CPU softmax keeps exp(x - max) in its result between its sum and its
+// scaling: for rows of 2^20 floats, computing each exp twice took 1.26x eager's time. The output
+// must be a buffer of the nest's own (no writeback's value, which the executor may store into an
+// input's memory that the nest reads after the pass: x[:, :n] = softmax(x[:, :n]) * x[:, :n]), of
+// the value's dtype exactly (float32 or float64: stored and loaded back unrounded), held for no
+// other value, and stored by the nest only after its iteration has read it back: the element loop
 // computes every value before it stores any (emit_body), and no pass of the region stores
 // (pass_stores_).
 //   pass:    e = exp(x[r, rl] - m); st(out0, r, rl, e); s += e
 //   element: y = ld(out0, r, i1) * (1 / s); st(out0, r, i1, y)
-bool KernelEmitter::keep_in_output(const Value* v, const Val& x, const Index& index, int level) {
-  if (pass_stores_ || (x.dtype != DType::kFloat32 && x.dtype != DType::kFloat64)) return false;
-  const std::optional<std::string> key = row_element_key(v, index);
-  if (!key) return false;
+bool KernelEmitter::keep_in_output(KeptRowValue& kept) {
+  const DType dtype = kept.value.dtype;
+  if (pass_stores_ || (dtype != DType::kFloat32 && dtype != DType::kFloat64)) return false;
   for (size_t j = 0; j < kernel_->outputs.size(); ++j) {
     const bool taken = std::any_of(kept_row_values_.begin(), kept_row_values_.end(),
                                    [&](const KeptRowValue& k) { return k.output == j; });
-    if (kernel_->outputs[j].shape != nest_shape_ || kernel_->outputs[j].dtype != x.dtype ||
+    if (kernel_->outputs[j].shape != nest_shape_ || kernel_->outputs[j].dtype != dtype ||
         written_back(j) || taken)
       continue;
-    const std::string n = std::to_string(j), d = suffix(x.dtype);
-    KeptRowValue kept{
-        j, "", "st_" + d + "(out" + n + ", " + output_address(j, index).text + ", " + x.expr + ");",
-        "ld_" + d + "(out" + n + ", " + output_address(j, loop_index(nest_shape_)).text + ")"};
-    emit(level, kept.store);
-    memo_[*key] = Val{kept.load, x.dtype};
-    kept_row_values_.push_back(std::move(kept));
+    const std::string n = std::to_string(j), d = suffix(dtype);
+    kept.output = j;
+    kept.store = "st_" + d + "(out" + n + ", " + output_address(j, kept.index).text + ", " +
+                 kept.value.expr + ");";
+    kept.load =
+        "ld_" + d + "(out" + n + ", " + output_address(j, loop_index(nest_shape_)).text + ")";
     return true;
   }
   return false;
 }
 
-// keep_in_row_buffer's and keep_in_output's stores whose value the nest never reads back (a
-// variance's squares, kept in its pass as softmax's exp is, though only the centered values are
-// read again), taken out of the pass before the nest's text is final: each would write the whole
-// row once more for nothing; and a buffer's declaration with them.
-// `stores`: the nest's final stores, where a read back may stand too.
-void KernelEmitter::drop_unread_kept_values(const std::string& stores) {
-  for (const KeptRowValue& k : kept_row_values_) {
-    bool read = stores.find(k.load) != std::string::npos;
-    for (const std::string& text : levels_)
-      read = read || text.find(k.load) != std::string::npos;
-    if (read) continue;
-    // The pass's text has moved out of its level into its loop by now (at the level above),
-    // once or more (cpu_float_chunks' lanes and the rest of the chunk).
-    bool dropped = false;
+// The row passes' markers (keep_row_value) made the kept values' stores and buffers'
+// declarations, or taken out with their lines where nothing holds the value. The pass's text has
+// moved out of its level into its loop by now (at the level above), once or more
+// (cpu_float_chunks' lanes and the rest of the chunk).
+void KernelEmitter::place_kept_row_values() {
+  // Each line holding `marker` (with its indentation) made `line`, or taken out if it is empty.
+  auto replace_lines = [this](const std::string& marker, const std::string& line) {
+    bool found = false;
     for (std::string& text : levels_) {
-      for (size_t at = text.find(k.store + "\n"); at != std::string::npos;
-           at = text.find(k.store + "\n", at)) {
-        text.erase(at, k.store.size() + 1);
-        dropped = true;
+      for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at)) {
+        found = true;
+        const size_t newline = text.rfind('\n', at);
+        const size_t start = newline == std::string::npos ? 0 : newline + 1;
+        const size_t end = text.find('\n', at);
+        KILN_ASSERT(end != std::string::npos) << "a kept row value's marker ends no line";
+        const std::string indent = text.substr(start, at - start);
+        const std::string made = line.empty() ? "" : indent + line + "\n";
+        text.replace(start, end + 1 - start, made);
+        at = start + made.size();
       }
     }
-    KILN_ASSERT(dropped) << "a row pass's kept value: its store is not in the nest's text";
-    if (k.declaration.empty()) continue;
-    for (std::string& text : levels_) {
-      const size_t at = text.find(k.declaration + "\n");
-      if (at != std::string::npos) text.erase(at, k.declaration.size() + 1);
-    }
+    return found;
+  };
+  for (const KeptRowValue& k : kept_row_values_) {
+    KILN_ASSERT(replace_lines("/* " + k.marker + ": declaration */", k.declaration) &&
+                replace_lines("/* " + k.marker + ": store */", k.store))
+        << "a row pass's kept value: its marker is not in the nest's text";
   }
 }
 
@@ -145,7 +168,9 @@ std::optional<std::string> KernelEmitter::row_element_key(const Value* v,
   const Index loop = loop_index(nest_shape_);
   if (index_key(element) != index_key(loop)) return std::nullopt;
   std::string key = std::to_string(v->id()) + "@" + index_key(loop);
-  if (guard_depth_ > 0 || memo_.contains(key)) return std::nullopt;
+  const bool offered = std::any_of(kept_row_values_.begin(), kept_row_values_.end(),
+                                   [&](const KeptRowValue& k) { return k.key == key; });
+  if (guard_depth_ > 0 || memo_.contains(key) || offered) return std::nullopt;
   return key;
 }
 
