@@ -379,6 +379,8 @@ class KernelEmitter {
     int64_t iterations = 0;
     std::string units;
     int64_t per_unit = 1;
+    // `iterations` of the nest's elements, its rows' extents written in (rows_times).
+    static TeamWork of_nest(int64_t iterations) { return {iterations, "", 1}; }
   };
   std::string team_clause(const TeamWork& work) const;
   Val creation(const Node& node, const Index& at);

@@ -54,7 +54,7 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
   if (is_last) record_last_nest_loads(shape, k);
   // The nest's elements and its passes' (a team's work), as text over the runtime extents too:
   //   (e0 * 256LL + e0 * e1)
-  TeamWork work{shape_numel(shape) + pass_iterations_, "", 1};
+  TeamWork work = TeamWork::of_nest(shape_numel(shape) + pass_iterations_);
   if (!pass_work_terms_.empty()) {
     work.units = "(" + rows_times(shape_numel(shape));
     for (const std::string& term : pass_work_terms_)
@@ -272,7 +272,7 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
                                          indented(lane.stores, 3));
   } else if (split == 0) {
     text += parallel_worth(numel)
-                ? "#pragma omp parallel for simd" + team_clause({numel, "", 1}) + "\n"
+                ? "#pragma omp parallel for simd" + team_clause(TeamWork::of_nest(numel)) + "\n"
                 : "#pragma omp simd\n";
     text += "    for (int64_t lin = 0; lin < " + rows_times(numel) + "; ++lin) {\n";
     text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
@@ -288,7 +288,7 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     for (size_t d = 0; d < lane.levels.size(); ++d)
       (d <= split ? hoisted : inside) += lane.levels[d];
     if (parallel_worth(numel))
-      text += "#pragma omp parallel for" + team_clause({numel, "", 1}) + "\n";
+      text += "#pragma omp parallel for" + team_clause(TeamWork::of_nest(numel)) + "\n";
     text +=
         "    for (int64_t outer = 0; outer < " + rows_times(shape_numel(outer)) + "; ++outer) {\n";
     text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
@@ -317,8 +317,9 @@ std::string KernelEmitter::cpu_prefetched_flat_loop(int64_t numel,
                                                     const std::vector<LaneMemory>& lanes,
                                                     const std::string& body) const {
   const std::string n = rows_times(numel), block = std::to_string(kCpuPrefetchBlock);
-  std::string text =
-      parallel_worth(numel) ? "#pragma omp parallel for" + team_clause({numel, "", 1}) + "\n" : "";
+  std::string text = parallel_worth(numel)
+                         ? "#pragma omp parallel for" + team_clause(TeamWork::of_nest(numel)) + "\n"
+                         : "";
   text += "    for (int64_t blk = 0; blk < " + n + "; blk += " + block + ") {\n";
   // (Only blocks inside the tensors: an address past an array's end is not one to compute.)
   text += "      if (blk + " + std::to_string(kCpuPrefetchAhead + kCpuPrefetchBlock) + " <= " + n +

@@ -122,7 +122,7 @@ std::string KernelEmitter::cpu_scatter_nest(const ScatterStore& scatter, Kernel&
   const int64_t stores = shape_numel(scatter.nest) * scatter.write->input(2)->tensor_type().numel();
   return "  {  // last nest over " + shape_str(scatter.nest) +
          " (schedule: " + scatter_schedule(scatter) + ")\n" + indented(body.levels[0], 2) +
-         cpu_loops(scatter.nest, body, TeamWork{stores, "", 1}) + "  }\n";
+         cpu_loops(scatter.nest, body, TeamWork::of_nest(stores)) + "  }\n";
 }
 
 std::string KernelEmitter::cuda_scatter_nest(const ScatterStore& scatter, Kernel& k,
