@@ -144,7 +144,7 @@ CompiledProgram compile(const Trace& eager, const AliasPattern& pattern,
   if (stop_after == "group_multi_tensor") return p;
   // After the groups (whose members stay dense row-major): the layouts eager steps were handed.
   history.run(
-      "place_layouts", [&] { place_layouts(p.execution, p.plan); }, true);
+      "place_layouts", [&] { place_layouts(p.execution, p.interface, p.plan); }, true);
   return p;
 }
 
