@@ -6,6 +6,11 @@ a region whose schedules choose alike at two row counts (a size class: the same 
 the same split of rows across blocks) has one source there, compiled once. Each call is still
 checked against eager PyTorch (values, in-place writes) at its own row count.
 
+On the CPU every extent of a nest but its last is read at run time, and a join's bounds (a KV
+cache's cat at every token count): the programs of INNER_PROGRAMS share their kernels across a
+middle dim's sizes. (Inputs read through their storage, a channels-last one, keep their strides
+in the text.)
+
 Row counts of 9 to 13 lie in one size class on both targets (on the CPU far below a parallel
 loop's work, on CUDA too few rows to fill the device). A reduction over the rows (a column sum, a
 full reduction on the CPU) reads its length at run time too. A new row length changes the source:
@@ -120,6 +125,56 @@ def test_a_new_row_count_of_a_size_class_compiles_no_kernel(name):
     # The control: a new row length is new kernel text.
     check_against_eager(fn, _maker(shapes(9, 43), 43), jitted, rtol=1e-4, atol=1e-4)
     assert _loaded_anew() > before
+
+
+def _heads_layout(x):
+    # [1, T, H * D] -> [1, H, T, D]: the tokens are a middle dim
+    return (x.view(1, x.shape[1], 4, 12).transpose(1, 2) * 0.5).contiguous()
+
+
+def _kv_cache_cat(cache, new):
+    # a dynamic KV cache's step: [1, H, T, D] and the new token's [1, H, 1, D] along T
+    return torch.cat([cache, new * 2], dim=2)
+
+
+def _sum_over_tokens(x):
+    return torch.tanh(x).sum(1)
+
+
+def _scale_each_token(x, w):
+    # a value per token, broadcast along its features
+    return x * w[:, None]
+
+
+def _positional_embedding(x, pos):
+    # [T, C] broadcast over the batch: a lane of the inner block
+    return x + pos
+
+
+# (function, maker of its arguments at T tokens): T is neither the first dim nor the last.
+INNER_PROGRAMS = {
+    "heads_layout": (_heads_layout, lambda T: [(1, T, 48)]),
+    "kv_cache_cat": (_kv_cache_cat, lambda T: [(1, 4, T, 12), (1, 4, 1, 12)]),
+    "sum_over_tokens": (_sum_over_tokens, lambda T: [(3, T, 48)]),
+    "scale_each_token": (_scale_each_token, lambda T: [(3, T, 48), (T,)]),
+    "positional_embedding": (_positional_embedding, lambda T: [(3, T, 48), (T, 48)]),
+}
+
+
+# On the CPU a nest reads every extent but its last at run time, and a join its bounds: a
+# program whose tokens are a middle dim compiles no kernel at a new token count of its class.
+@pytest.mark.parametrize("name", sorted(INNER_PROGRAMS))
+def test_a_new_inner_extent_of_a_size_class_compiles_no_kernel(name):
+    if _device() != "cpu":
+        pytest.skip("CUDA nests read only their outermost extent at run time")
+    fn, shapes = INNER_PROGRAMS[name]
+    jitted = kiln.jit(fn)
+    check_against_eager(fn, _maker(shapes(9), 9), jitted, rtol=1e-4, atol=1e-4)
+    before = _loaded_anew()
+    for tokens in (10, 11, 12, 13):
+        check_against_eager(fn, _maker(shapes(tokens), tokens), jitted, rtol=1e-4, atol=1e-4)
+        assert kiln.last_stats(jitted)["kernels"] > 0, "the program ran compiled kernels"
+    assert _loaded_anew() == before, f"{name}: a token count of the same size class compiled kernels"
 
 
 def test_kernel_cache_stats_reports_each_target():

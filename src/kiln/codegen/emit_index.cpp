@@ -320,10 +320,19 @@ Val KernelEmitter::join(const Node& node, const Index& at) {
     first += size;
   }
   if (parts.empty()) not_lowered(node.op->name + ": a join of empty tensors");
+  // A bound along the joined dim: read at run time on the CPU (runtime_size), so that a join
+  // whose parts grow (a KV cache's cat of [1, H, T, D] and the new token's [1, H, 1, D] at every
+  // T) is the same source at every size.
+  const bool runtime_bounds = target_ == Target::kCpu && !stack;
+  auto bound_text = [&](int64_t bound) {
+    return runtime_bounds ? runtime_size(bound) : std::to_string(bound);
+  };
   auto part_index = [&](const Part& part) {
     Index slot = at;
     if (stack)
       slot.erase(slot.begin() + static_cast<int64_t>(d));
+    else if (runtime_bounds && part.first > 1)
+      slot[d] = minus_runtime(x, runtime_size(part.first), part.first);
     else
       slot[d] = x - part.first;
     return slot;
@@ -336,11 +345,11 @@ Val KernelEmitter::join(const Node& node, const Index& at) {
     const int64_t end = part.first + part.size;
     std::vector<std::string> bounds;  // those the index's range does not already decide
     if (!x.range ? part.first > 0 : x.range->first < part.first) {
-      bounds.push_back("(" + x.text + ") >= " + std::to_string(part.first));
+      bounds.push_back("(" + x.text + ") >= " + bound_text(part.first));
       note_cut(x, part.first);
     }
     if (!x.range ? end < first : x.range->second >= end) {
-      bounds.push_back("(" + x.text + ") < " + std::to_string(end));
+      bounds.push_back("(" + x.text + ") < " + bound_text(end));
       note_cut(x, end);
     }
     std::string inside = bounds.empty() ? "true" : bounds[0];

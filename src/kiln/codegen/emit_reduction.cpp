@@ -103,13 +103,13 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   using Combine = std::function<std::string(const std::string& x, const std::string& rl)>;
   const bool last_dim_reduced =
       std::find(reduced.begin(), reduced.end(), in.rank() - 1) != reduced.end();
-  // The pass's length as kernel text: read at run time (pass_extent) where it is not a row's
+  // The pass's length as kernel text: read at run time (runtime_size) where it is not a row's
   // length, whose constant trip count GCC's vector loops and CUDA's row caches are shaped by: a
   // column pass, a full reduction, a CUDA column nest's lanes. A sum over a batch's rows (a bias
   // gradient) then compiles once for every batch size of its size class. Registered where a
   // loop bound, a team's work or a mean's division reads it (not by a pass in pieces).
   const bool runtime_count = !cooperative && (columnar || depth == 0 || !last_dim_reduced);
-  auto count_text = [&] { return runtime_count ? pass_extent(count) : std::to_string(count); };
+  auto count_text = [&] { return runtime_count ? runtime_size(count) : std::to_string(count); };
   auto count_double = [&] {
     return runtime_count ? "static_cast<double>(" + count_text() + ")"
                          : std::to_string(count) + ".0";

@@ -290,6 +290,8 @@ Val KernelEmitter::load(size_t k, const Index& at) {
         << "a vector input loaded away from its element";
     return define(t.dtype, "ld_" + suffix(t.dtype) + "(lane_in" + n + ", l)");
   }
+  if (lanes_ && lanes_->suffix_inputs.contains(k))  // (suffix_lanes checked the index)
+    return define(t.dtype, "ld_" + suffix(t.dtype) + "(lane_in" + n + ", within)");
   if (std::optional<Val> cached = row_cached_load(k, at)) return *cached;
   if (std::optional<Val> tiled = tile_load(k, at)) return *tiled;
   return define(t.dtype, "ld_" + suffix(t.dtype) + "(in" + n + ", " + load_address(k, at) + ")");

@@ -74,6 +74,10 @@ IndexExpr operator-(const IndexExpr& a, int64_t k) {
   return difference;
 }
 
+IndexExpr minus_runtime(const IndexExpr& a, const std::string& name, int64_t value) {
+  return {operand(a) + " - " + name, std::nullopt, add_ranges(a.range, std::pair{-value, -value})};
+}
+
 IndexExpr operator*(const IndexExpr& a, int64_t k) {
   if (a.constant) return IndexExpr::number(*a.constant * k);
   if (k == 0) return IndexExpr::number(0);

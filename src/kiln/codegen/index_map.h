@@ -63,6 +63,9 @@ using Index = std::vector<IndexExpr>;
 
 IndexExpr operator+(const IndexExpr& a, const IndexExpr& b);
 IndexExpr operator-(const IndexExpr& a, int64_t k);
+// a - `name`, a size the kernel reads at run time whose value is `value` in this lowering (its
+// range moves by that, as for a - value; the text reads the name).
+IndexExpr minus_runtime(const IndexExpr& a, const std::string& name, int64_t value);
 IndexExpr operator*(const IndexExpr& a, int64_t k);
 IndexExpr operator/(const IndexExpr& a, int64_t k);
 IndexExpr operator%(const IndexExpr& a, int64_t k);

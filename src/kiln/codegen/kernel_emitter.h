@@ -168,6 +168,8 @@ struct Number {
 // inputs loaded in registers lane_in<k> and the outputs stored in lane_out<j>.
 struct Lanes {
   std::set<size_t> inputs;  // step inputs read from registers
+  // A CPU flat loop's inputs read along its inner block's lanes (suffix_lanes): at `within`.
+  std::set<size_t> suffix_inputs;
   // A multi-tensor kernel's: its 0-d results are stored once a member, outside the loop
   // (NestBody::stores_once). A flat nest's vector variant stores only what its scalar variant
   // does (a 0-d result of the region belongs to another nest).
@@ -327,14 +329,15 @@ class KernelEmitter {
   std::string cuda_decls(const Kernel& k) const;
   std::string layout_decls(const Kernel& k, const std::string& from,
                            const std::string& index) const;
-  // The nest's outermost extent read at run time (Kernel::extents), so that its source is the
-  // same at every row count of its size class: registered when a nest begins (size > 1 only);
-  // a dim's extent, a count that is a multiple of it, and the nest's shape as kernel text.
-  void begin_outer_extent(const Shape& shape, Kernel& k);
+  // The nest's extents read at run time (Kernel::extents), so that its source is the same at
+  // every size of its size class: registered when a nest begins (sizes > 1 only); a dim's
+  // extent, a count that is a multiple of them, and the nest's shape as kernel text.
+  void begin_nest_extents(const Shape& shape, Kernel& k);
   std::string extent_text(const Shape& shape, size_t d) const;
   std::string rows_times(int64_t count) const;
-  // A reduction pass's length read at run time as well: one extent per length in a kernel.
-  std::string pass_extent(int64_t count);
+  std::string dims_product_text(const Shape& shape, size_t from) const;
+  // A reduction pass's length or a join's bound read at run time as well: one extent per value.
+  std::string runtime_size(int64_t count);
   std::string nest_shape_text(const Shape& shape) const;
   static std::string decompose(const Shape& shape, const std::string& indent);
   static std::string decompose_in_order(const Shape& shape, const std::vector<int>& order,
@@ -346,6 +349,10 @@ class KernelEmitter {
   static std::string indented(const std::string& code, int depth);
   static IndexExpr mul(const IndexExpr& index, const std::string& stride);
   static std::vector<std::string_view> variables_in(std::string_view text);
+  static std::string flat_indices(const Shape& shape, const std::string& body,
+                                  const std::string& indent);
+  static bool reads_multi_index(const Shape& shape, const std::string& body);
+  size_t suffix_lanes(const Shape& shape, const Kernel& k, Lanes& lanes) const;
   int depth_of(std::string_view text) const;
   int depth_of(const Index& index) const;
   void emit(int level, const std::string& line, const std::string& defines = "");
@@ -421,6 +428,8 @@ class KernelEmitter {
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
                                               int64_t work) const;
   std::string cpu_flat_loop(const Shape& shape, Kernel& k, bool is_last);
+  std::string cpu_split_flat_loop(const Shape& shape, size_t split, const NestBody& lane,
+                                  const std::optional<std::string>& team) const;
   // The input lanes' addresses (lane_in0, ...) and element sizes a prefetched loop asks for.
   struct LaneMemory {
     std::string pointer;
@@ -577,14 +586,15 @@ class KernelEmitter {
   // elements times the nest iterations it runs in): a CPU nest of 16 row sums over 4096 elements
   // has 16 iterations but 65536 of work (emit_nest's parallel loop).
   Shape nest_shape_;
-  // The nest's outermost extent as the kernel reads it (begin_outer_extent): e<k>, its value.
-  struct OuterExtent {
+  // The nest's extents as the kernel reads them (begin_nest_extents): e<k>, its value, its dim.
+  struct NestExtent {
     std::string name;
     int64_t value = 0;
-    size_t dim = 0;  // the nest's first dim of more than one element
+    size_t dim = 0;
   };
-  std::optional<OuterExtent> outer_;
-  std::map<int64_t, std::string> pass_extents_;  // pass_extent's, by length
+  std::vector<NestExtent> nest_extents_;
+  const NestExtent* nest_extent(const Shape& shape, size_t d) const;
+  std::map<int64_t, std::string> runtime_sizes_;  // runtime_size's, by value
   bool runtime_extents_ = false;  // lowering a kernel whose extents are passed (not multi-tensor)
   int64_t pass_iterations_ = 0;
   // ... and each pass's iterations as text over the runtime extents ("e0 * e1"): with the nest's

@@ -293,9 +293,10 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   nest_shape_ = shape;
   element_ = ElementReductions{};
   lanes_ = lanes;
-  // A flat loop's position `l` is the innermost loop's variable: what uses it stays inside the
-  // inner loop of a split flat loop (cpu_flat_loop).
-  if (lanes) level_of_["l"] = static_cast<int>(shape.size());
+  // A flat loop's position `l` (and a split one's inner position `within`) is the innermost
+  // loop's variable: what uses it stays inside the inner loop of a split flat loop
+  // (cpu_flat_loop).
+  if (lanes) level_of_["l"] = level_of_["within"] = static_cast<int>(shape.size());
   row_positions_.clear();
   row_caches_.clear();
   row_fills_.clear();
@@ -361,9 +362,9 @@ std::string KernelEmitter::cuda_source(const std::vector<Shape>& shapes, Kernel&
     if (scatter_) {
       nests += cuda_scatter_nest(*scatter_, k, &entries);
     } else {
-      begin_outer_extent(shapes[s], k);
+      begin_nest_extents(shapes[s], k);
       nests += cuda_nest(s, shapes[s], k, is_last, &entries);
-      outer_.reset();
+      nest_extents_.clear();
     }
     for (size_t j = 0; j < k.outputs.size(); ++j) {
       const Value* v = body_.outputs()[j];
@@ -431,46 +432,81 @@ std::string KernelEmitter::layout_decls(const Kernel& k, const std::string& from
   return src;
 }
 
-// A nest's outermost extent becomes a value the kernel reads (Kernel::extents): that of its first
-// dim of more than one element (sizes of 0 and 1 are size classes of their own: no loop runs, or
+// A nest's extents become values the kernel reads (Kernel::extents): that of its first dim of
+// more than one element (sizes of 0 and 1 are size classes of their own: no loop runs, or
 // loop_index has 0 there), so the tokens of a batch of one, [1, T, 768], are its rows as a batch's
-// are. Its uses are bounds and counts of the nest itself; anything else the schedules derive from
-// the extent (a choice of parallel loops, a table's size) stays text, so a row count that changes
-// it changes the source and compiles its own kernel, never runs another's.
-void KernelEmitter::begin_outer_extent(const Shape& shape, Kernel& k) {
-  outer_.reset();
+// are; on the CPU also each later dim's but the last (the heads' [1, H, T, D] at every T; the
+// last dim's length shapes the vector loops, so it stays a literal). Their uses are bounds and
+// counts of the nest itself; anything else the schedules derive from an extent (a choice of
+// parallel loops, a table's size) stays text, so a size that changes it changes the source and
+// compiles its own kernel, never runs another's. Why that is safe: a kernel is shared only by
+// lowerings that wrote the same text, each correct at its own extents' values, which it passes.
+void KernelEmitter::begin_nest_extents(const Shape& shape, Kernel& k) {
+  nest_extents_.clear();
   const auto first = std::find_if(shape.begin(), shape.end(), [](int64_t n) { return n != 1; });
-  if (first == shape.end() || *first == 0) return;
-  outer_ = OuterExtent{"e" + std::to_string(k.extents.size()), *first,
-                       static_cast<size_t>(first - shape.begin())};
-  k.extents.push_back(*first);
+  if (first == shape.end() || shape_numel(shape) == 0) return;
+  const auto outer = static_cast<size_t>(first - shape.begin());
+  const size_t end = target_ == Target::kCpu ? std::max(shape.size() - 1, outer + 1) : outer + 1;
+  for (size_t d = outer; d < end; ++d) {
+    if (shape[d] == 1) continue;
+    nest_extents_.push_back(NestExtent{"e" + std::to_string(k.extents.size()), shape[d], d});
+    k.extents.push_back(shape[d]);
+  }
 }
 
 // The extent of dim d of `shape` as loop-bound text: the nest's runtime extent where it is that.
-std::string KernelEmitter::extent_text(const Shape& shape, size_t d) const {
-  if (outer_ && d == outer_->dim && shape[d] == outer_->value) return outer_->name;
-  return std::to_string(shape[d]);
+const KernelEmitter::NestExtent* KernelEmitter::nest_extent(const Shape& shape, size_t d) const {
+  for (const NestExtent& e : nest_extents_)
+    if (d == e.dim && shape[d] == e.value) return &e;
+  return nullptr;
 }
 
-// `count` as kernel text: over the nest's runtime extent where it is a multiple of it
-//   12288 in a nest over [48, 256]:  e0 * 256LL
+std::string KernelEmitter::extent_text(const Shape& shape, size_t d) const {
+  const NestExtent* e = nest_extent(shape, d);
+  return e ? e->name : std::to_string(shape[d]);
+}
+
+// `count` as kernel text: over the nest's runtime extents that divide it, in order
+//   12288 in a nest over [48, 256]:        e0 * 256LL
+//   4096 in a nest over [1, 4, 64, 16]:    e0 * e1 * 16LL
 // else the literal.
 std::string KernelEmitter::rows_times(int64_t count) const {
-  if (!outer_ || count % outer_->value != 0) return int_literal(count);
-  const int64_t per_row = count / outer_->value;
-  return per_row == 1 ? outer_->name : outer_->name + " * " + int_literal(per_row);
+  std::string text;
+  for (const NestExtent& e : nest_extents_) {
+    if (count % e.value != 0) continue;
+    count /= e.value;
+    text += (text.empty() ? "" : " * ") + e.name;
+  }
+  if (text.empty()) return int_literal(count);
+  return count == 1 ? text : text + " * " + int_literal(count);
 }
 
-// A reduction pass's length as kernel text: its runtime extent, registered once per length (two
-// passes over 4096 rows read the same e<k>). For the CPU's passes and CUDA's column lanes, whose
-// nests declare the kernel's extents after their bodies are emitted.
-std::string KernelEmitter::pass_extent(int64_t count) {
+// The product of `shape`'s dims from `from` on, as kernel text over the nest's extents (a
+// contiguous stride, the elements of a row's inner dims): "e1 * 16LL", "496LL".
+std::string KernelEmitter::dims_product_text(const Shape& shape, size_t from) const {
+  std::string text;
+  int64_t literal = 1;
+  for (size_t d = from; d < shape.size(); ++d) {
+    if (const NestExtent* e = nest_extent(shape, d))
+      text += (text.empty() ? "" : " * ") + e->name;
+    else
+      literal *= shape[d];
+  }
+  if (text.empty()) return int_literal(literal);
+  return literal == 1 ? text : text + " * " + int_literal(literal);
+}
+
+// A size the kernel reads at run time (a reduction pass's length, a join's bound), registered
+// once per value (two passes over 4096 rows read the same e<k>). For the CPU's passes and joins
+// and CUDA's column lanes, whose nests declare the kernel's extents after their bodies are
+// emitted.
+std::string KernelEmitter::runtime_size(int64_t count) {
   if (!runtime_extents_ || count <= 1) return int_literal(count);
-  auto it = pass_extents_.find(count);
-  if (it != pass_extents_.end()) return it->second;
+  auto it = runtime_sizes_.find(count);
+  if (it != runtime_sizes_.end()) return it->second;
   const std::string name = "e" + std::to_string(kernel_->extents.size());
   kernel_->extents.push_back(count);
-  return pass_extents_.emplace(count, name).first->second;
+  return runtime_sizes_.emplace(count, name).first->second;
 }
 
 // "[e0, 256]": the nest's shape in its comment, with no size the source does not depend on.

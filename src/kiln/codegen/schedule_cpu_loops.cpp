@@ -42,9 +42,9 @@ std::string KernelEmitter::table_position(const Value* v, const Index& at) {
 }
 
 std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last) {
-  begin_outer_extent(shape, k);
+  begin_nest_extents(shape, k);
   std::string nest = emit_nest_loops(shape, k, is_last);
-  outer_.reset();
+  nest_extents_.clear();
   return nest;
 }
 
@@ -232,23 +232,42 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
   for (size_t j = 0; j < k.outputs.size(); ++j)
     if (k.outputs[j].shape == shape) outs.push_back(j);
   if (lanes.inputs.empty() && outs.empty()) return "";
+  const size_t suffix = suffix_lanes(shape, k, lanes);
   std::vector<std::vector<StorageWindow>> windows = windows_;
   std::vector<bool> whole = whole_storage_;
   NestBody lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
+  size_t split = flat_loop_split(shape, lane);
+  if (suffix > 0 && split > shape.size() - suffix) {
+    // A value hoisted out of a shorter inner block than the suffix lanes': no suffix lanes.
+    lanes.suffix_inputs.clear();
+    lane = emit_body(shape, k, is_last, NestMode::kFlat, &lanes);
+    split = flat_loop_split(shape, lane);
+  } else if (suffix > 0) {
+    split = shape.size() - suffix;
+  }
   windows_ = windows;
   whole_storage_ = whole;
 
-  Strides contiguous = contiguous_strides(shape);
   std::string cond;
   auto require_contiguous = [&](const std::string& strides) {
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] == 1) continue;
       cond += std::string(cond.empty() ? "" : " && ") + strides + std::to_string(d) +
-              " == " + std::to_string(contiguous[d]) + "LL";
+              " == " + dims_product_text(shape, d + 1);
     }
   };
   std::string text;
   std::vector<LaneMemory> memory;
+  for (size_t i : lanes.suffix_inputs) {  // contiguous over the inner block
+    const std::string n = std::to_string(i);
+    const size_t rank = body_.inputs()[i]->tensor_type().rank(), first = shape.size() - rank;
+    for (size_t d = 0; d < rank; ++d)
+      if (shape[first + d] != 1)
+        cond += std::string(cond.empty() ? "" : " && ") + "s" + n + "_" + std::to_string(d) +
+                " == " + dims_product_text(shape, first + d + 1);
+    text += "    const char* const lane_in" + n + " = static_cast<const char*>(in" + n + ") + o" +
+            n + " * " + std::to_string(dtype_size(body_.inputs()[i]->tensor_type().dtype)) + ";\n";
+  }
   for (size_t i : lanes.inputs) {
     std::string n = std::to_string(i);
     require_contiguous("s" + n + "_");
@@ -263,43 +282,125 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
     text += "    char* const lane_out" + n + " = static_cast<char*>(out" + n + ") + oo" + n +
             " * " + std::to_string(dtype_size(k.outputs[j].dtype)) + ";\n";
   }
-  const size_t split = flat_loop_split(shape, lane);
+  // A body that reads its element's multi-index (a transposed operand: the heads' layout) would
+  // divide by the nest's runtime middle extents at every element: its outer positions become
+  // loops instead, split at the last dim.
+  if (split == 0 && nest_extents_.size() > 1 &&
+      reads_multi_index(shape, lane.flat() + lane.stores)) {
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (shape[d] != 1) split = d;
+  }
   flat_loop_prefetched_ = split == 0 && numel >= kCpuPrefetchElements && !memory.empty();
   if (flat_loop_prefetched_) {
+    const std::string body = indented(lane.flat(), 3) + indented(lane.stores, 3);
     text += cpu_prefetched_flat_loop(numel, memory,
                                      "      [[maybe_unused]] const int64_t l = lin;\n" +
-                                         decompose(shape, "      ") + indented(lane.flat(), 3) +
-                                         indented(lane.stores, 3));
+                                         flat_indices(shape, body, "      ") + body);
   } else if (split == 0) {
+    const std::string body = indented(lane.flat(), 3) + indented(lane.stores, 3);
     text += parallel_worth(numel)
                 ? "#pragma omp parallel for simd" + team_clause(TeamWork::of_nest(numel)) + "\n"
                 : "#pragma omp simd\n";
     text += "    for (int64_t lin = 0; lin < " + rows_times(numel) + "; ++lin) {\n";
-    text += "      [[maybe_unused]] const int64_t l = lin;\n" + decompose(shape, "      ");
-    text += indented(lane.flat(), 3) + indented(lane.stores, 3) + "    }\n";
+    text += "      [[maybe_unused]] const int64_t l = lin;\n" + flat_indices(shape, body, "      ");
+    text += body + "    }\n";
   } else {
-    // outer dims [0, split), each outer position's values once, then the inner dims as one
-    // vectorized loop over consecutive elements.
-    Shape outer = shape, inner = shape;
-    std::fill(outer.begin() + static_cast<std::ptrdiff_t>(split), outer.end(), 1);
-    std::fill(inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(split), 1);
-    const std::string inner_n = std::to_string(shape_numel(inner)) + "LL";
-    std::string hoisted, inside;
-    for (size_t d = 0; d < lane.levels.size(); ++d)
-      (d <= split ? hoisted : inside) += lane.levels[d];
-    if (parallel_worth(numel))
-      text += "#pragma omp parallel for" + team_clause(TeamWork::of_nest(numel)) + "\n";
-    text +=
-        "    for (int64_t outer = 0; outer < " + rows_times(shape_numel(outer)) + "; ++outer) {\n";
-    text += "      [[maybe_unused]] const I lin = outer;\n" + decompose(outer, "      ");
-    text += indented(hoisted, 3) + "#pragma omp simd\n";
-    text += "      for (int64_t within = 0; within < " + inner_n + "; ++within) {\n";
-    text += "        [[maybe_unused]] const int64_t l = outer * " + inner_n + " + within;\n";
-    text += "        [[maybe_unused]] const I lin = within;\n" + decompose(inner, "        ");
-    text += indented(inside, 4) + indented(lane.stores, 4) + "      }\n    }\n";
+    text += cpu_split_flat_loop(shape, split, lane,
+                                parallel_worth(numel) ? team_clause(TeamWork::of_nest(numel))
+                                                      : std::optional<std::string>());
   }
   return "  if (" + (cond.empty() ? std::string("true") : cond) + ") {\n" +
          "    using I [[maybe_unused]] = int64_t;\n" + text;
+}
+
+// The inputs of a flat loop over `shape` that are read, contiguous, along a block of its last
+// dims at the iteration's own element of the block, broadcast over the dims before it (a
+// positional embedding [T, C] added to [B, T, C]): put in `lanes` as suffix lanes, read at the
+// inner block's position `within` (cpu_split_flat_loop: the loop splits before the block), where
+// their index would otherwise be the multi-index recovered from the flat position. Returns the
+// block's rank: that of the longest such inputs, which are the ones taken (0: none).
+size_t KernelEmitter::suffix_lanes(const Shape& shape, const Kernel& k, Lanes& lanes) const {
+  const Index loop = loop_index(shape);
+  auto suffix_of = [&](size_t i) -> size_t {
+    if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].size() != 1) return 0;
+    const TensorType& t = body_.inputs()[i]->tensor_type();
+    const auto rank = static_cast<size_t>(t.rank());
+    if (rank == 0 || rank >= shape.size() || lanes.inputs.contains(i)) return 0;
+    const size_t first = shape.size() - rank;
+    if (!std::equal(t.shape.begin(), t.shape.end(), shape.begin() + static_cast<int64_t>(first)))
+      return 0;
+    const Index block(loop.begin() + static_cast<int64_t>(first), loop.end());
+    return *loads_[i].begin() == index_key(block) ? rank : 0;
+  };
+  size_t longest = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i)
+    longest = std::max(longest, suffix_of(i));
+  if (longest == 0) return 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i)
+    if (suffix_of(i) == longest) lanes.suffix_inputs.insert(i);
+  return longest;
+}
+
+// The multi-index of a flat loop's position `lin` over `shape`, where its `body` reads it (a
+// broadcast operand, a view): none where the body reads and writes every tensor as a lane, so
+// the loop's text holds no size but its length (the same source at every size of its class).
+// Its sizes are literals: a division by a runtime size at every element would cost more than the
+// element (the compiler turns a constant's into a multiplication, and vectorizes it).
+std::string KernelEmitter::flat_indices(const Shape& shape, const std::string& body,
+                                        const std::string& indent) {
+  return reads_multi_index(shape, body) ? decompose(shape, indent) : "";
+}
+
+// Whether `body` reads an index i<d> of a nest over `shape`.
+bool KernelEmitter::reads_multi_index(const Shape& shape, const std::string& body) {
+  for (std::string_view name : variables_in(body))
+    for (size_t d = 0; d < shape.size(); ++d)
+      if (name == "i" + std::to_string(d)) return true;
+  return false;
+}
+
+// cpu_flat_loop's loop split at dim `split`: loops over the outer dims [0, split), each outer
+// position's values once, then the inner dims as one vectorized loop over consecutive elements.
+// The outer positions are loops, not a flat position decomposed by divisions, so that their
+// extents may be runtime ones (a heads' layout [1, H, T, D] at every T). `team`: the parallel
+// loop's clause, if the nest is worth a team.
+//   #pragma omp parallel for collapse(2) num_threads(...)
+//   for (int64_t i1 = 0; i1 < e0; ++i1) for (int64_t i2 = 0; i2 < e1; ++i2) {
+//     const I outer = (i1) * e1 + i2;  hoisted
+//     #pragma omp simd
+//     for (int64_t within = 0; within < 16LL; ++within) { l = outer * 16LL + within; ... } }
+std::string KernelEmitter::cpu_split_flat_loop(const Shape& shape, size_t split,
+                                               const NestBody& lane,
+                                               const std::optional<std::string>& team) const {
+  Shape inner = shape;
+  std::fill(inner.begin(), inner.begin() + static_cast<std::ptrdiff_t>(split), 1);
+  const std::string inner_n = dims_product_text(shape, split);
+  std::string hoisted, inside;
+  for (size_t d = 0; d < lane.levels.size(); ++d)
+    (d <= split ? hoisted : inside) += lane.levels[d];
+  std::string loops, position;
+  int opened = 0;
+  for (size_t d = 0; d < split; ++d) {
+    if (shape[d] == 1) continue;
+    const std::string i = "i" + std::to_string(d), size = extent_text(shape, d);
+    loops += "    for (int64_t " + i + " = 0; " + i + " < " + size + "; ++" + i + ")\n";
+    position = position.empty() ? i : "(" + position + ") * " + size + " + " + i;
+    ++opened;
+  }
+  std::string text;
+  if (team && opened > 0)  // (no outer loop: the block runs once, on this thread)
+    text += "#pragma omp parallel for" +
+            (opened > 1 ? " collapse(" + std::to_string(opened) + ")" : std::string()) + *team +
+            "\n";
+  text += loops + "    {\n";
+  text += "      [[maybe_unused]] const I outer = " + (position.empty() ? "0" : position) + ";\n";
+  text += indented(hoisted, 3) + "#pragma omp simd\n";
+  text += "      for (int64_t within = 0; within < " + inner_n + "; ++within) {\n";
+  text += "        [[maybe_unused]] const int64_t l = outer * " + inner_n + " + within;\n";
+  const std::string body = indented(inside, 4) + indented(lane.stores, 4);
+  text +=
+      "        [[maybe_unused]] const I lin = within;\n" + flat_indices(inner, body, "        ");
+  return text + body + "      }\n    }\n";
 }
 
 // The flat loop in blocks, each block's iterations one vector loop after the prefetches of the
