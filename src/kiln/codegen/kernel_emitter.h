@@ -423,6 +423,9 @@ class KernelEmitter {
   std::string emit_nest(const Shape& shape, Kernel& k, bool is_last);
   std::string emit_nest_loops(const Shape& shape, Kernel& k, bool is_last);
   std::string cpu_loops(const Shape& shape, const NestBody& body, const TeamWork& work) const;
+  std::string cpu_column_block_loops(const Shape& shape, const NestBody& body,
+                                     const TeamWork& work) const;
+  static std::vector<size_t> cpu_loop_order(const Shape& shape, const NestBody& body);
   std::string cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
                                 const NestBody& body, const TeamWork& work, bool is_last);
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
