@@ -267,17 +267,13 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
       emit(depth, "}");
     } else {
-      int64_t runs = 1;  // the nest iterations this pass runs in: the loops outside `depth`
-      for (int d = 0; d < depth && d < static_cast<int>(nest_shape_.size()); ++d)
-        runs *= nest_shape_[static_cast<size_t>(d)];
-      pass_iterations_ += runs * count;
-      // (A CPU team's work, over the pass's extent where its loop reads it: emit_nest_loops.)
-      auto work_term = [&](const std::string& length) {
-        if (target_ == Target::kCpu) pass_work_terms_.push_back(rows_times(runs) + " * " + length);
+      // (A CPU team's work, over the pass's extent where its loop reads it: cpu_nest_work.)
+      auto work_term = [&](const std::string& length, bool in_column_block) {
+        if (target_ == Target::kCpu) pass_works_.push_back({depth, in_column_block, count, length});
       };
       if (std::optional<std::string> element =
               column_block_fits(body, depth, last_dim_reduced, accs)) {
-        work_term(count_text());
+        work_term(count_text(), true);
         cpu_column_block(rl, count, count_text(), body, accs, *element);
         for (const Accumulator& a : accs)
           emit(depth,
@@ -307,7 +303,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       // One piece of the whole length: its bound the pass's runtime extent (where it has one).
       const bool whole = runtime_count && pieces.size() == 2 && pieces[1] == count;
       const std::string length = whole ? count_text() : std::to_string(count);
-      work_term(length);
+      work_term(length, false);
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
         if (chunked) {
           cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], whole ? length : "",

@@ -50,6 +50,17 @@ std::vector<std::string_view> KernelEmitter::variables_in(std::string_view text)
   return names;
 }
 
+// The dims d < `below` whose nest index i<d> a piece of code reads (a loop's code that may move
+// out of the loops it does not read).
+std::set<size_t> KernelEmitter::nest_indices_read(std::string_view text, size_t below) {
+  std::set<size_t> read;
+  for (std::string_view name : variables_in(text)) {
+    for (size_t d = 0; d < below; ++d)
+      if (name.size() > 1 && name[0] == 'i' && name.substr(1) == std::to_string(d)) read.insert(d);
+  }
+  return read;
+}
+
 // The level a piece of code belongs at: the innermost level of the variables it uses.
 int KernelEmitter::depth_of(std::string_view text) const {
   int depth = 0;

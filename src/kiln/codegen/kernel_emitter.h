@@ -349,6 +349,7 @@ class KernelEmitter {
   static std::string indented(const std::string& code, int depth);
   static IndexExpr mul(const IndexExpr& index, const std::string& stride);
   static std::vector<std::string_view> variables_in(std::string_view text);
+  static std::set<size_t> nest_indices_read(std::string_view text, size_t below);
   static std::string flat_indices(const Shape& shape, const std::string& body,
                                   const std::string& indent);
   static bool reads_multi_index(const Shape& shape, const std::string& body);
@@ -426,6 +427,10 @@ class KernelEmitter {
   std::string cpu_column_block_loops(const Shape& shape, const NestBody& body,
                                      const TeamWork& work) const;
   static std::vector<size_t> cpu_loop_order(const Shape& shape, const NestBody& body);
+  static size_t column_block_outside(const Shape& shape, const NestBody& body);
+  TeamWork cpu_nest_work(const Shape& shape, const NestBody& body) const;
+  std::string cpu_loop_open(const Shape& shape, size_t d, const NestBody& body, size_t depth) const;
+  static std::string cpu_loops_close(size_t depth);
   std::string cpu_ordered_loops(const Shape& shape, const std::vector<int>& order,
                                 const NestBody& body, const TeamWork& work, bool is_last);
   std::vector<std::string> unit_inner_strides(const Shape& shape, const Kernel& k,
@@ -599,10 +604,15 @@ class KernelEmitter {
   const NestExtent* nest_extent(const Shape& shape, size_t d) const;
   std::map<int64_t, std::string> runtime_sizes_;  // runtime_size's, by value
   bool runtime_extents_ = false;  // lowering a kernel whose extents are passed (not multi-tensor)
-  int64_t pass_iterations_ = 0;
-  // ... and each pass's iterations as text over the runtime extents ("e0 * e1"): with the nest's
-  // elements, the work its team shares (emit_nest_loops).
-  std::vector<std::string> pass_work_terms_;
+  // A CPU nest's reduction passes, for the work its team shares (cpu_nest_work): each at its
+  // level, run in the column block or not, over `count` elements (`length`: as kernel text).
+  struct PassWork {
+    int depth = 0;
+    bool in_column_block = false;
+    int64_t count = 0;
+    std::string length;
+  };
+  std::vector<PassWork> pass_works_;
   // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class
   // function in its body (costly_op). It scales the iterations parallel_worth compares.
   int64_t element_cost_ = 1;

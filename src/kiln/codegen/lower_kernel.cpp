@@ -287,8 +287,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   grid_combines_ = 0;
   row_serial_reductions_ = 0;
   reductions_ = 0;
-  pass_iterations_ = 0;
-  pass_work_terms_.clear();
+  pass_works_.clear();
   element_cost_ = 1;
   nest_shape_ = shape;
   element_ = ElementReductions{};

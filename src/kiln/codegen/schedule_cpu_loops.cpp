@@ -55,15 +55,7 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
   NestBody body = emit_body(shape, k, is_last, NestMode::kCpuLoops);
   bool has_reductions = reductions_ > 0;
   if (is_last) record_last_nest_loads(shape, k);
-  // The nest's elements and its passes' (a team's work), as text over the runtime extents too:
-  //   (e0 * 256LL + e0 * e1)
-  TeamWork work = TeamWork::of_nest(shape_numel(shape) + pass_iterations_);
-  if (!pass_work_terms_.empty()) {
-    work.units = "(" + rows_times(shape_numel(shape));
-    for (const std::string& term : pass_work_terms_)
-      work.units += " + " + term;
-    work.units += ")";
-  }
+  const TeamWork work = cpu_nest_work(shape, body);
   if (const std::vector<int>* order = has_reductions ? nullptr : stored_order(shape, k))
     return cpu_ordered_loops(shape, *order, body, work, is_last);
   std::vector<std::string> unit = unit_inner_strides(shape, k, work.iterations);
@@ -130,9 +122,7 @@ std::string KernelEmitter::cpu_ordered_loops(const Shape& shape, const std::vect
            extent_text(shape, static_cast<size_t>(order[k])) + "; ++" + i + ") {\n";
   }
   out += indented(body.flat() + body.stores, static_cast<int>(n) + 2);
-  for (size_t k = n; k-- > 0;)
-    out += std::string(2 + 2 * k, ' ') + "  }\n";
-  return out + "  }\n";
+  return out + cpu_loops_close(n) + "  }\n";
 }
 
 // A CPU nest's loops around its body: the outer ones shared by the cores (OpenMP) when the
@@ -169,14 +159,27 @@ std::string KernelEmitter::cpu_loops(const Shape& shape, const NestBody& body,
   }
   for (size_t k = 0; k < n; ++k) {
     const size_t d = order[k];
-    std::string i = "i" + std::to_string(d), pad(2 + 2 * k, ' ');
-    if (simd_innermost && k + 1 == n && !(parallel && k == 0)) out += pad + "  #pragma omp simd\n";
-    out += pad + "  for (int64_t " + i + " = 0; " + i + " < " + extent_text(shape, d) + "; ++" + i +
-           ") {\n";
-    out += indented(body.levels[d + 1], static_cast<int>(k) + 3);
+    if (simd_innermost && k + 1 == n && !(parallel && k == 0))
+      out += std::string(2 + 2 * k, ' ') + "  #pragma omp simd\n";
+    out += cpu_loop_open(shape, d, body, k);
   }
   out += indented(body.stores, static_cast<int>(n) + 2);
-  for (size_t k = n; k-- > 0;)
+  return out + cpu_loops_close(n);
+}
+
+// A nest's loop over dim d opened at `depth` loops deep, with its own code (body.levels[d + 1]).
+std::string KernelEmitter::cpu_loop_open(const Shape& shape, size_t d, const NestBody& body,
+                                         size_t depth) const {
+  const std::string i = "i" + std::to_string(d);
+  return std::string(2 + 2 * depth, ' ') + "  for (int64_t " + i + " = 0; " + i + " < " +
+         extent_text(shape, d) + "; ++" + i + ") {\n" +
+         indented(body.levels[d + 1], static_cast<int>(depth) + 3);
+}
+
+// The closing braces of `depth` loops.
+std::string KernelEmitter::cpu_loops_close(size_t depth) {
+  std::string out;
+  for (size_t k = depth; k-- > 0;)
     out += std::string(2 + 2 * k, ' ') + "  }\n";
   return out;
 }
@@ -196,10 +199,7 @@ std::vector<size_t> KernelEmitter::cpu_loop_order(const Shape& shape, const Nest
   while (first < n && body.levels[first].empty())
     ++first;
   if (first >= n) return order;
-  std::set<size_t> read;
-  for (std::string_view name : variables_in(body.levels[first]))
-    for (size_t d = 0; d + 1 < first; ++d)
-      if (name == "i" + std::to_string(d)) read.insert(d);
+  const std::set<size_t> read = nest_indices_read(body.levels[first], first - 1);
   std::vector<size_t> before, moved;
   for (size_t d = 0; d + 1 < first; ++d)
     (read.contains(d) || shape[d] == 1 ? before : moved).push_back(d);
@@ -212,6 +212,57 @@ std::vector<size_t> KernelEmitter::cpu_loop_order(const Shape& shape, const Nest
   return order;
 }
 
+// The work a CPU nest's team shares: its elements and its passes' iterations, each pass run for
+// the loops it sits in as cpu_loops orders them (a statistic moved out of a batch's loop runs
+// once per channel, not once per element), as text over the runtime extents too:
+//   (e0 * 256LL + e0 * e1)
+KernelEmitter::TeamWork KernelEmitter::cpu_nest_work(const Shape& shape,
+                                                     const NestBody& body) const {
+  TeamWork work = TeamWork::of_nest(shape_numel(shape));
+  if (pass_works_.empty()) return work;
+  const std::vector<size_t> order = cpu_loop_order(shape, body);
+  const size_t outside = body.column_block.empty() ? 0 : column_block_outside(shape, body);
+  work.units = "(" + rows_times(shape_numel(shape));
+  for (const PassWork& pass : pass_works_) {
+    std::vector<size_t> loops;  // the dims whose loops the pass runs in
+    if (pass.in_column_block) {
+      for (size_t d = 0; d < outside; ++d)
+        loops.push_back(d);
+      loops.push_back(shape.size() - 1);  // each block's columns
+    } else if (pass.depth > 0) {
+      const auto within = static_cast<size_t>(pass.depth - 1);
+      for (size_t k = 0; k < order.size(); ++k) {
+        loops.push_back(order[k]);
+        if (order[k] == within) break;
+      }
+    }
+    int64_t runs = 1;
+    std::string runs_text;
+    for (size_t d : loops) {
+      runs *= shape[d];
+      if (shape[d] == 1) continue;
+      const NestExtent* e = nest_extent(shape, d);
+      runs_text += (runs_text.empty() ? "" : " * ") + (e ? e->name : int_literal(shape[d]));
+    }
+    work.iterations += runs * pass.count;
+    work.units += " + " + (runs_text.empty() ? "" : runs_text + " * ") + pass.length;
+  }
+  work.units += ")";
+  return work;
+}
+
+// The outer loops a CPU nest's column block opens inside (cpu_column_block_loops): up to the
+// last one its passes read, or all of them where a loop it would hold has code of its own (a
+// value its passes might read).
+size_t KernelEmitter::column_block_outside(const Shape& shape, const NestBody& body) {
+  const size_t last = shape.size() - 1;
+  const std::set<size_t> read = nest_indices_read(body.column_block, last);
+  const size_t outside = read.empty() ? 0 : *read.rbegin() + 1;
+  for (size_t d = outside; d < last; ++d)
+    if (!body.levels[d + 1].empty()) return last;
+  return outside;
+}
+
 // A CPU nest whose last dim runs in column blocks (cpu_column_block: the column reductions'
 // passes over each block first). The block's loop opens inside the outer loops whose index its
 // passes read, and the other outer loops inside it: a softmax over dim 1 of [B, T, C] computes a
@@ -221,13 +272,7 @@ std::vector<size_t> KernelEmitter::cpu_loop_order(const Shape& shape, const Nest
 std::string KernelEmitter::cpu_column_block_loops(const Shape& shape, const NestBody& body,
                                                   const TeamWork& work) const {
   const size_t n = shape.size(), last = n - 1;
-  size_t outside = 0;  // the outer loops around the block: up to the last one its passes read
-  for (std::string_view name : variables_in(body.column_block))
-    for (size_t d = 0; d < last; ++d)
-      if (name == "i" + std::to_string(d)) outside = std::max(outside, d + 1);
-  // A loop moved inside the block must hold no code of its own (a value its passes might read).
-  for (size_t d = outside; d < last; ++d)
-    if (!body.levels[d + 1].empty()) outside = last;
+  const size_t outside = column_block_outside(shape, body);
   // The team shares the outer loops before the block (those without code between them), or,
   // with none, the blocks.
   size_t team_loops = 0;
@@ -240,31 +285,21 @@ std::string KernelEmitter::cpu_column_block_loops(const Shape& shape, const Nest
       "#pragma omp parallel for" +
       (team_loops > 1 ? " collapse(" + std::to_string(team_loops) + ")" : std::string()) +
       team_clause(work) + "\n";
-  std::string out;
+  std::string out = parallel ? pragma : "";
   size_t depth = 0;  // loops open
-  auto open = [&](size_t d) {
-    const std::string i = "i" + std::to_string(d), pad(2 + 2 * depth, ' ');
-    out += pad + "  for (int64_t " + i + " = 0; " + i + " < " + extent_text(shape, d) + "; ++" + i +
-           ") {\n";
-    out += indented(body.levels[d + 1], static_cast<int>(depth) + 3);
-    ++depth;
-  };
-  if (parallel) out += pragma;
   for (size_t d = 0; d < outside; ++d)
-    open(d);
+    out += cpu_loop_open(shape, d, body, depth++);
   out +=
       column_block_loop(extent_text(shape, last), body.column_block, std::string(2 * depth, ' '));
   ++depth;
   for (size_t d = outside; d < last; ++d)
-    open(d);
+    out += cpu_loop_open(shape, d, body, depth++);
   const std::string i = "i" + std::to_string(last);
   out += std::string(2 + 2 * depth, ' ') + "  for (int64_t " + i + " = cb; " + i +
          " < cb + cw; ++" + i + ") {\n";
   out += indented(body.levels[n], static_cast<int>(depth) + 3);
   out += indented(body.stores, static_cast<int>(depth) + 3);
-  for (size_t k = depth + 1; k-- > 0;)
-    out += std::string(2 + 2 * k, ' ') + "  }\n";
-  return out;
+  return out + cpu_loops_close(depth + 1);
 }
 
 // The innermost strides of the tensors a CPU nest reads or writes (s0_1, os0_1; none when the
@@ -437,10 +472,7 @@ std::string KernelEmitter::flat_indices(const Shape& shape, const std::string& b
 
 // Whether `body` reads an index i<d> of a nest over `shape`.
 bool KernelEmitter::reads_multi_index(const Shape& shape, const std::string& body) {
-  for (std::string_view name : variables_in(body))
-    for (size_t d = 0; d < shape.size(); ++d)
-      if (name == "i" + std::to_string(d)) return true;
-  return false;
+  return !nest_indices_read(body, shape.size()).empty();
 }
 
 // cpu_flat_loop's loop split at dim `split`: loops over the outer dims [0, split), each outer
