@@ -196,3 +196,33 @@ def test_a_copy_into_a_memory_format_is_laid_out_as_eager(name, layout):
 def test_a_memory_format_of_another_rank_raises_as_eager():
     with pytest.raises(RuntimeError, match="required rank 5 tensor"):
         kiln.jit(lambda x: x.contiguous(memory_format=torch.channels_last_3d))(torch.ones(2, 3, 4, 5))
+
+
+# The ops kiln decomposes (softmax, log_softmax, layer_norm, rms_norm) return their results laid
+# out as eager's do: ATen allocates softmax's and layer_norm's contiguous whatever the input's
+# layout, and rms_norm's follows its elementwise ops. (kiln returned a channels-last softmax and
+# layer norm of a channels-last input, where eager's are contiguous.)
+_DECOMPOSED = {
+    "softmax over channels": lambda x: torch.softmax(x, 1),
+    "softmax over w": lambda x: torch.softmax(x, -1),
+    "log_softmax over channels": lambda x: torch.log_softmax(x, 1),
+    "layer_norm over h and w": lambda x: torch.nn.functional.layer_norm(x, (7, 20)),
+    "layer_norm with weight and bias": lambda x: torch.nn.functional.layer_norm(x, (20,), torch.ones(20) * 2, torch.ones(20)),
+    "rms_norm over h and w": lambda x: torch.nn.functional.rms_norm(x, (7, 20)),
+}
+_LAID_OUT = {
+    "channels-last": lambda t: t.contiguous(memory_format=torch.channels_last),
+    "h and w transposed": lambda t: t.transpose(2, 3).contiguous().transpose(2, 3),
+    "a slice": lambda t: torch.cat([t, t], 1)[:, ::2],
+    "channels-last, every other row": lambda t: torch.cat([t, t], 2).contiguous(memory_format=torch.channels_last)[:, :, ::2],
+}
+
+
+@pytest.mark.parametrize("layout", _LAID_OUT)
+@pytest.mark.parametrize("name", _DECOMPOSED)
+def test_decomposed_ops_lay_out_their_results_as_eager(name, layout):
+    from against_eager import check_against_eager
+
+    device = torch.empty(0).device
+    make = lambda: [_LAID_OUT[layout](torch.randn(4, 6, 7, 20, generator=torch.Generator().manual_seed(0)).to(device))]
+    check_against_eager(_DECOMPOSED[name], make, rtol=1e-5, atol=1e-5)

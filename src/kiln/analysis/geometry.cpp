@@ -245,6 +245,46 @@ Strides strides_like(const Shape& sizes, const Strides& strides) {
   return out;
 }
 
+// c10's is_channels_last_strides_2d_s4 / _3d_s5 over `order` (channel dim first, then the
+// spatial dims innermost first, then the batch): ambiguous layouts (an N111 tensor) are not.
+static bool strides_like_order(const Shape& sizes, const Strides& strides,
+                               std::initializer_list<size_t> order) {
+  if (strides[1] == 0) return false;
+  int64_t min = 0;
+  for (size_t d : order) {
+    if (sizes[d] == 0 || strides[d] < min) return false;
+    if (d == 0 && min == strides[1]) return false;
+    min = strides[d];
+    if (sizes[d] > 1) min *= sizes[d];
+  }
+  return true;
+}
+
+Strides suggested_format_strides(const Shape& sizes, const Strides& strides) {
+  auto dense_in = [&](std::initializer_list<size_t> order) {
+    Strides out(sizes.size());
+    int64_t next = 1;
+    for (size_t d : order) {
+      out[d] = next;
+      next *= std::max<int64_t>(sizes[d], 1);
+    }
+    return out;
+  };
+  if (sizes.size() == 4 && strides_like_order(sizes, strides, {1, 3, 2, 0}))
+    return dense_in({1, 3, 2, 0});
+  if (sizes.size() == 5 && strides_like_order(sizes, strides, {1, 4, 3, 2, 0}))
+    return dense_in({1, 4, 3, 2, 0});
+  return contiguous_strides(sizes);
+}
+
+std::optional<Strides> decomposed_result_strides(OpId id, const Shape& sizes,
+                                                 const Strides& strides) {
+  if (id == OpId::kSoftmax || id == OpId::kLogSoftmax || id == OpId::kLayerNorm)
+    return contiguous_strides(sizes);
+  if (id == OpId::kRmsNorm) return suggested_format_strides(sizes, strides);
+  return std::nullopt;
+}
+
 bool has_internal_overlap(const Geometry& target) {
   if (is_non_overlapping_and_dense(target.sizes, target.strides)) return false;
   for (size_t d = 0; d < target.sizes.size(); ++d) {

@@ -250,10 +250,14 @@ void Analyzer::bind_inputs(const Trace& trace, const AliasPattern& pattern) {
 
 void Analyzer::run_node(const Node& node) {
   ScopedErrorContext context(node.op->name, node.loc.str());
-  // A decomposed op is exactly its subsymbols (as in the interpreter).
+  // A decomposed op is exactly its subsymbols (as in the interpreter), but for its result's
+  // layout where ATen's is not theirs (decomposed_result_strides).
   if (!node.subsymbols.empty()) {
     for (const auto& sub : node.subsymbols)
       run_node(*sub);
+    const Geometry& in = read(node.arg(0)).geometry;
+    if (auto strides = decomposed_result_strides(node.id(), in.sizes, in.strides))
+      define_fresh(node.outputs[0], *strides);
     return;
   }
   const OpInfo& op = *node.op;

@@ -61,6 +61,18 @@ void run_node(Env& env, const Node& node, const ValueObserver* observer) {
   if (!node.subsymbols.empty()) {
     for (const auto& sub : node.subsymbols)
       run_node(env, *sub, observer);
+    // ... laid out as ATen lays out its result, where that is not as its subsymbols do.
+    const RtTensor& in = *env.tensor(node.arg(0));
+    if (auto strides = decomposed_result_strides(node.id(), in.sizes, in.strides)) {
+      const TensorHandle& result = env.tensor(node.outputs[0]);
+      if (result->strides != *strides) {
+        TensorHandle laid_out =
+            empty_strided(result->dtype(), result->sizes, *strides, result->storage->device);
+        copy_into(*laid_out, *result);
+        env.bind(node.outputs[0], laid_out);
+        if (observer) (*observer)(node.outputs[0], env.at(node.outputs[0]));
+      }
+    }
     return;
   }
   reference_fn(node.id())(env, node);
