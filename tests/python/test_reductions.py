@@ -367,3 +367,44 @@ def test_long_rows_keep_a_pass_value_in_an_output_and_agree_with_eager(name, dty
     jitted = check_against_eager(LONG_ROWS[name], make_args)
     stats = jitted._cache.last_run_stats
     assert stats["interpreted_steps"] == 0 and stats["torch_steps"] == 0, stats
+
+
+# Reductions over several dims (the CPU's passes: adjacent reduced dims taken as one linear
+# position where the tensor is contiguous over them, merged_address; a loop over the outer ones
+# around a pass over the innermost block where they are not adjacent, reduction's `nested`).
+# Each runs on one jitted function with inputs laid out four ways, so that one kernel takes
+# both its contiguous and its strided branch: contiguous, channels-last, h and w transposed in
+# memory, and a slice of a wider tensor (contiguous over neither).
+SEVERAL_DIMS = {
+    "mean over h and w": (lambda x: x.mean((2, 3)), [(4, 6, 7, 20)]),
+    "sum over c, h and w": (lambda x: x.sum((1, 2, 3)), [(4, 6, 7, 20)]),
+    "batch norm's centring, over n, h and w": (lambda x: (x - x.mean((0, 2, 3), keepdim=True)) * 2, [(4, 6, 7, 20)]),
+    "variance over n, h and w": (lambda x: x.var((0, 2, 3)), [(4, 6, 7, 20)]),
+    "amax over n and w": (lambda x: x.amax((0, 3)), [(4, 6, 7, 20)]),
+    "layer norm over h and w": (lambda x: torch.nn.functional.layer_norm(x, (7, 20)), [(4, 6, 7, 20)]),
+    "mean over h and w of a product with an operand broadcast over w": (lambda x, y: (x * y).mean((2, 3)), [(4, 6, 7, 20), (1, 6, 7, 1)]),
+    "mean over n, h and w of a product with an operand broadcast over h": (lambda x, y: (x * y).mean((0, 2, 3)), [(4, 6, 7, 20), (1, 6, 1, 20)]),
+    "abs_ then a full amax (the pass stores)": (lambda x: (x.abs_(), x.amax())[1], [(4, 6, 7, 20)]),
+    "mul_ then a sum over n, h and w": (lambda x: (x.mul_(2), x.sum((0, 2, 3)))[1], [(4, 6, 7, 20)]),
+}
+
+LAYOUTS = {
+    "contiguous": lambda t: t,
+    "channels-last": lambda t: t.contiguous(memory_format=torch.channels_last),
+    "h and w transposed": lambda t: t.transpose(2, 3).contiguous().transpose(2, 3),
+    "slice of a wider tensor": lambda t: torch.cat([t, torch.zeros_like(t[..., :3])], -1)[..., : t.shape[-1]],
+}
+
+
+@pytest.mark.parametrize("name", SEVERAL_DIMS)
+def test_reductions_over_several_dims_agree_with_eager_in_every_layout(name):
+    fn, shapes = SEVERAL_DIMS[name]
+    jitted = kiln.jit(fn)
+    for layout, lay_out in LAYOUTS.items():
+
+        def make():
+            # (4-D arguments laid out; the others as they are)
+            return [lay_out(_randn(*s, seed=k)) if len(s) == 4 and s[1] != 1 or k == 0 else _randn(*s, seed=k)
+                    for k, s in enumerate(shapes)]
+
+        check_against_eager(fn, make, jitted=jitted)

@@ -122,9 +122,20 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // `accs`: the pass's accumulators, declared at `depth` with their initial values.
   // `float_chunks`: a plain sum whose elements are float, half or bfloat16 into a double
   // accumulator; on the CPU its pass may run in chunks summed in float (cpu_float_chunks).
+  // A CPU pass over reduced dims that are not one block of adjacent dims (a batch norm's mean
+  // over n, h, w) runs as a loop over the outer ones around a pass over the innermost block:
+  // its position decomposes into the block's indices alone, which merged_address makes one
+  // linear position, where all of them decomposed took divisions and gathers at every element.
+  //   for (ro < N) { for (rl < H * W) { rd = rl % W; rq = rl / W; ...; rd0 = ro; ... } }
+  const int64_t block =
+      target_ == Target::kCpu && !cooperative && !columnar && !arg && depth > 0 && last_dim_reduced
+          ? inner_reduced_block(in.shape, reduced)
+          : count;
+  const bool nested = block >= kMinSplitInner && block < count;
   auto pass = [&](const Combine& combine, const std::string& simd,
                   const std::vector<Accumulator>& accs, bool float_chunks = false) {
     std::string rl = fresh("rl");
+    const std::string ro = nested ? fresh("ro") : "";
     const int level = static_cast<int>(levels_.size());
     levels_.emplace_back();
     level_of_[rl] = level;
@@ -132,8 +143,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       row_positions_[rl] = RowPosition{cache_slot(rl, row_lanes(count)), count, rl};
       level_of_[rl + "_trip"] = level_of_[rl + "_lane"] = level;
     }
+    if (nested) level_of_[ro] = level;
     Index index(static_cast<size_t>(in.rank()));
     std::string rest = rl;
+    int64_t left = nested ? block : count;  // the positions rest runs over
+    bool in_block = nested;                 // rest is a position in the inner block
     // A split row whose V lanes stay within the innermost reduced dim (its size a multiple of V)
     // indexes the other reduced dims once a trip.
     int64_t innermost = -1;  // the reduced dim that varies fastest with rl
@@ -169,19 +183,25 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         continue;
       }
       std::string var = fresh("rd");
-      bool last_needed = true;
-      for (size_t q = 0; q < r; ++q)
-        if (in.shape[static_cast<size_t>(reduced[q])] != 1) last_needed = false;
+      // (The last dim of the inner block takes the rest of rl; the dims outside it, ro's.)
+      const bool last_needed = left == size;
+      left /= size;
       if (last_needed) {
         if (rest == rl || !trip_level) {
           declare("int64_t", var, rest);
+          note_divmod_alias(var, rest);
         } else {
           declare_for_trip(var, rest);
         }
         if (rest == rl) same_as_rl = var;
-        if (rest == rl && d == in.rank() - 1) last_dim_reduced_alone = var;
+        if (rest == rl && d == in.rank() - 1 && !nested) last_dim_reduced_alone = var;
         if (auto p = row_positions_.find(rest); p != row_positions_.end())
           row_positions_[var] = p->second;  // the only reduced dim: var is rl
+        if (in_block) {                     // the block's dims are indexed: the outer ones by ro
+          rest = ro;
+          left = count / block;
+          in_block = false;
+        }
       } else if (trip_level) {
         // A split row's trip: its lanes share every reduced dim's index but the innermost's
         // (whose size the lanes divide), so those are computed once a trip, from its first
@@ -203,6 +223,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         declare("int64_t", var, rest + " % " + std::to_string(size));
         std::string next = fresh("rq");
         declare("int64_t", next, rest + " / " + std::to_string(size));
+        if (target_ == Target::kCpu) divmods_[{next, var}] = {rest, size};
         rest = next;
       }
       index[static_cast<size_t>(d)] = IndexExpr::bounded(var, 0, size - 1);
@@ -285,9 +306,10 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         throw PassOutsideColumnBlock{};
       // A pass outside the nest's loops (a full reduction) is shared by the cores when long.
       // One loop per piece between the pass's guards' bounds (pieces_between_cuts).
+      const int64_t along = nested ? block : count;  // rl's positions
       std::vector<int64_t> pieces = split ? std::vector<int64_t>{0, count / split}
                                     : target_ == Target::kCpu
-                                        ? pieces_between_cuts(same_as_rl, count)
+                                        ? pieces_between_cuts(same_as_rl, along)
                                         : std::vector<int64_t>{0, count};
       if (pieces.size() > 2) {
         std::string bounds;
@@ -299,11 +321,14 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       const bool chunked = target_ == Target::kCpu && float_chunks && fl && !arg &&
                            element_type == "double" && dtype_size(element_dtype) <= 4 &&
                            is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1 &&
-                           count >= 32;
+                           along >= 32;
       // One piece of the whole length: its bound the pass's runtime extent (where it has one).
-      const bool whole = runtime_count && pieces.size() == 2 && pieces[1] == count;
-      const std::string length = whole ? count_text() : std::to_string(count);
-      work_term(length, false);
+      const bool whole = !nested && runtime_count && pieces.size() == 2 && pieces[1] == count;
+      const std::string length = whole ? count_text() : std::to_string(along);
+      work_term(nested ? std::to_string(count) : length, false);
+      if (nested)
+        emit(depth, "for (int64_t " + ro + " = 0; " + ro + " < " + std::to_string(count / block) +
+                        "; ++" + ro + ") {");
       for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
         if (chunked) {
           cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], whole ? length : "",
@@ -320,6 +345,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
         emit(depth, "}");
       }
+      if (nested) emit(depth, "}");
     }
   };
 
@@ -527,9 +553,10 @@ void KernelEmitter::store_in_pass(int level, const Index& at, int lanes, const s
     const DType d = kernel_->outputs[j].dtype;
     std::string n = std::to_string(j);
     const IndexExpr address = output_address(j, at);
-    if (lanes <= 1) {
-      std::string store =
-          "st_" + suffix(d) + "(out" + n + ", " + address.text + ", " + v.expr + ");";
+    if (lanes <= 1) {  // (on the CPU in its merged form where it has one: merged_address)
+      const std::string at_address =
+          strided_address("oo" + n, "os" + n + "_", kernel_->outputs[j].shape, at);
+      std::string store = "st_" + suffix(d) + "(out" + n + ", " + at_address + ", " + v.expr + ");";
       emit(level, mode_ == NestMode::kColumns ? "if (column < n) " + store : store);
       continue;
     }

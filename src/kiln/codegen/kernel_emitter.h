@@ -368,6 +368,13 @@ class KernelEmitter {
   Val compute(const Value* v, const Index& at);
   Val load(size_t k, const Index& at);
   std::string load_address(size_t k, const Index& at);
+  std::string strided_address(const std::string& base, const std::string& strides,
+                              const Shape& shape, const Index& at);
+  std::optional<std::string> merged_address(const std::string& base, const std::string& strides,
+                                            const Shape& shape, const Index& at,
+                                            std::vector<std::string>& flags);
+  void note_divmod_alias(const std::string& alias, const std::string& of);
+  static int64_t inner_reduced_block(const Shape& shape, const std::vector<int64_t>& reduced);
   Val as_strided(const Node& node, const Index& at);
   static bool inside(const Geometry& window, int64_t storage_numel);
   void require_whole_storage(const Value* v);
@@ -613,6 +620,18 @@ class KernelEmitter {
     std::string length;
   };
   std::vector<PassWork> pass_works_;
+  // A CPU pass's divided positions (reduction over several dims): (quotient, remainder) as
+  // text -> the position divided and the divisor; merged_address joins them back.
+  struct Divmod {
+    std::string dividend;
+    int64_t divisor = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Divmod> divmods_;
+  // The stride conditions of the nest's merged addresses, flag mg<i> for condition i
+  // (emit_nest_loops specializes the nest on them); merged addresses only while
+  // merge_reduced_dims_ (a CPU nest's loops).
+  std::vector<std::string> merge_conditions_;
+  bool merge_reduced_dims_ = false;
   // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class
   // function in its body (costly_op). It scales the iterations parallel_worth compares.
   int64_t element_cost_ = 1;

@@ -288,6 +288,8 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   row_serial_reductions_ = 0;
   reductions_ = 0;
   pass_works_.clear();
+  divmods_.clear();
+  merge_conditions_.clear();
   element_cost_ = 1;
   nest_shape_ = shape;
   element_ = ElementReductions{};

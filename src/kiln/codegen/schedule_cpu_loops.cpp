@@ -52,7 +52,10 @@ std::string KernelEmitter::emit_nest(const Shape& shape, Kernel& k, bool is_last
 }
 
 std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool is_last) {
+  merge_reduced_dims_ = true;
   NestBody body = emit_body(shape, k, is_last, NestMode::kCpuLoops);
+  merge_reduced_dims_ = false;
+  const std::vector<std::string> merges = merge_conditions_;
   bool has_reductions = reductions_ > 0;
   if (is_last) record_last_nest_loads(shape, k);
   const TeamWork work = cpu_nest_work(shape, body);
@@ -82,16 +85,27 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
   const std::string loops =
       indented(body.levels[0], 2) +
       (tiled ? cpu_tiled_loops(shape, body, work) : cpu_loops(shape, body, work));
-  if (unit.empty()) {
+  // The loops twice: for unit inner strides and merged reduced dims (merged_address), their
+  // conditions constants there, and for any strides.
+  std::string cond, declare, merged_on, merged_off;
+  for (const std::string& n : unit) {
+    cond += (cond.empty() ? "" : " && ") + n + " == 1LL";
+    declare += (declare.empty() ? "" : ", ") + n + " = 1";
+  }
+  for (size_t m = 0; m < merges.size(); ++m) {
+    const std::string flag = "mg" + std::to_string(m), sep = m ? ", " : "";
+    cond += (cond.empty() ? "" : " && ") + std::string("(") + merges[m] + ")";
+    merged_on += sep + flag + " = true";
+    merged_off += sep + flag + " = false";
+  }
+  if (!merged_on.empty()) merged_on = "    constexpr bool " + merged_on + ";\n";
+  if (!merged_off.empty()) merged_off = "    constexpr bool " + merged_off + ";\n";
+  if (cond.empty()) {
     out += loops;
   } else {
-    std::string cond, declare;
-    for (const std::string& n : unit) {
-      cond += (cond.empty() ? "" : " && ") + n + " == 1LL";
-      declare += (declare.empty() ? "" : ", ") + n + " = 1";
-    }
-    out += "  if (" + cond + ") {\n    constexpr int64_t " + declare + ";\n" + indented(loops, 1) +
-           "  } else {\n" + indented(loops, 1) + "  }\n";
+    if (!declare.empty()) declare = "    constexpr int64_t " + declare + ";\n";
+    out += "  if (" + cond + ") {\n" + declare + merged_on + indented(loops, 1) + "  } else {\n" +
+           merged_off + indented(loops, 1) + "  }\n";
   }
   if (!flat.empty()) out += "  }\n";
   out += "  }\n";

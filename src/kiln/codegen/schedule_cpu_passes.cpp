@@ -198,6 +198,24 @@ std::vector<int64_t> KernelEmitter::pieces_between_cuts(const std::string& var,
   return pieces;
 }
 
+// The positions of the innermost block of a reduction's reduced dims that are adjacent in its
+// input (dims of size 1 between them do not part them): the pass's inner loop (reduction:
+// `nested`), whose indices merged_address joins into one position where the input is
+// contiguous over them. [N, C, H, W] over (0, 2, 3): H * W.
+int64_t KernelEmitter::inner_reduced_block(const Shape& shape,
+                                           const std::vector<int64_t>& reduced) {
+  int64_t block = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    const bool is_reduced =
+        std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) != reduced.end();
+    if (is_reduced)
+      block *= shape[d];
+    else if (shape[d] != 1 && block > 1)
+      break;
+  }
+  return block;
+}
+
 // Whether a reduction's pass at `depth` (its code `body`) runs in the CPU nest's column block:
 // a reduction at the nest's own element whose input keeps its last dim (the nest's last loop
 // walks the input's rows, as x.sum(0) does). Its value: the element's code the pass needs
