@@ -130,6 +130,23 @@ def strided_copy_row_sum(x, y):
     return x.sum(-1)
 
 
+# Reductions over several dims of an image batch [N, C, H, W] and over the first dim: a global
+# average pool (over h and w), a batch norm's training statistics and normalization (over n, h
+# and w), and a softmax over columns.
+def spatial_mean(x):
+    return x.mean((2, 3))
+
+
+def batch_norm_statistics(x):
+    mean = x.mean((0, 2, 3), keepdim=True)
+    var = x.var((0, 2, 3), keepdim=True, unbiased=False)
+    return (x - mean) * torch.rsqrt(var + 1e-5)
+
+
+def softmax_columns(x):
+    return torch.softmax(x, 0)
+
+
 def sgd_momentum(params, grads, bufs):
     lr, momentum = 0.01, 0.9
     for p, g, buf in zip(params, grads, bufs):
@@ -151,6 +168,10 @@ def _rows(n: int) -> tuple[int, int]:
 
 def _wide(n: int, width: int = 4096) -> tuple[int, int]:
     return max(n // width, 1), width
+
+
+def _images(n: int, channels: int = 64, side: int = 28) -> tuple[int, int, int, int]:
+    return max(n // (channels * side * side), 1), channels, side, side
 
 
 def _adam_sizes(n: int) -> list[int]:
@@ -224,6 +245,11 @@ WORKLOADS = [
                                 torch.randn(_wide(n)[0], 2048, dtype=d, device=dev)],
              lambda n: 2 * n),
     Workload("sgd", sgd_momentum, _make_sgd, lambda n: 5 * sum(_sgd_sizes(n)) / n * n),
+    Workload("spatial mean", spatial_mean, lambda n, d, dev: [torch.randn(*_images(n), dtype=d, device=dev)], lambda n: 1 * n),
+    Workload("batch norm statistics", batch_norm_statistics, lambda n, d, dev: [torch.randn(*_images(n), dtype=d, device=dev)],
+             lambda n: 2 * n),
+    Workload("softmax columns", softmax_columns, lambda n, d, dev: [torch.randn(max(n // 64, 1), 64, dtype=d, device=dev)],
+             lambda n: 2 * n),
 ]
 
 # ---- timing --------------------------------------------------------------------------------------

@@ -309,6 +309,12 @@ std::string KernelEmitter::cpu_column_block_loops(const Shape& shape, const Nest
   for (size_t d = outside; d < last; ++d)
     out += cpu_loop_open(shape, d, body, depth++);
   const std::string i = "i" + std::to_string(last);
+  // The block's columns in vector lanes, as cpu_loops' innermost loop (its iterations are
+  // independent), where it holds no loop of its own.
+  const std::string& innermost = body.levels[n];
+  if (innermost.find("for (") == std::string::npos &&
+      innermost.find("#pragma") == std::string::npos)
+    out += std::string(2 + 2 * depth, ' ') + "  #pragma omp simd\n";
   out += std::string(2 + 2 * depth, ' ') + "  for (int64_t " + i + " = cb; " + i +
          " < cb + cw; ++" + i + ") {\n";
   out += indented(body.levels[n], static_cast<int>(depth) + 3);
