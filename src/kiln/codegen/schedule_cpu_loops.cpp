@@ -234,7 +234,10 @@ KernelEmitter::TeamWork KernelEmitter::cpu_nest_work(const Shape& shape,
                                                      const NestBody& body) const {
   TeamWork work = TeamWork::of_nest(shape_numel(shape));
   if (pass_works_.empty()) return work;
-  const std::vector<size_t> order = cpu_loop_order(shape, body);
+  // (A column block's nest keeps its loops in row-major order around and inside the block.)
+  std::vector<size_t> order(shape.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (body.column_block.empty()) order = cpu_loop_order(shape, body);
   const size_t outside = body.column_block.empty() ? 0 : column_block_outside(shape, body);
   work.units = "(" + rows_times(shape_numel(shape));
   for (const PassWork& pass : pass_works_) {
