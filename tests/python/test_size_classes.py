@@ -158,6 +158,8 @@ INNER_PROGRAMS = {
     "sum_over_tokens": (_sum_over_tokens, lambda T: [(3, T, 48)]),
     "scale_each_token": (_scale_each_token, lambda T: [(3, T, 48), (T,)]),
     "positional_embedding": (_positional_embedding, lambda T: [(3, T, 48), (T, 48)]),
+    # [1, T, C] (ViT's): a lane of the inner block past its dim of 1
+    "positional_embedding_with_a_dim_of_1": (_positional_embedding, lambda T: [(3, T, 48), (1, T, 48)]),
 }
 
 
@@ -185,3 +187,22 @@ def test_kernel_cache_stats_reports_each_target():
         "disk_hits",
         "memory_hits",
     }
+
+
+# An operand broadcast over leading dims of 1 ([1, T, C], [1, C]) is read as a lane of the inner
+# block where it is contiguous past them, and through its strides where not: the same kernel,
+# both ways.
+_LEADING_ONES_LAYOUTS = {
+    "contiguous": lambda t: t,
+    "transposed in memory": lambda t: t.transpose(-1, -2).contiguous().transpose(-1, -2),
+    "every other column of a wider one": lambda t: torch.cat([t, t], -1)[..., ::2],
+}
+
+
+@pytest.mark.parametrize("shapes", [[(3, 9, 48), (1, 9, 48)], [(40, 64), (1, 64)]], ids=str)
+def test_an_operand_with_leading_dims_of_1_agrees_with_eager_in_every_layout(shapes):
+    fn = lambda x, m: torch.exp(x - m) * 2  # noqa: E731
+    jitted = kiln.jit(fn)
+    for name, lay_out in _LEADING_ONES_LAYOUTS.items():
+        make = _maker(shapes, 3)
+        check_against_eager(fn, lambda: [make()[0], lay_out(make()[1])], jitted, rtol=1e-5, atol=1e-5)

@@ -353,6 +353,7 @@ class KernelEmitter {
   static std::string flat_indices(const Shape& shape, const std::string& body,
                                   const std::string& indent);
   static bool reads_multi_index(const Shape& shape, const std::string& body);
+  static size_t leading_ones(const Shape& shape);
   size_t suffix_lanes(const Shape& shape, const Kernel& k, Lanes& lanes) const;
   int depth_of(std::string_view text) const;
   int depth_of(const Index& index) const;

@@ -402,10 +402,11 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
   std::vector<LaneMemory> memory;
   for (size_t i : lanes.suffix_inputs) {  // contiguous over the inner block
     const std::string n = std::to_string(i);
-    const size_t rank = body_.inputs()[i]->tensor_type().rank(), first = shape.size() - rank;
+    const Shape& own = body_.inputs()[i]->tensor_type().shape;
+    const size_t lead = leading_ones(own), rank = own.size() - lead, first = shape.size() - rank;
     for (size_t d = 0; d < rank; ++d)
       if (shape[first + d] != 1)
-        cond += std::string(cond.empty() ? "" : " && ") + "s" + n + "_" + std::to_string(d) +
+        cond += std::string(cond.empty() ? "" : " && ") + "s" + n + "_" + std::to_string(lead + d) +
                 " == " + dims_product_text(shape, first + d + 1);
     text += "    const char* const lane_in" + n + " = static_cast<const char*>(in" + n + ") + o" +
             n + " * " + std::to_string(dtype_size(body_.inputs()[i]->tensor_type().dtype)) + ";\n";
@@ -457,7 +458,9 @@ std::string KernelEmitter::cpu_flat_loop(const Shape& shape, Kernel& k, bool is_
 
 // The inputs of a flat loop over `shape` that are read, contiguous, along a block of its last
 // dims at the iteration's own element of the block, broadcast over the dims before it (a
-// positional embedding [T, C] added to [B, T, C]): put in `lanes` as suffix lanes, read at the
+// positional embedding [T, C] or [1, T, C] added to [B, T, C]; a column statistic [1, C] of
+// [R, C], which was gathered at every element: exp(x - m) / s 2.7x slower): put in `lanes` as
+// suffix lanes, read at the
 // inner block's position `within` (cpu_split_flat_loop: the loop splits before the block), where
 // their index would otherwise be the multi-index recovered from the flat position. Returns the
 // block's rank: that of the longest such inputs, which are the ones taken (0: none).
@@ -466,13 +469,15 @@ size_t KernelEmitter::suffix_lanes(const Shape& shape, const Kernel& k, Lanes& l
   auto suffix_of = [&](size_t i) -> size_t {
     if (!k.inputs[i].is_tensor || raw_loads_[i] || loads_[i].size() != 1) return 0;
     const TensorType& t = body_.inputs()[i]->tensor_type();
-    const auto rank = static_cast<size_t>(t.rank());
+    const size_t lead = leading_ones(t.shape), rank = t.shape.size() - lead;
     if (rank == 0 || rank >= shape.size() || lanes.inputs.contains(i)) return 0;
     const size_t first = shape.size() - rank;
-    if (!std::equal(t.shape.begin(), t.shape.end(), shape.begin() + static_cast<int64_t>(first)))
+    if (!std::equal(t.shape.begin() + static_cast<int64_t>(lead), t.shape.end(),
+                    shape.begin() + static_cast<int64_t>(first)))
       return 0;
-    const Index block(loop.begin() + static_cast<int64_t>(first), loop.end());
-    return *loads_[i].begin() == index_key(block) ? rank : 0;
+    Index at(lead, IndexExpr::number(0));  // (the dims of 1 before the block: index 0)
+    at.insert(at.end(), loop.begin() + static_cast<int64_t>(first), loop.end());
+    return *loads_[i].begin() == index_key(at) ? rank : 0;
   };
   size_t longest = 0;
   for (size_t i = 0; i < k.inputs.size(); ++i)
@@ -481,6 +486,14 @@ size_t KernelEmitter::suffix_lanes(const Shape& shape, const Kernel& k, Lanes& l
   for (size_t i = 0; i < k.inputs.size(); ++i)
     if (suffix_of(i) == longest) lanes.suffix_inputs.insert(i);
   return longest;
+}
+
+// The number of leading dims of 1 of a shape ([1, 1, 64]: 2).
+size_t KernelEmitter::leading_ones(const Shape& shape) {
+  size_t lead = 0;
+  while (lead < shape.size() && shape[lead] == 1)
+    ++lead;
+  return lead;
 }
 
 // The multi-index of a flat loop's position `lin` over `shape`, where its `body` reads it (a
