@@ -16,7 +16,7 @@ OPS_DEF = os.path.join(os.path.dirname(__file__), "..", "..", "src", "kiln", "ir
 def ops_def_rows() -> list[tuple]:
     text = open(OPS_DEF).read()
     rows = []
-    for m in re.finditer(r"^KILN_(UNARY|BINARY|TERNARY|OP)\((.*)\)\s*$", text, re.M):
+    for m in re.finditer(r"^KILN_(UNARY|BINARY|TERNARY|OP|COMPOSITE)\((.*)\)\s*$", text, re.M):
         kind, body = m.groups()
         name = re.match(r'\s*\w+, "(\w+)"', body).group(1)
         if kind == "UNARY":
@@ -26,6 +26,9 @@ def ops_def_rows() -> list[tuple]:
             sig = re.match(r'\s*\w+, "\w+", "([^"]*)"', body).group(1)
             inplace = body.split(f'"{sig}"', 1)[1].split(",")[2].strip() == "true"
             rows.append((name, kind.lower(), sig, inplace, 1, "kNone"))
+        elif kind == "COMPOSITE":  # one fresh result (ops.def's KILN_COMPOSITE)
+            sig = re.match(r'\s*\w+, "\w+", "([^"]*)"', body).group(1)
+            rows.append((name, "composite", sig, False, 1, "kNone"))
         else:
             m2 = re.match(r'\s*\w+, "\w+", k(\w+), "((?:[^"\\]|\\.)*)", \w+, (-?\d+), (\w+)', body)
             op_kind, sig, outputs, alias = m2.groups()

@@ -260,28 +260,36 @@ static bool strides_like_order(const Shape& sizes, const Strides& strides,
   return true;
 }
 
+Strides strides_in_order(const Shape& shape, std::span<const int> order) {
+  Strides strides(shape.size(), 0);
+  int64_t inner = 1;
+  for (size_t k = order.size(); k-- > 0;) {
+    const auto d = static_cast<size_t>(order[k]);
+    strides[d] = inner;
+    inner *= shape[d];
+  }
+  return strides;
+}
+
 Strides suggested_format_strides(const Shape& sizes, const Strides& strides) {
-  auto dense_in = [&](std::initializer_list<size_t> order) {
-    Strides out(sizes.size());
-    int64_t next = 1;
-    for (size_t d : order) {
-      out[d] = next;
-      next *= std::max<int64_t>(sizes[d], 1);
-    }
-    return out;
-  };
+  // (strides_like_order rejects a dim of size 0, so the dense strides below are c10's.)
   if (sizes.size() == 4 && strides_like_order(sizes, strides, {1, 3, 2, 0}))
-    return dense_in({1, 3, 2, 0});
+    return strides_in_order(sizes, std::initializer_list<int>{0, 2, 3, 1});
   if (sizes.size() == 5 && strides_like_order(sizes, strides, {1, 4, 3, 2, 0}))
-    return dense_in({1, 4, 3, 2, 0});
+    return strides_in_order(sizes, std::initializer_list<int>{0, 2, 3, 4, 1});
   return contiguous_strides(sizes);
 }
 
 std::optional<Strides> decomposed_result_strides(OpId id, const Shape& sizes,
                                                  const Strides& strides) {
-  if (id == OpId::kSoftmax || id == OpId::kLogSoftmax || id == OpId::kLayerNorm)
-    return contiguous_strides(sizes);
-  if (id == OpId::kRmsNorm) return suggested_format_strides(sizes, strides);
+  switch (op_info(id).result_layout) {
+    case ResultLayout::kAsComputed:
+      return std::nullopt;
+    case ResultLayout::kContiguous:
+      return contiguous_strides(sizes);
+    case ResultLayout::kSuggestedFormat:
+      return suggested_format_strides(sizes, strides);
+  }
   return std::nullopt;
 }
 

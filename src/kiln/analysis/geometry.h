@@ -68,15 +68,15 @@ Strides elementwise_output_strides(const Shape& shape, std::span<const Geometry*
 // The strides of empty_like(t) (memory_format=torch.preserve_format): t's own strides when it is
 // non-overlapping and dense, else dense strides ordered like t's.
 Strides strides_like(const Shape& sizes, const Strides& strides);
+// The strides of a dense tensor whose dims lie in memory in `order`, outermost first.
+Strides strides_in_order(const Shape& shape, std::span<const int> order);
 // The strides of empty_like(t, t.suggest_memory_format()): channels-last (or channels-last 3-D)
 // where t's strides are like those (c10's is_channels_last_strides_2d / _3d), else row-major.
 Strides suggested_format_strides(const Shape& sizes, const Strides& strides);
 // The strides ATen lays out the result of an op kiln decomposes in, where they are not its
-// subsymbols' (elementwise ops, laid out as a channels-last or transposed input is): softmax's,
-// log_softmax's and layer_norm's contiguous whatever their input's (host_softmax,
-// native_layer_norm: LEGACY_CONTIGUOUS_MEMORY_FORMAT), rms_norm's in its input's suggested
-// memory format. nullopt: another op, laid out as its subsymbols are. Storage analysis and the
-// interpreter both apply it.
+// subsymbols' (ops.def's result layout of a KILN_COMPOSITE row); `sizes` and `strides` are its
+// first input's. nullopt: laid out as its subsymbols are. Storage analysis and the interpreter
+// both apply it.
 std::optional<Strides> decomposed_result_strides(OpId id, const Shape& sizes,
                                                  const Strides& strides);
 

@@ -251,7 +251,10 @@ void Analyzer::bind_inputs(const Trace& trace, const AliasPattern& pattern) {
 void Analyzer::run_node(const Node& node) {
   ScopedErrorContext context(node.op->name, node.loc.str());
   // A decomposed op is exactly its subsymbols (as in the interpreter), but for its result's
-  // layout where ATen's is not theirs (decomposed_result_strides).
+  // layout where ATen's is not theirs (decomposed_result_strides). The result then gets a storage
+  // of its own and the last subsymbol's stays behind, unread: storages here are names, nothing is
+  // allocated from them, and the last subsymbol's result may be a view (`to` of the same dtype)
+  // whose storage must keep its layout.
   if (!node.subsymbols.empty()) {
     for (const auto& sub : node.subsymbols)
       run_node(*sub);

@@ -192,6 +192,10 @@ struct Registry {
 #define KILN_OP(Id, name, kind, sig, rule, outputs, alias)                          \
   add(OpInfo{OpId::k##Id, name, OpKind::kind, parse_signature(sig), &rule, outputs, \
              AliasKind::alias, DTypeRule::kNotElementwise, 0, OpId::k##Id, false});
+#define KILN_COMPOSITE(Id, name, sig, rule, layout)                                 \
+  add(OpInfo{OpId::k##Id, name, OpKind::kComposite, parse_signature(sig), &rule, 1, \
+             AliasKind::kNone, DTypeRule::kNotElementwise, 0, OpId::k##Id, false,   \
+             ResultLayout::layout});
 #include "kiln/ir/ops.def"
   }
 };

@@ -53,6 +53,15 @@ enum class AliasKind : uint8_t {
   kMetadata0,     // changes argument 0's sizes/strides in place (transpose_, ...) and returns it
 };
 
+// How a composite op's result is laid out (ops.def, KILN_COMPOSITE): as its subsymbols compute it
+// (every other op's result is laid out by its own type and storage rules), or as ATen's kernel
+// allocates it.
+enum class ResultLayout : uint8_t {
+  kAsComputed,
+  kContiguous,       // row-major, whatever the input's layout
+  kSuggestedFormat,  // the first input's suggest_memory_format() (channels-last or row-major)
+};
+
 // How an elementwise op decides its result dtype from the promoted dtype of its operands.
 enum class DTypeRule : uint8_t {
   kNotElementwise,
@@ -119,6 +128,7 @@ struct OpInfo {
   int arity = 0;         // number of elementwise operands (elementwise ops only)
   OpId functional_form;  // for an in-place elementwise op, the op it applies; else its own id
   bool has_inplace_form = false;
+  ResultLayout result_layout = ResultLayout::kAsComputed;
 
   bool is_inplace_elementwise() const { return functional_form != id; }
   bool mutates_arg0() const { return alias == AliasKind::kMutates0; }

@@ -43,17 +43,6 @@ TensorHandle DeviceMemoryOps::empty(DType dtype, const Shape& shape) const {
   return host_tensor(dtype, shape, contiguous_strides(shape), 0, shape_numel(shape), false);
 }
 
-Strides strides_in_order(const Shape& shape, std::span<const int> order) {
-  Strides strides(shape.size(), 0);
-  int64_t inner = 1;
-  for (size_t k = order.size(); k-- > 0;) {
-    const auto d = static_cast<size_t>(order[k]);
-    strides[d] = inner;
-    inner *= shape[d];
-  }
-  return strides;
-}
-
 TensorHandle DeviceMemoryOps::empty_in_order(DType dtype, const Shape& shape,
                                              std::span<const int> order) const {
   call_profile::Scope timed(call_profile::Phase::kAllocate);

@@ -18,9 +18,6 @@
 
 namespace kiln {
 
-// The strides of a dense tensor whose dims lie in memory in `order`, outermost first.
-Strides strides_in_order(const Shape& shape, std::span<const int> order);
-
 class DeviceMemoryOps {
  public:
   DeviceMemoryOps(Device device, const ExecuteOptions& options, ExecutionStats* stats)
