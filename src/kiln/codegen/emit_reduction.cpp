@@ -223,7 +223,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         declare("int64_t", var, rest + " % " + std::to_string(size));
         std::string next = fresh("rq");
         declare("int64_t", next, rest + " / " + std::to_string(size));
-        if (target_ == Target::kCpu) divmods_[{next, var}] = {rest, size};
+        divmods_[{next, var}] = {rest, size};
         rest = next;
       }
       index[static_cast<size_t>(d)] = IndexExpr::bounded(var, 0, size - 1);

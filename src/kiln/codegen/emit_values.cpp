@@ -277,8 +277,8 @@ Val KernelEmitter::compute(const Value* v, const Index& at) {
   }
 }
 
-// The element of input k at `at`: o<k> + at[0]*s<k>_0 + ..., or, in a CPU nest where a pass
-// over adjacent reduced dims reads them, that or the merged form (merged_address).
+// The element of input k at `at`: o<k> + at[0]*s<k>_0 + ..., or, in a CPU nest or a CUDA row nest
+// where a pass over adjacent reduced dims reads them, that or the merged form (merged_address).
 std::string KernelEmitter::load_address(size_t k, const Index& at) {
   const std::string n = std::to_string(k);
   return strided_address("o" + n, "s" + n + "_", body_.inputs()[k]->tensor_type().shape, at);
@@ -349,7 +349,6 @@ std::optional<std::string> KernelEmitter::merged_address(const std::string& base
 
 // `alias` is declared as `of`: a divided position's quotient under the reduced dim's name.
 void KernelEmitter::note_divmod_alias(const std::string& alias, const std::string& of) {
-  if (target_ != Target::kCpu) return;
   std::vector<std::pair<std::pair<std::string, std::string>, Divmod>> aliases;
   for (const auto& [pair, divmod] : divmods_)
     if (pair.first == of) aliases.push_back({{alias, pair.second}, divmod});

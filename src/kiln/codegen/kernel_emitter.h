@@ -526,6 +526,9 @@ class KernelEmitter {
   // row cache
   std::string cuda_rows_nest(size_t index, const Shape& shape, Kernel& k, bool is_last,
                              KernelNest& nest, std::string* entries, bool unit_row = false);
+  std::string cuda_row_loop(const Shape& shape, const NestBody& rows, const KernelNest& nest,
+                            const Kernel& k);
+  std::string specialized_on_merges(const std::string& code) const;
   BlockLoop block_loop(const std::string& var, const std::string& type, int64_t count) const;
   int row_lanes(int64_t count) const;
   int64_t row_trips(int64_t count) const;
@@ -629,8 +632,8 @@ class KernelEmitter {
   };
   std::map<std::pair<std::string, std::string>, Divmod> divmods_;
   // The stride conditions of the nest's merged addresses, flag mg<i> for condition i
-  // (emit_nest_loops specializes the nest on them); merged addresses only while
-  // merge_reduced_dims_ (a CPU nest's loops).
+  // (emit_nest_loops and specialized_on_merges specialize the nest on them); merged addresses
+  // only while merge_reduced_dims_ (a CPU nest's loops, a CUDA row nest's body).
   std::vector<std::string> merge_conditions_;
   bool merge_reduced_dims_ = false;
   // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class

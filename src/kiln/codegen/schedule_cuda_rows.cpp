@@ -42,7 +42,9 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
     const int64_t per_block = int64_t{kCudaBlock} * kMinSplitElements;
     nest.max_split = std::max<int64_t>(1, (length + per_block - 1) / per_block);
   }
+  merge_reduced_dims_ = true;
   NestBody rows = emit_body(shape, k, is_last, NestMode::kRows, nullptr, unit_row);
+  merge_reduced_dims_ = false;
   if (split_rows_ && row_serial_reductions_ > 0)
     not_lowered("a reduction over " + std::to_string(nest.rows * length * widest) + " bytes in " +
                 std::to_string(nest.rows) +
@@ -55,12 +57,43 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
   std::string src = "template <class I>\n__device__ __forceinline__ void " + name +
                     "_rows(const Args& a) {\n" + cuda_decls(k);
   if (unit_row) src += "  // schedule: row per element\n";
-  src += "  const I rows = static_cast<I>(" + rows_times(nest.rows) + ");\n";
-  if (split_rows_) {  // one part of one row per block: every block reaches every grid barrier
+  if (split_rows_)
     src +=
         "  // schedule: rows split across blocks (grid = rows x split, a grid barrier at each "
         "of the row's " +
         std::to_string(grid_combines_) + " statistics)\n";
+  src += specialized_on_merges(cuda_row_loop(shape, rows, nest, k));
+  src += "}\n";
+  *entries += cuda_entries(index, 's', nest.block_threads, name + "_rows");
+  k.nests.push_back(std::move(nest));
+  return src;
+}
+
+// `code` in two copies where the nest's addresses have merged forms (merged_address): one where
+// every merge condition holds, its flags constants true, and one where they are false; the
+// conditions are the kernel's arguments, the same for every thread, so the branch is uniform.
+// Else `code` as it is.
+//   if (s0_2 == 28LL * s0_3) { constexpr bool mg0 = true; ... } else { constexpr bool mg0 = false;
+//   ... }
+std::string KernelEmitter::specialized_on_merges(const std::string& code) const {
+  if (merge_conditions_.empty()) return code;
+  std::string cond, on, off;
+  for (size_t m = 0; m < merge_conditions_.size(); ++m) {
+    const std::string flag = "mg" + std::to_string(m), sep = m ? ", " : "";
+    cond += (m ? " && " : "") + std::string("(") + merge_conditions_[m] + ")";
+    on += sep + flag + " = true";
+    off += sep + flag + " = false";
+  }
+  return "  if (" + cond + ") {\n    constexpr bool " + on + ";\n" + indented(code, 1) +
+         "  } else {\n    constexpr bool " + off + ";\n" + indented(code, 1) + "  }\n";
+}
+
+// A CUDA row nest's loop over its rows (cuda_rows_nest): each row's levels, passes and stores.
+std::string KernelEmitter::cuda_row_loop(const Shape& shape, const NestBody& rows,
+                                         const KernelNest& nest, const Kernel& k) {
+  Shape outer(shape.begin(), shape.end() - (shape.empty() ? 0 : 1));
+  std::string src = "  const I rows = static_cast<I>(" + rows_times(nest.rows) + ");\n";
+  if (split_rows_) {  // one part of one row per block: every block reaches every grid barrier
     src += "  char* const ws = static_cast<char*>(a.ws);\n";
     src += "  const I split = static_cast<I>(gridDim.x) / rows;\n";
     src += "  const I row = static_cast<I>(blockIdx.x) / split;\n";
@@ -116,10 +149,7 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
     }
     if (packed_rows) src += "    }\n";
   }
-  src += "  }\n}\n";
-  *entries += cuda_entries(index, 's', nest.block_threads, name + "_rows");
-  k.nests.push_back(std::move(nest));
-  return src;
+  return src + "  }\n";
 }
 
 KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const std::string& type,
