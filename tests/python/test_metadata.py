@@ -224,5 +224,5 @@ def test_decomposed_ops_lay_out_their_results_as_eager(name, layout):
     from against_eager import check_against_eager
 
     device = torch.empty(0).device
-    make = lambda: [_LAID_OUT[layout](torch.randn(4, 6, 7, 20, generator=torch.Generator().manual_seed(0)).to(device))]
+    make = lambda: [_LAID_OUT[layout](torch.randn(4, 6, 7, 20, generator=torch.Generator().manual_seed(0), device="cpu").to(device))]
     check_against_eager(_DECOMPOSED[name], make, rtol=1e-5, atol=1e-5)
