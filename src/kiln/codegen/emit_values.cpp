@@ -347,6 +347,25 @@ std::optional<std::string> KernelEmitter::merged_address(const std::string& base
   return address.text;
 }
 
+// The conditions of merged addresses (merge_conditions_) as a nest specializes on them: all of
+// them joined, and the flags' declarations where they hold and where they do not.
+//   cond "(s0_2 == 28LL * s0_3)", on "    constexpr bool mg0 = true;\n", off "... = false;\n"
+KernelEmitter::MergeFlags KernelEmitter::merge_flags(const std::vector<std::string>& merges) {
+  MergeFlags flags;
+  std::string on, off;
+  for (size_t m = 0; m < merges.size(); ++m) {
+    const std::string flag = "mg" + std::to_string(m), sep = m ? ", " : "";
+    flags.cond += (m ? " && " : "") + std::string("(") + merges[m] + ")";
+    on += sep + flag + " = true";
+    off += sep + flag + " = false";
+  }
+  if (!merges.empty()) {
+    flags.on = "    constexpr bool " + on + ";\n";
+    flags.off = "    constexpr bool " + off + ";\n";
+  }
+  return flags;
+}
+
 // `alias` is declared as `of`: a divided position's quotient under the reduced dim's name.
 void KernelEmitter::note_divmod_alias(const std::string& alias, const std::string& of) {
   std::vector<std::pair<std::pair<std::string, std::string>, Divmod>> aliases;

@@ -375,6 +375,10 @@ class KernelEmitter {
                                             const Shape& shape, const Index& at,
                                             std::vector<std::string>& flags);
   void note_divmod_alias(const std::string& alias, const std::string& of);
+  struct MergeFlags {
+    std::string cond, on, off;
+  };
+  static MergeFlags merge_flags(const std::vector<std::string>& merges);
   static int64_t inner_reduced_block(const Shape& shape, const std::vector<int64_t>& reduced);
   Val as_strided(const Node& node, const Index& at);
   static bool inside(const Geometry& window, int64_t storage_numel);

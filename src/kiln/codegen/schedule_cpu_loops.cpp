@@ -87,25 +87,19 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
       (tiled ? cpu_tiled_loops(shape, body, work) : cpu_loops(shape, body, work));
   // The loops twice: for unit inner strides and merged reduced dims (merged_address), their
   // conditions constants there, and for any strides.
-  std::string cond, declare, merged_on, merged_off;
+  std::string cond, declare;
   for (const std::string& n : unit) {
     cond += (cond.empty() ? "" : " && ") + n + " == 1LL";
     declare += (declare.empty() ? "" : ", ") + n + " = 1";
   }
-  for (size_t m = 0; m < merges.size(); ++m) {
-    const std::string flag = "mg" + std::to_string(m), sep = m ? ", " : "";
-    cond += (cond.empty() ? "" : " && ") + std::string("(") + merges[m] + ")";
-    merged_on += sep + flag + " = true";
-    merged_off += sep + flag + " = false";
-  }
-  if (!merged_on.empty()) merged_on = "    constexpr bool " + merged_on + ";\n";
-  if (!merged_off.empty()) merged_off = "    constexpr bool " + merged_off + ";\n";
+  const MergeFlags flags = merge_flags(merges);
+  if (!flags.cond.empty()) cond += (cond.empty() ? "" : " && ") + flags.cond;
   if (cond.empty()) {
     out += loops;
   } else {
     if (!declare.empty()) declare = "    constexpr int64_t " + declare + ";\n";
-    out += "  if (" + cond + ") {\n" + declare + merged_on + indented(loops, 1) + "  } else {\n" +
-           merged_off + indented(loops, 1) + "  }\n";
+    out += "  if (" + cond + ") {\n" + declare + flags.on + indented(loops, 1) + "  } else {\n" +
+           flags.off + indented(loops, 1) + "  }\n";
   }
   if (!flat.empty()) out += "  }\n";
   out += "  }\n";

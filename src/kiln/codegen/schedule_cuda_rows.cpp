@@ -77,15 +77,9 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
 //   ... }
 std::string KernelEmitter::specialized_on_merges(const std::string& code) const {
   if (merge_conditions_.empty()) return code;
-  std::string cond, on, off;
-  for (size_t m = 0; m < merge_conditions_.size(); ++m) {
-    const std::string flag = "mg" + std::to_string(m), sep = m ? ", " : "";
-    cond += (m ? " && " : "") + std::string("(") + merge_conditions_[m] + ")";
-    on += sep + flag + " = true";
-    off += sep + flag + " = false";
-  }
-  return "  if (" + cond + ") {\n    constexpr bool " + on + ";\n" + indented(code, 1) +
-         "  } else {\n    constexpr bool " + off + ";\n" + indented(code, 1) + "  }\n";
+  const MergeFlags flags = merge_flags(merge_conditions_);
+  return "  if (" + flags.cond + ") {\n" + flags.on + indented(code, 1) + "  } else {\n" +
+         flags.off + indented(code, 1) + "  }\n";
 }
 
 // A CUDA row nest's loop over its rows (cuda_rows_nest): each row's levels, passes and stores.
