@@ -312,6 +312,19 @@ std::optional<std::string> KernelEmitter::merged_address(const std::string& base
                                                          const std::string& strides,
                                                          const Shape& shape, const Index& at,
                                                          std::vector<std::string>& flags) {
+  std::optional<std::vector<AddressTerm>> terms = merged_terms(strides, shape, at, flags);
+  if (!terms) return std::nullopt;
+  IndexExpr address = IndexExpr::var(base);
+  for (const AddressTerm& term : *terms)
+    address = address + mul(term.index, strides + std::to_string(term.dim));
+  return address.text;
+}
+
+// merged_address's terms: each an index and the dim whose stride it is multiplied by (the last
+// of the dims it indexes); none where no pair of dims merges.
+std::optional<std::vector<KernelEmitter::AddressTerm>> KernelEmitter::merged_terms(
+    const std::string& strides, const Shape& shape, const Index& at,
+    std::vector<std::string>& flags) {
   auto stride = [&](size_t d) { return strides + std::to_string(d); };
   struct Term {
     IndexExpr index;
@@ -341,10 +354,10 @@ std::optional<std::string> KernelEmitter::merged_address(const std::string& base
     if (j > 0) --j;  // the merged position may be the remainder of the dims before
   }
   if (!merged) return std::nullopt;
-  IndexExpr address = IndexExpr::var(base);
+  std::vector<AddressTerm> out;
   for (const Term& term : terms)
-    address = address + mul(term.index, stride(term.last));
-  return address.text;
+    out.push_back({term.index, term.last});
+  return out;
 }
 
 // The conditions of merged addresses (merge_conditions_) as a nest specializes on them: all of

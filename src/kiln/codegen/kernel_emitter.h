@@ -374,6 +374,13 @@ class KernelEmitter {
   std::optional<std::string> merged_address(const std::string& base, const std::string& strides,
                                             const Shape& shape, const Index& at,
                                             std::vector<std::string>& flags);
+  struct AddressTerm {
+    IndexExpr index;
+    size_t dim;  // the index is multiplied by this dim's stride
+  };
+  std::optional<std::vector<AddressTerm>> merged_terms(const std::string& strides,
+                                                       const Shape& shape, const Index& at,
+                                                       std::vector<std::string>& flags);
   void note_divmod_alias(const std::string& alias, const std::string& of);
   struct MergeFlags {
     std::string cond, on, off;
@@ -543,6 +550,10 @@ class KernelEmitter {
   std::string row_thread() const;
   std::string row_combine(const std::string& op, const std::string& acc);
   std::optional<Val> row_cached_load(size_t k, const Index& at);
+  std::optional<Val> merged_row_cached_load(size_t k, const Index& at);
+  std::optional<std::string> row_cache_slot(size_t k, const std::vector<AddressTerm>& prefix,
+                                            const RowPosition& position,
+                                            const std::string& condition);
   void keep_in_row_registers(const Value* v, const Val& x, const Index& index, int level, int depth,
                              int64_t count);
   std::optional<std::string> row_element_key(const Value* v, const Index& index) const;
