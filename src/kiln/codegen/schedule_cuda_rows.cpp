@@ -392,11 +392,10 @@ std::optional<std::string> KernelEmitter::row_cache_slot(size_t k,
       std::string v = std::to_string(lanes), size = std::to_string(dtype_size(t.dtype));
       // (a trip past the row's last vector, where the threads' vectors do not divide the row,
       // loads nothing: the loops over the row do not read its registers)
-      const std::string trip_open =
-          count % (int64_t{row_threads_} * lanes) == 0
-              ? loop
-              : loop + "if ((" + first + ") * " + v + " >= " + std::to_string(count) +
-                    ") continue;\n";
+      const std::string trip_open = count % (int64_t{row_threads_} * lanes) == 0
+                                        ? loop
+                                        : loop + "if ((" + first + ") * " + v +
+                                              " >= " + std::to_string(count) + ") continue;\n";
       std::string slot = array + "[" + trip + " * " + v + " + l]";
       std::string vector = "vector_load<" + std::to_string(dtype_size(t.dtype) * lanes) + ">(";
       std::string from = "static_cast<const char*>(in" + n + ") + static_cast<int64_t>(" +
