@@ -263,6 +263,28 @@ inline int packed_row_threads(int64_t length, int vector) {
   return vectors >= 2 && vectors < 32 && (vectors & (vectors - 1)) == 0 ? static_cast<int>(vectors)
                                                                         : 0;
 }
+// The elements a row's thread takes at a time: the widest power of 2 up to `vector` (16 bytes)
+// that divides the row, so that each is one aligned load where the row is contiguous (rows of 196
+// bf16 take 4, 8 bytes a load, where 8 would not divide them).
+inline int row_vector_lanes(int64_t length, int vector) {
+  int lanes = std::max(vector, 1);
+  while (lanes > 1 && length % lanes != 0)
+    lanes /= 2;
+  return lanes;
+}
+// The threads of a row per element (a reduction with one output a row, x.mean((2, 3))): a power
+// of 2 from 4 to kCudaBlock, about four of the row's vectors (row_vector_lanes) a thread; rows
+// under 32 threads are packed several to a warp. Measured on an H100 (bench/NOTES.md, session
+// 43: a mean over rows of 49 to 8192 float32 and bf16 elements, 2^26 in all): one row a block of
+// 64 took 0.83 ms over rows of 49, 8 rows a warp 0.097 (eager 0.311); at 196, 784 and 3136, 2 to
+// 6 vectors a thread were within 5% of the best.
+inline int unit_row_threads(int64_t length, int vector) {
+  const int64_t vectors = length / row_vector_lanes(length, vector);
+  int threads = 4;
+  while (threads < kCudaBlock && threads * 2 * 4 <= vectors)
+    threads *= 2;
+  return threads;
+}
 // The fewest elements each thread of a split row takes (KernelNest::max_split): fewer, and the
 // blocks' combines cost more than their loads.
 constexpr int64_t kMinSplitElements = 16;
@@ -611,6 +633,9 @@ class KernelEmitter {
   int row_serial_reductions_ = 0;
   std::map<std::string, RowCache> row_caches_;
   std::string row_fills_;
+  // By row loop variable: the merge conditions under which its loop reads merged rows' caches
+  // (merged_row_cached_load; block_loop unrolls it where one holds).
+  std::map<std::string, std::set<std::string>> merged_row_reads_;
   std::map<std::string, std::string> trip_fills_;  // a split row loop's loads, by its variable
   std::set<std::string> trip_variables_;           // ... and the variables they declare once a trip
   int64_t row_cache_words_ = 0;

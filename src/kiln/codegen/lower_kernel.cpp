@@ -300,6 +300,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   if (lanes) level_of_["l"] = level_of_["within"] = static_cast<int>(shape.size());
   row_positions_.clear();
   row_caches_.clear();
+  merged_row_reads_.clear();
   row_fills_.clear();
   trip_fills_.clear();
   trip_variables_.clear();

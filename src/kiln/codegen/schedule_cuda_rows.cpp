@@ -19,10 +19,11 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
   const int64_t widest = widest_dtype_bytes(k);
   row_length_ = length;
   row_vector_ = static_cast<int>(std::min<int64_t>(8, 16 / widest));
-  row_threads_ = row_threads_for(length, row_vector_);
-  // Short rows of whole vectors packed several to a warp: not a row per element (its pass is in
-  // the element's code, which the packed rows' guard below would split), nor where a pass
-  // stores (a clamped duplicate row, below, must store nothing).
+  row_threads_ =
+      unit_row ? unit_row_threads(length, row_vector_) : row_threads_for(length, row_vector_);
+  // Short rows of whole vectors packed several to a warp: not where a pass stores (a clamped
+  // duplicate row, below, must store nothing). (A row per element packs by its own rule above:
+  // its pass runs outside the packed rows' guard, and only its store is guarded.)
   const int packed = packed_row_threads(length, row_vector_);
   if (packed > 0 && !unit_row && !shape.empty() && shape.back() == length && !pass_stores_)
     row_threads_ = packed;
@@ -121,8 +122,11 @@ std::string KernelEmitter::cuda_row_loop(const Shape& shape, const NestBody& row
     src += indented(rows.levels[d], 2);
   if (shape.empty() || shape.back() == 1) {
     src += indented(rows.levels[shape.size()], 2);
-    std::string first = split_rows_ ? "part == 0 && " + row_thread() : row_thread();
-    src += "    if (" + first + " == 0) {\n" + indented(rows.stores, 3) + "    }\n";
+    // (packed rows: a row past the last computes the last row again and stores nothing)
+    std::string first = row_thread() + " == 0";
+    if (split_rows_) first = "part == 0 && " + first;
+    if (packed_rows) first = "row_ok && " + first;
+    src += "    if (" + first + ") {\n" + indented(rows.stores, 3) + "    }\n";
   } else {
     std::string var = "i" + std::to_string(shape.size() - 1);
     BlockLoop loop = block_loop(var, "I", shape.back());
@@ -138,7 +142,7 @@ std::string KernelEmitter::cuda_row_loop(const Shape& shape, const NestBody& row
       }
       size_t lane_open = loop.open.find("#pragma unroll", loop.open_trip.size());
       // (a bounded last trip: the lanes' guard closes with them, and the flush has its own)
-      const bool bounded = shape.back() % (int64_t{row_threads_} * lanes) != 0;
+      const bool bounded = !split_rows_ && shape.back() % (int64_t{row_threads_} * lanes) != 0;
       if (bounded)
         flush = "if (" + trip_first(var, lanes, "I") + " < " + std::to_string(shape.back()) +
                 ") {\n" + flush + "}\n";
@@ -185,10 +189,18 @@ KernelEmitter::BlockLoop KernelEmitter::block_loop(const std::string& var, const
   }
   int64_t trips = (count + row_threads_ * lanes - 1) / (row_threads_ * lanes);
   std::string trip = var + "_trip";
-  loop.open_trip =
-      std::string(trips <= kRowCacheTrips ? "#pragma unroll\n" : "#pragma unroll 4\n") +
-      "for (int " + trip + " = 0; " + trip + " < " + std::to_string(trips) + "; ++" + trip +
-      ") {\n";
+  std::string unroll = trips <= kRowCacheTrips ? "#pragma unroll\n" : "#pragma unroll 4\n";
+  // A loop that reads merged rows' registers is unrolled in the nest's copy where they are read;
+  // in the other copy, one trip at a time: its divided loads of every trip unrolled took
+  // x.mean((2, 3))'s kernel from 32 registers a thread to 175 (both copies share them).
+  if (auto merged = merged_row_reads_.find(var); merged != merged_row_reads_.end()) {
+    std::string any;
+    for (const std::string& condition : merged->second)
+      any += (any.empty() ? "" : " || ") + condition;
+    unroll = "#pragma unroll (" + any + " ? " + std::to_string(trips) + " : 1)\n";
+  }
+  loop.open_trip = unroll + "for (int " + trip + " = 0; " + trip + " < " + std::to_string(trips) +
+                   "; ++" + trip + ") {\n";
   loop.close_trip = "}\n";
   if (lanes == 1) {
     loop.open =
@@ -215,13 +227,13 @@ std::string KernelEmitter::trip_first(const std::string& var, int lanes,
   return lanes == 1 ? first : "(" + first + ") * " + std::to_string(lanes);
 }
 
-// The elements a row loop over `count` positions takes at a time: the nest's row vector width
-// for a loop over its whole row when the row is whole vectors, else 1. (Where the row's threads
-// do not divide it into vectors, the last trip is bounded: block_loop's guard takes or leaves a
-// whole vector. Rows of 784 floats, 64 threads of 4, read 13 scalars a thread before.)
+// The elements a row loop over `count` positions takes at a time: for a loop over the nest's
+// whole row, the widest vector that divides it (row_vector_lanes), else 1. (Where the row's
+// threads do not divide it into vectors, the last trip is bounded: block_loop's guard takes or
+// leaves a whole vector. Rows of 784 floats, 64 threads of 4, read 13 scalars a thread before.)
 int KernelEmitter::row_lanes(int64_t count) const {
   if (mode_ != NestMode::kRows || row_vector_ <= 1 || count != row_length_) return 1;
-  return count % row_vector_ == 0 ? row_vector_ : 1;
+  return row_vector_lanes(count, row_vector_);
 }
 
 // The trips of a row loop over `count` positions (block_loop): each takes the row's threads x
@@ -334,6 +346,7 @@ std::optional<Val> KernelEmitter::merged_row_cached_load(size_t k, const Index& 
     condition += (condition.empty() ? "" : " && ") + flag;
   std::optional<std::string> slot = row_cache_slot(k, *terms, position->second, condition);
   if (!slot) return std::nullopt;
+  merged_row_reads_[position->second.loop].insert(condition);
   IndexExpr divided = IndexExpr::var("o" + n);
   for (size_t d = 0; d < at.size(); ++d)
     divided = divided + mul(at[d], "s" + n + "_" + std::to_string(d));
