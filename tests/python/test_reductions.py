@@ -396,6 +396,26 @@ LAYOUTS = {
 }
 
 
+# A row per element (one output a row; CUDA's unit_row_threads): its threads a power of 2 by the
+# row's length, rows of a few vectors packed several to a warp (a lane past the last row computes
+# it again and stores nothing), each thread's loads the widest vector that divides the row, the
+# last trip bounded where the threads do not divide it. 33 rows leave the last warp part full;
+# the lengths reach every rule (3 x 3 to 56 x 56; 5 x 60 in bf16 takes vectors of 4, not 8), in
+# every layout (the merged row read as vectors, or divided).
+ROW_PER_ELEMENT_SIDES = [(3, 3), (7, 7), (1, 30), (14, 14), (5, 60), (28, 28), (3, 100), (56, 56)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("sides", ROW_PER_ELEMENT_SIDES, ids=str)
+def test_row_per_element_at_every_length_agrees_with_eager_in_every_layout(sides, dtype):
+    def mean_and_sum(x):
+        return x.mean((2, 3)), (x * 2).sum(-1)
+
+    jitted = kiln.jit(mean_and_sum)
+    for lay_out in LAYOUTS.values():
+        check_against_eager(mean_and_sum, lambda: [lay_out(_randn(3, 11, *sides, dtype=dtype))], jitted=jitted)
+
+
 @pytest.mark.parametrize("name", SEVERAL_DIMS)
 def test_reductions_over_several_dims_agree_with_eager_in_every_layout(name):
     fn, shapes = SEVERAL_DIMS[name]
