@@ -132,6 +132,9 @@ PASS_STORES = {  # name: (function, argument shapes)
     "middle dim mean": (lambda x: (x.sub_(1), x.mean(1))[1], [(4, 500, 30)]),
     "row sum, rows of 1000": (lambda x: (x.clamp_(-1, 1), x.sum(-1))[1], [(300, 1000)]),
     "row amin, rows of 40": (lambda x: (x.neg_(), x.amin(-1))[1], [(300, 40)]),
+    # (33 short rows: a CUDA row per element packed several to a warp would have lanes past the
+    # last row run its pass again, reading the doubled row and storing it doubled twice)
+    "row sum, 33 rows of 30": (lambda x: (x.mul_(2), x.sum(-1))[1], [(33, 30)]),
     "row argmax": (lambda x: (x.add_(1), x.argmax(-1))[1], [(300, 1000)]),
     "full amax": (lambda x: (x.abs_(), x.amax())[1], [(300, 1000)]),
     "full sum, small": (lambda x: (x.mul_(3), x.sum())[1], [(7, 5)]),

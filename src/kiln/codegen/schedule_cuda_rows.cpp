@@ -19,11 +19,14 @@ std::string KernelEmitter::cuda_rows_nest(size_t index, const Shape& shape, Kern
   const int64_t widest = widest_dtype_bytes(k);
   row_length_ = length;
   row_vector_ = static_cast<int>(std::min<int64_t>(8, 16 / widest));
+  // Rows packed several to a warp (fewer than 32 threads a row) compute the last row again in
+  // the lanes past it, which must store nothing: not where a pass stores (x.mul_(2) then
+  // x.sum(-1): a duplicate lane's pass would read the doubled row and write it doubled again).
   row_threads_ =
       unit_row ? unit_row_threads(length, row_vector_) : row_threads_for(length, row_vector_);
-  // Short rows of whole vectors packed several to a warp: not where a pass stores (a clamped
-  // duplicate row, below, must store nothing). (A row per element packs by its own rule above:
-  // its pass runs outside the packed rows' guard, and only its store is guarded.)
+  if (unit_row && pass_stores_) row_threads_ = std::max(row_threads_, 32);
+  // Short rows of whole vectors packed several to a warp (not a row per element, whose threads
+  // are chosen above: its pass runs outside the packed rows' guard, only its store is guarded).
   const int packed = packed_row_threads(length, row_vector_);
   if (packed > 0 && !unit_row && !shape.empty() && shape.back() == length && !pass_stores_)
     row_threads_ = packed;
