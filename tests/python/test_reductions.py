@@ -9,6 +9,9 @@ On the CPU the same programs check the CPU kernels.
 
 from __future__ import annotations
 
+import os
+import random
+
 import pytest
 import torch
 
@@ -389,6 +392,10 @@ SEVERAL_DIMS = {
     "mean over n, h and w of a product with an operand broadcast over h": (lambda x, y: (x * y).mean((0, 2, 3)), [(4, 6, 7, 20), (1, 6, 1, 20)]),
     "abs_ then a full amax (the pass stores)": (lambda x: (x.abs_(), x.amax())[1], [(4, 6, 7, 20)]),
     "mul_ then a sum over n, h and w": (lambda x: (x.mul_(2), x.sum((0, 2, 3)))[1], [(4, 6, 7, 20)]),
+    # A slice inside the program: (c, h) merge where the input is contiguous, (h, w) never; a
+    # full sum of a slice, its team over the rows of w (300,000 elements).
+    "sum over c, h and a slice of w": (lambda x: x[..., :13].sum((1, 2, 3)), [(4, 6, 7, 20)]),
+    "full sum of a slice": (lambda x: x[..., :500].sum(), [(2, 3, 100, 512)]),
 }
 
 LAYOUTS = {
@@ -429,3 +436,78 @@ def test_reductions_over_several_dims_agree_with_eager_in_every_layout(name):
             return [lay_out(_randn(*s, seed=k)) for k, s in enumerate(shapes)]
 
         check_against_eager(fn, make, jitted=jitted)
+
+
+# Reductions over several dims of inputs in random layouts: the dims reduced, the layout (a slice
+# of a wider tensor along any dims, permuted strides, channels-last, a dim broadcast by expand,
+# an offset view), a slice inside the program, and an in-place write before the reduction (its
+# pass stores it) drawn from a seed. A CPU pass over several dims takes a merged form (one
+# position over dims the input is contiguous over) or a divided form (a loop over the innermost
+# reduced dim inside one over the others), chosen by the strides at run time; a merge of only
+# some of its dims reads right in both. A fixed set of seeds; KILN_SEVERAL_DIMS_SEEDS for more.
+SEVERAL_DIMS_SEEDS = range(int(os.environ.get("KILN_SEVERAL_DIMS_SEEDS", "40")))
+
+_SEVERAL_DIMS_OPS = ["sum", "mean", "amax", "amin", "var", "sum_of_product", "argmax_of_flat", "mul_then_sum", "abs_then_amax"]
+
+
+def _random_layout(rng: random.Random, shape: tuple[int, ...], seed: int, dtype) -> torch.Tensor:
+    choice = rng.choice(["contiguous", "wider", "permuted", "channels_last", "expanded", "offset"])
+    if choice == "wider":  # a slice of a tensor wider along some dims
+        wide = [s + rng.choice([0, 1, 3]) for s in shape]
+        return _randn(*wide, dtype=dtype, seed=seed)[tuple(slice(0, s) for s in shape)]
+    if choice == "permuted":
+        order = list(range(len(shape)))
+        rng.shuffle(order)
+        base = _randn(*[shape[d] for d in order], dtype=dtype, seed=seed)
+        return base.permute(*[order.index(d) for d in range(len(shape))])
+    if choice == "channels_last" and len(shape) == 4:
+        return _randn(*shape, dtype=dtype, seed=seed).contiguous(memory_format=torch.channels_last)
+    if choice == "expanded":  # one dim of 1 broadcast (a stride of 0)
+        d = rng.randrange(len(shape))
+        small = list(shape)
+        small[d] = 1
+        return _randn(*small, dtype=dtype, seed=seed).expand(*shape)
+    if choice == "offset":
+        return _randn(shape[0] + 1, *shape[1:], dtype=dtype, seed=seed)[1:]
+    return _randn(*shape, dtype=dtype, seed=seed)
+
+
+@pytest.mark.parametrize("seed", SEVERAL_DIMS_SEEDS)
+def test_random_reductions_over_several_dims_agree_with_eager(seed):
+    rng = random.Random(seed)
+    rank = rng.choice([3, 4])
+    shape = tuple(rng.choice([1, 2, 3, 5, 7, 8, 13, 20, 27]) for _ in range(rank))
+    dims = tuple(sorted(rng.sample(range(rank), rng.randint(2, rank))))
+    keepdim = rng.random() < 0.3
+    dtype = rng.choice([torch.float32, torch.float32, torch.bfloat16])
+    op = rng.choice(_SEVERAL_DIMS_OPS)
+    inner_slice = rng.random() < 0.3  # a slice of the last dim inside the program
+    writes = op in ("mul_then_sum", "abs_then_amax")
+
+    def fn(x, y):
+        if inner_slice:
+            x = x[..., : max(x.shape[-1] - 1, 1)]
+            y = y[..., : max(y.shape[-1] - 1, 1)]
+        if op == "sum_of_product":
+            return (x * y).sum(dims, keepdim=keepdim)
+        if op == "argmax_of_flat":
+            return x.sum(dims, keepdim=keepdim), x.flatten().argmax()
+        if op == "mul_then_sum":
+            x.mul_(2)
+            return x.sum(dims, keepdim=keepdim)
+        if op == "abs_then_amax":
+            x.abs_()
+            return x.amax(dims, keepdim=keepdim)
+        if op == "var":
+            return x.var(dims, keepdim=keepdim)
+        return getattr(x, op)(dims, keepdim=keepdim)
+
+    def make():
+        r = random.Random(seed)  # the same layouts for kiln's arguments and eager's
+        x = _random_layout(r, shape, 2 * seed, dtype)
+        if writes and x.stride().count(0) > 0:
+            x = x.contiguous()  # (an in-place write into an expanded tensor raises in eager)
+        return [x, _random_layout(r, shape, 2 * seed + 1, dtype)]
+
+    tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
+    check_against_eager(fn, make, **tolerance)

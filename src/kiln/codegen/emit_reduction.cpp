@@ -132,10 +132,37 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
           ? inner_reduced_block(in.shape, reduced)
           : count;
   const bool nested = block >= kMinSplitInner && block < count;
+  // Where the input is not contiguous over the block's dims (a slice x[..., :27] of [.., 28, 32]:
+  // merged_address's conditions fail), the divisions of the position stay, a gather at every
+  // element (x[..., :27].sum((2, 3)) took 3.5-4x eager's time, x[:, :1000].sum() 10.7x). Such a
+  // pass also has a divided form: a loop over the innermost reduced dim inside one over the
+  // others (cpu_divided_pass), which runs where the merged form does not (rl<k>_merged). Even
+  // rows of 2 took it under eager's time.
+  int64_t innermost_size = 1;  // the innermost reduced dim's size (not a dim of 1)
+  for (size_t r = reduced.size(); r-- > 0 && innermost_size == 1;)
+    innermost_size = in.shape[static_cast<size_t>(reduced[r])];
+  const bool two_forms = target_ == Target::kCpu && !cooperative && !columnar && !arg &&
+                         last_dim_reduced && innermost_size < (nested ? block : count);
   auto pass = [&](const Combine& combine, const std::string& simd,
                   const std::vector<Accumulator>& accs, bool float_chunks = false) {
     std::string rl = fresh("rl");
-    const std::string ro = nested ? fresh("ro") : "";
+    const std::string ro = nested || two_forms ? fresh("ro") : "";
+    const std::string merged = rl + "_merged";  // two_forms: whether the merged form runs
+    // The divided form's index of each reduced dim. The merged form's positions over the dims
+    // outside the innermost (rq, rl / 27) are positions of the divided form too (ro): a merge of
+    // those dims (merged_terms) reads right in either form. A merge of rl's dims does not: the
+    // merged form runs where those hold (merged_positions; in a nested pass, where every merge
+    // holds: its ro is another position in each form).
+    const std::map<int64_t, std::string> divided =
+        two_forms ? divided_pass_indices(in.shape, reduced, ro, rl)
+                  : std::map<int64_t, std::string>{};
+    std::set<std::string> merged_positions{rl};
+    if (nested) merged_positions.insert(ro);
+    int64_t divided_within = 1;  // the divided form: ro's positions in one of the next rq's
+    auto in_form = [&](const std::string& merged_expr, const std::string& divided_expr) {
+      return two_forms ? "(" + merged + " ? " + merged_expr + " : " + divided_expr + ")"
+                       : merged_expr;
+    };
     const int level = static_cast<int>(levels_.size());
     levels_.emplace_back();
     level_of_[rl] = level;
@@ -143,7 +170,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       row_positions_[rl] = RowPosition{cache_slot(rl, row_lanes(count)), count, rl};
       level_of_[rl + "_trip"] = level_of_[rl + "_lane"] = level;
     }
-    if (nested) level_of_[ro] = level;
+    if (nested || two_forms) level_of_[ro] = level;
     Index index(static_cast<size_t>(in.rank()));
     std::string rest = rl;
     int64_t left = nested ? block : count;  // the positions rest runs over
@@ -188,7 +215,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       left /= size;
       if (last_needed) {
         if (rest == rl || !trip_level) {
-          declare("int64_t", var, rest);
+          declare("int64_t", var, two_forms ? in_form(rest, divided.at(d)) : rest);
           note_divmod_alias(var, rest);
         } else {
           declare_for_trip(var, rest);
@@ -220,10 +247,23 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         declare_for_trip(next, from + " / " + std::to_string(size));
         rest = next;
       } else {
-        declare("int64_t", var, rest + " % " + std::to_string(size));
+        const std::string quotient = rest + " / " + std::to_string(size);
         std::string next = fresh("rq");
-        declare("int64_t", next, rest + " / " + std::to_string(size));
+        if (two_forms) {
+          declare("int64_t", var, in_form(rest + " % " + std::to_string(size), divided.at(d)));
+          if (d != innermost) divided_within *= size;
+          declare("int64_t", next,
+                  nested ? quotient
+                         : in_form(quotient,
+                                   divided_within == 1
+                                       ? ro
+                                       : "(" + ro + " / " + std::to_string(divided_within) + ")"));
+        } else {
+          declare("int64_t", var, rest + " % " + std::to_string(size));
+          declare("int64_t", next, quotient);
+        }
         divmods_[{next, var}] = {rest, size};
+        if (nested) merged_positions.insert(next);
         rest = next;
       }
       index[static_cast<size_t>(d)] = IndexExpr::bounded(var, 0, size - 1);
@@ -318,14 +358,37 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         emit(depth, "// the pass in pieces at its guards' bounds: " + bounds);
       }
       // (Not a sum into float64: sum(x, dtype=float64) adds its elements in double, as eager.)
-      const bool chunked = target_ == Target::kCpu && float_chunks && fl && !arg &&
-                           element_type == "double" && dtype_size(element_dtype) <= 4 &&
-                           is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1 &&
-                           along >= 32;
+      const bool float_sum = target_ == Target::kCpu && float_chunks && fl && !arg &&
+                             element_type == "double" && dtype_size(element_dtype) <= 4 &&
+                             is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1;
+      const bool chunked = float_sum && along >= 32;
       // One piece of the whole length: its bound the pass's runtime extent (where it has one).
       const bool whole = !nested && runtime_count && pieces.size() == 2 && pieces[1] == count;
       const std::string length = whole ? count_text() : std::to_string(along);
       work_term(nested ? std::to_string(count) : length, false);
+      // Two forms: the merged one where every merge its addresses took holds (a constant in each
+      // of the nest's copies: emit_nest_loops), else the divided one.
+      const DividedPass divided_pass{
+          rl,
+          ro,
+          runtime_count ? "(" + count_text() + " / " + std::to_string(innermost_size) + ")"
+                        : std::to_string(count / innermost_size),
+          innermost_size,
+          count,
+          body,
+          simd,
+          float_sum ? accs.front().name : "",
+          combines};
+      if (two_forms) {
+        const std::string merges = pass_merge_flags(merged_positions);
+        emit(depth, "constexpr bool " + merged + " = " + merges + ";");
+        if (merges == "false") {
+          cpu_divided_pass(divided_pass, depth);
+          return;
+        }
+        emit(depth, "if constexpr (" + merged + ") {");
+        if (!nested) emit(depth, "[[maybe_unused]] constexpr int64_t " + ro + " = 0;");
+      }
       if (nested)
         emit(depth, "for (int64_t " + ro + " = 0; " + ro + " < " + std::to_string(count / block) +
                         "; ++" + ro + ") {");
@@ -346,6 +409,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         emit(depth, "}");
       }
       if (nested) emit(depth, "}");
+      if (two_forms) {
+        emit(depth, "} else {");
+        cpu_divided_pass(divided_pass, depth);
+        emit(depth, "}");
+      }
     }
   };
 

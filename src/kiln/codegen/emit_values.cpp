@@ -348,6 +348,7 @@ std::optional<std::vector<KernelEmitter::AddressTerm>> KernelEmitter::merged_ter
     auto flag = std::find(merge_conditions_.begin(), merge_conditions_.end(), condition);
     if (flag == merge_conditions_.end()) flag = merge_conditions_.insert(flag, condition);
     flags.push_back("mg" + std::to_string(flag - merge_conditions_.begin()));
+    merge_flags_by_dividend_[it->second.dividend].insert(flags.back());
     terms[j] = {IndexExpr::var(it->second.dividend), terms[j].first, terms[j + 1].last};
     terms.erase(terms.begin() + static_cast<std::ptrdiff_t>(j) + 1);
     merged = true;

@@ -523,7 +523,22 @@ class KernelEmitter {
   void cpu_float_chunks(const std::string& rl, int64_t from, int64_t to, const std::string& to_text,
                         int64_t group, const std::string& body,
                         const std::vector<std::pair<std::string, std::string>>& combines,
-                        const std::string& acc, int depth);
+                        const std::string& acc, int depth, bool team = true);
+  // A pass's divided form (reduction: two_forms): the loop over the innermost reduced dim (rl,
+  // `inner` positions) inside one over the others (ro, `outer` positions as kernel text).
+  struct DividedPass {
+    std::string rl, ro, outer;
+    int64_t inner = 0, count = 0;
+    std::string body, simd;
+    std::string float_sum;  // a float sum's accumulator, summed a row in float (cpu_float_chunks)
+    std::vector<std::pair<std::string, std::string>> combines;
+  };
+  static std::map<int64_t, std::string> divided_pass_indices(const Shape& shape,
+                                                             const std::vector<int64_t>& reduced,
+                                                             const std::string& ro,
+                                                             const std::string& rl);
+  void cpu_divided_pass(const DividedPass& pass, int depth);
+  std::string pass_merge_flags(const std::set<std::string>& positions) const;
   std::string cpu_sum_lanes(const std::string& rl, const std::string& first,
                             const std::string& last, const std::string& body,
                             const std::vector<std::pair<std::string, std::string>>& combines,
@@ -671,6 +686,8 @@ class KernelEmitter {
     int64_t divisor = 0;
   };
   std::map<std::pair<std::string, std::string>, Divmod> divmods_;
+  // The flags (mg<i>) of the merges merged_terms took, by the position they read (a dividend).
+  std::map<std::string, std::set<std::string>> merge_flags_by_dividend_;
   // The stride conditions of the nest's merged addresses, flag mg<i> for condition i
   // (emit_nest_loops and specialized_on_merges specialize the nest on them); merged addresses
   // only while merge_reduced_dims_ (a CPU nest's loops, a CUDA row nest's body).

@@ -289,6 +289,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   reductions_ = 0;
   pass_works_.clear();
   divmods_.clear();
+  merge_flags_by_dividend_.clear();
   merge_conditions_.clear();
   element_cost_ = 1;
   nest_shape_ = shape;

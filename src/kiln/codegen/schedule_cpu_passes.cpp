@@ -313,7 +313,7 @@ void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count,
 void KernelEmitter::cpu_float_chunks(
     const std::string& rl, int64_t from, int64_t to, const std::string& to_text, int64_t group,
     const std::string& body, const std::vector<std::pair<std::string, std::string>>& combines,
-    const std::string& acc, int depth) {
+    const std::string& acc, int depth, bool team) {
   const std::string part = acc + "_f", chunk = rl + "_c", end = rl + "_e";
   std::string in_chunk = body;
   for (const auto& [combined, in_float] : combines) {
@@ -325,7 +325,7 @@ void KernelEmitter::cpu_float_chunks(
   const std::string f = std::to_string(from), width = std::to_string(steps);
   const std::string t = to_text.empty() ? std::to_string(to) : to_text;
   const bool one_chunk = to - from <= steps;  // then a block, not a loop over chunks
-  if (!one_chunk && depth == 0 && parallel_worth((to - from) * group))
+  if (team && !one_chunk && depth == 0 && parallel_worth((to - from) * group))
     emit(depth, "#pragma omp parallel for reduction(+:" + acc + ")" +
                     team_clause({(to - from) * group,
                                  to_text.empty() ? std::to_string(to - from) : to_text, group}));
@@ -408,6 +408,71 @@ int64_t KernelEmitter::cpu_residue_split(int64_t count) const {
     if (step >= 2 && step <= 8 && count % step == 0 && count / step >= 16) return step;
   }
   return 0;
+}
+
+// The reduced dims' indices in a pass's divided form: the innermost reduced dim's is the inner
+// loop's rl; the others' decompose the outer loop's ro, which runs over them in their order, so
+// their divisions run once a row of the inner loop (where one loop over all of them divided its
+// position at every element, and read the input through a gather).
+//   [N, 64, 28, 27] over (1, 2, 3): {3: "rl1", 2: "ro2 % 28", 1: "(ro2 / 28)"}
+std::map<int64_t, std::string> KernelEmitter::divided_pass_indices(
+    const Shape& shape, const std::vector<int64_t>& reduced, const std::string& ro,
+    const std::string& rl) {
+  std::vector<int64_t> dims;  // the reduced dims not of size 1, innermost first
+  for (size_t r = reduced.size(); r-- > 0;)
+    if (shape[static_cast<size_t>(reduced[r])] != 1) dims.push_back(reduced[r]);
+  std::map<int64_t, std::string> index;
+  int64_t within = 1;  // ro's positions inside one of the dim's
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (i == 0) {
+      index[dims[i]] = rl;
+      continue;
+    }
+    const int64_t size = shape[static_cast<size_t>(dims[i])];
+    const std::string quotient = within == 1 ? ro : "(" + ro + " / " + std::to_string(within) + ")";
+    index[dims[i]] = i + 1 == dims.size() ? quotient : quotient + " % " + std::to_string(size);
+    within *= size;
+  }
+  return index;
+}
+
+// The flags of the merges that a pass's addresses took (merged_terms), over the positions of the
+// pass's merged form: where all of them hold, the merged form runs (one position over the merged
+// dims); "false" where it took none. "mg0 && mg2"
+std::string KernelEmitter::pass_merge_flags(const std::set<std::string>& positions) const {
+  std::set<std::string> flags;
+  for (const std::string& position : positions)
+    if (auto it = merge_flags_by_dividend_.find(position); it != merge_flags_by_dividend_.end())
+      flags.insert(it->second.begin(), it->second.end());
+  std::string all;
+  for (const std::string& flag : flags)
+    all += (all.empty() ? "" : " && ") + flag;
+  return all.empty() ? "false" : all;
+}
+
+// A pass's divided form: for (ro < outer) { for (rl < inner) { body } }. A float sum takes each
+// row of the inner loop in float (cpu_float_chunks, its chunks at most the row); a full
+// reduction's team shares the outer loop (the inner is a row: a team for it would start once a
+// row).
+//   #pragma omp parallel for reduction(+:acc0) num_threads(...)
+//   for (int64_t ro2 = 0; ro2 < (e0 / 1000); ++ro2) { { float acc0_f = 0; ... acc0 += acc0_f; } }
+void KernelEmitter::cpu_divided_pass(const DividedPass& pass, int depth) {
+  if (depth == 0 && !pass.simd.empty() && parallel_worth(pass.count))
+    emit(depth, "#pragma omp parallel for " + pass.simd +
+                    team_clause({pass.count, pass.outer, pass.inner}));
+  emit(depth, "for (int64_t " + pass.ro + " = 0; " + pass.ro + " < " + pass.outer + "; ++" +
+                  pass.ro + ") {");
+  if (!pass.float_sum.empty()) {
+    cpu_float_chunks(pass.rl, 0, pass.inner, "", 1, pass.body, pass.combines, pass.float_sum, depth,
+                     /*team=*/false);
+  } else {
+    if (!pass.simd.empty()) emit(depth, "#pragma omp simd " + pass.simd);
+    emit(depth, "for (int64_t " + pass.rl + " = 0; " + pass.rl + " < " +
+                    std::to_string(pass.inner) + "; ++" + pass.rl + ") {");
+    levels_.at(static_cast<size_t>(depth)) += indented(pass.body, 1);
+    emit(depth, "}");
+  }
+  emit(depth, "}");
 }
 
 }  // namespace kiln::codegen::detail
