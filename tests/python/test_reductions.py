@@ -67,6 +67,17 @@ PROGRAMS = {
     "softmax, rows of 64 packed": (lambda x: torch.softmax(x, -1), [(37, 64)]),
     "row var and mean, rows of 32 packed": (lambda x: (x.var(-1), x.mean(-1, keepdim=True) - x), [(37, 32)]),
     "in place, then a row max, rows of 128 packed": (lambda x: (x.mul_(2), x - x.amax(-1, keepdim=True))[1], [(37, 128)]),
+    # CPU column blocks too few for the team (one block of 64 or fewer columns): the team shares
+    # each pass's rows, its partial accumulators combined (an OpenMP array reduction), then the
+    # rows of the block's last loop; a pass whose order matters (argmax) keeps its rows serial.
+    "softmax over dim 0, one block": (lambda x: torch.softmax(x, 0), [(3000, 64)]),
+    "column sum, amax and var, one block": (lambda x: (x.sum(0), x.amax(0), x.var(0)), [(3000, 50)]),
+    "column amax of columns all -inf, one block": (
+        lambda x: torch.cat([torch.full_like(x[:, :2], float("-inf")), x], 1).amax(0),
+        [(3000, 30)],
+    ),
+    "column argmax and sum, one block": (lambda x: (x.argmax(0), x.sum(0)), [(3000, 64)]),
+    "softmax over dim 1 of one batch": (lambda x: torch.softmax(x, 1), [(1, 3000, 64)]),
     # A CPU pass in pieces between its guards' bounds (pieces_between_cuts).
     "row sum of a cat": (lambda a, b: torch.cat([a.exp(), b], -1).sum(-1), [(300, 300), (300, 700)]),
 }

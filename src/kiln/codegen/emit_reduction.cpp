@@ -335,7 +335,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       if (std::optional<std::string> element =
               column_block_fits(body, depth, last_dim_reduced, accs)) {
         work_term(count_text(), true);
-        cpu_column_block(rl, count, count_text(), body, accs, *element);
+        cpu_column_block(rl, count, count_text(), body, accs, *element, simd);
         for (const Accumulator& a : accs)
           emit(depth,
                a.name + " = " + a.name + "_b[i" + std::to_string(nest_rank_ - 1) + " - cb];");

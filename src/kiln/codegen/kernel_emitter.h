@@ -192,8 +192,12 @@ struct NestBody {
   // are: they depend on no element).
   std::string stores_once;
   // A CPU nest's column block (cpu_column_block): the passes of its column reductions, run for a
-  // block of consecutive positions of the last dim before the last loop runs over them.
+  // block of consecutive positions of the last dim before the last loop runs over them. And the
+  // same with the passes' rows shared by a team (OpenMP's `for` with the accumulators' arrays'
+  // reductions), where every pass can be: cpu_column_block_loops takes it where the blocks are too
+  // few for the team (empty where a pass cannot).
   std::string column_block;
+  std::string column_block_shared_rows;
   std::string flat() const {  // every level in order: for a nest that runs as one flat loop
     std::string all;
     for (const std::string& l : levels)
@@ -518,7 +522,7 @@ class KernelEmitter {
                                                const std::vector<Accumulator>& accs) const;
   void cpu_column_block(const std::string& rl, int64_t count, const std::string& count_text,
                         const std::string& body, const std::vector<Accumulator>& accs,
-                        const std::string& element);
+                        const std::string& element, const std::string& simd);
   // (to_text: `to` as kernel text, the pass's runtime extent; empty: the literal)
   void cpu_float_chunks(const std::string& rl, int64_t from, int64_t to, const std::string& to_text,
                         int64_t group, const std::string& body,
@@ -717,19 +721,20 @@ class KernelEmitter {
     std::string declaration, store, load;
   };
   std::vector<KeptRowValue> kept_row_values_;
-  std::string column_block_;  // a CPU nest's column block so far (cpu_column_block)
-  // The column block's last pass, kept apart so that the next pass over the same rows may join
-  // its loop (cpu_column_block): its loop variable and length, where its text starts in
-  // column_block_, its accumulators' arrays and its vector loop's body; and every accumulator
-  // of the block's passes so far.
+  // A CPU nest's column block so far (cpu_column_block), pass by pass, so that the next pass
+  // over the same rows may join the last one's loop: its loop variable and length, its
+  // accumulators' arrays and its vector loop's body, and the OpenMP reductions of the arrays
+  // under which a team may share its rows (none where its order matters: an argmax); and every
+  // accumulator of the block's passes so far.
   struct ColumnPass {
     std::string rl;
     int64_t count = 0;
-    size_t at = 0;
-    std::string arrays, element;
+    std::string count_text, arrays, element;
+    std::optional<std::string> row_reductions;
   };
-  std::optional<ColumnPass> last_column_pass_;
+  std::vector<ColumnPass> column_passes_;
   std::vector<std::string> column_block_accumulators_;
+  std::string column_block_text(bool shared_rows) const;
 
   // The constants the guards of the nest so far compare each loop variable with (note_cut).
   std::map<std::string, std::set<int64_t>> cuts_;

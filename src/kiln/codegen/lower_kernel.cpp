@@ -224,7 +224,7 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   lanes_ = nullptr;
   place_kept_row_values();
   levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
-  return NestBody{levels_, stores, stores_once, column_block_};
+  return NestBody{levels_, stores, stores_once, column_block_text(false), column_block_text(true)};
 }
 
 // Where output j's element at `at` lies: its offset plus each index times its stride (oo<j>,
@@ -265,8 +265,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   loads_outside_row_passes_.assign(k.inputs.size(), {});
   row_pass_depth_ = 0;
   pass_store_keys_.clear();
-  column_block_.clear();
-  last_column_pass_.reset();
+  column_passes_.clear();
   column_block_accumulators_.clear();
   row_buffer_bytes_ = 0;
   kept_row_values_.clear();

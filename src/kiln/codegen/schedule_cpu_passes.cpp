@@ -262,15 +262,27 @@ std::optional<std::string> KernelEmitter::column_block_fits(
 void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count,
                                      const std::string& count_text, const std::string& body,
                                      const std::vector<Accumulator>& accs,
-                                     const std::string& element) {
+                                     const std::string& element, const std::string& simd) {
   const std::string width = std::to_string(kCpuColumnBlock);
   std::string arrays, take = element, keep;
+  // The pass's reductions over its rows as its arrays' ("reduction(+:acc0)" ->
+  // "reduction(+:acc0_b[:64])"), where it has them.
+  std::optional<std::string> row_reductions;
+  if (!simd.empty()) row_reductions = simd;
   for (const Accumulator& a : accs) {
     arrays += a.type + " " + a.name + "_b[" + width + "];\n";
     arrays +=
         "for (int64_t cj = 0; cj < " + width + "; ++cj) " + a.name + "_b[cj] = " + a.init + ";\n";
     take += (element.empty() ? a.type + " " : "") + a.name + " = " + a.name + "_b[cj];\n";
     keep += a.name + "_b[cj] = " + a.name + ";\n";
+    const std::string item = ":" + a.name + ")";
+    if (!row_reductions) continue;
+    const size_t at = row_reductions->find(item);
+    if (at == std::string::npos) {
+      row_reductions.reset();
+      continue;
+    }
+    row_reductions->replace(at, item.size(), ":" + a.name + "_b[:" + width + "])");
   }
   auto uses_earlier_accumulator = [this](const std::string& text) {
     for (std::string_view name : variables_in(text))
@@ -278,26 +290,49 @@ void KernelEmitter::cpu_column_block(const std::string& rl, int64_t count,
         if (name == acc || name == acc + "_b") return true;
     return false;
   };
-  const bool joins = last_column_pass_ && last_column_pass_->count == count && element.empty() &&
-                     !uses_earlier_accumulator(body);
+  const bool joins = !column_passes_.empty() && column_passes_.back().count == count &&
+                     element.empty() && !uses_earlier_accumulator(body);
   for (const Accumulator& a : accs)
     column_block_accumulators_.push_back(a.name);
-  if (joins) {
-    ColumnPass& joined = *last_column_pass_;
-    joined.arrays += arrays;
-    joined.element += renamed_variable(take + body + keep, rl, joined.rl);
-    column_block_.resize(joined.at);
-  } else {
-    last_column_pass_ = ColumnPass{rl, count, column_block_.size(), arrays, take + body + keep};
+  if (!joins) {
+    column_passes_.push_back(
+        ColumnPass{rl, count, count_text, arrays, take + body + keep, row_reductions});
+    return;
   }
-  const ColumnPass& pass = *last_column_pass_;
-  std::string code = pass.arrays;
-  code += "for (int64_t " + pass.rl + " = 0; " + pass.rl + " < " + count_text + "; ++" + pass.rl +
-          ") {\n";
-  code += "#pragma omp simd\n  for (int64_t cj = 0; cj < cw; ++cj) {\n";
-  code += "    [[maybe_unused]] const int64_t i" + std::to_string(nest_rank_ - 1) + " = cb + cj;\n";
-  code += indented(pass.element, 2) + "  }\n}\n";
-  column_block_ += code;
+  ColumnPass& joined = column_passes_.back();
+  joined.arrays += arrays;
+  joined.element += renamed_variable(take + body + keep, rl, joined.rl);
+  if (joined.row_reductions && row_reductions)
+    *joined.row_reductions += " " + *row_reductions;
+  else
+    joined.row_reductions.reset();
+}
+
+// The column block's passes as code: each pass's arrays, then its loop over the rows, a vector
+// loop over the block's columns inside. With `shared_rows`, every pass's rows shared by the team
+// of the region cpu_column_block_loops opens (empty where a pass cannot be): the arrays first,
+// outside it (the team's partial arrays combine into them at the end of each pass's loop):
+//   float acc3_b[64]; ...; double acc0_b[64]; ...
+//   [#pragma omp parallel ... {]  #pragma omp for reduction(max:acc3_b[:64])  for (rl5 < e1) ...
+std::string KernelEmitter::column_block_text(bool shared_rows) const {
+  std::string arrays, loops;
+  for (const ColumnPass& pass : column_passes_) {
+    if (shared_rows && !pass.row_reductions) return "";
+    std::string loop = shared_rows ? "#pragma omp for " + *pass.row_reductions + "\n" : "";
+    loop += "for (int64_t " + pass.rl + " = 0; " + pass.rl + " < " + pass.count_text + "; ++" +
+            pass.rl + ") {\n";
+    loop += "#pragma omp simd\n  for (int64_t cj = 0; cj < cw; ++cj) {\n";
+    loop +=
+        "    [[maybe_unused]] const int64_t i" + std::to_string(nest_rank_ - 1) + " = cb + cj;\n";
+    loop += indented(pass.element, 2) + "  }\n}\n";
+    if (shared_rows) {
+      arrays += pass.arrays;
+      loops += loop;
+    } else {
+      loops += pass.arrays + loop;
+    }
+  }
+  return arrays + loops;
 }
 
 // A CPU sum's pass over [from, to) whose elements are float (or half, bfloat16) into a double

@@ -94,7 +94,7 @@ NestBody KernelEmitter::emit_scatter_body(const ScatterStore& scatter, Kernel& k
        "for (int64_t " + pk + " = 0; " + pk + " < " + std::to_string(count) + "; ++" + pk + ") {");
   levels_.at(static_cast<size_t>(depth)) += indented(walk, 1);
   emit(depth, "}");
-  return NestBody{levels_, "", "", column_block_};
+  return NestBody{levels_, "", "", column_block_text(false), ""};
 }
 
 // What the executor may assume of the inputs' loads: none is at the element an iteration
