@@ -413,6 +413,9 @@ class KernelEmitter {
   };
   static MergeFlags merge_flags(const std::vector<std::string>& merges);
   static int64_t inner_reduced_block(const Shape& shape, const std::vector<int64_t>& reduced);
+  static std::optional<std::vector<int64_t>> read_strides(const Value* v);
+  static std::optional<bool> last_kept_dim_innermost(const Value* in,
+                                                     const std::vector<int64_t>& reduced);
   Val as_strided(const Node& node, const Index& at);
   static bool inside(const Geometry& window, int64_t storage_numel);
   void require_whole_storage(const Value* v);

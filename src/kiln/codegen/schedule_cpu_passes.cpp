@@ -216,6 +216,56 @@ int64_t KernelEmitter::inner_reduced_block(const Shape& shape,
   return block;
 }
 
+// The strides a region's value is read with, where that is known from the region: a strided
+// view of a region input (as_strided with constant strides, the form functionalize gives a
+// caller's non-contiguous tensor: channels-last, transposed), or an elementwise op whose
+// operands of its shape are all read so, with the same innermost dim (the first's strides).
+std::optional<std::vector<int64_t>> KernelEmitter::read_strides(const Value* v) {
+  const Node* node = defining_node(v);
+  if (!node) return std::nullopt;
+  if (node->id() == OpId::kAsStrided && !defining_node(node->input(0)))
+    return std::vector<int64_t>(node->arg(2).as_ints().begin(), node->arg(2).as_ints().end());
+  if (node->op->kind != OpKind::kElementwise) return std::nullopt;
+  const Shape& shape = v->tensor_type().shape;
+  auto innermost = [&](const std::vector<int64_t>& strides) {
+    size_t best = strides.size();
+    for (size_t d = 0; d < strides.size(); ++d)
+      if (shape[d] != 1 && (best == strides.size() || strides[d] < strides[best])) best = d;
+    return best;
+  };
+  std::optional<std::vector<int64_t>> first;
+  for (const Operand& o : node->operands) {
+    if (!o.is_value() || !o.value()->is_tensor() || o.value()->tensor_type().shape != shape)
+      continue;
+    std::optional<std::vector<int64_t>> strides = read_strides(o.value());
+    if (!strides || (first && innermost(*strides) != innermost(*first))) return std::nullopt;
+    if (!first) first = strides;
+  }
+  return first;
+}
+
+// Whether a reduction's input is read with the last of its kept dims innermost (the smallest
+// stride of its dims not of size 1: its column block reads consecutive elements across the
+// block's columns), false where a reduced dim is, nullopt where its strides are not known.
+std::optional<bool> KernelEmitter::last_kept_dim_innermost(const Value* in,
+                                                           const std::vector<int64_t>& reduced) {
+  const std::optional<std::vector<int64_t>> strides = read_strides(in);
+  const Shape& shape = in->tensor_type().shape;
+  if (!strides || strides->size() != shape.size()) return std::nullopt;
+  auto is_reduced = [&](size_t d) {
+    return std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) != reduced.end();
+  };
+  std::optional<size_t> last, innermost;  // the last kept dim; the dim of the smallest stride
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    if (!is_reduced(d)) last = d;
+    if (!innermost || (*strides)[d] < (*strides)[*innermost]) innermost = d;
+  }
+  if (!last || !innermost) return std::nullopt;
+  if (is_reduced(*innermost)) return false;
+  return *innermost == *last;
+}
+
 // Whether a reduction's pass at `depth` (its code `body`) runs in the CPU nest's column block:
 // a reduction at the nest's own element whose input keeps its last dim (the nest's last loop
 // walks the input's rows, as x.sum(0) does). Its value: the element's code the pass needs
