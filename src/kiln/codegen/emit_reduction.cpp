@@ -346,10 +346,15 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       auto work_term = [&](const std::string& length, bool in_column_block) {
         if (target_ == Target::kCpu) pass_works_.push_back({depth, in_column_block, count, length});
       };
+      // (Not a sum into float64: sum(x, dtype=float64) adds its elements in double, as eager.)
+      const bool float_sum = target_ == Target::kCpu && float_chunks && fl && !arg &&
+                             element_type == "double" && dtype_size(element_dtype) <= 4 &&
+                             is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1;
       if (std::optional<std::string> element = column_block_fits(
               body, depth, (last_dim_reduced && !columns_innermost) || reduced_innermost, accs)) {
         work_term(count_text(), true);
-        cpu_column_block(rl, count, count_text(), body, accs, *element, simd);
+        cpu_column_block(rl, count, count_text(), body, accs, *element, simd,
+                         float_sum ? combines : decltype(combines){});
         for (const Accumulator& a : accs)
           emit(depth,
                a.name + " = " + a.name + "_b[i" + std::to_string(nest_rank_ - 1) + " - cb];");
@@ -371,10 +376,6 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
           bounds += (bounds.empty() ? "" : ", ") + std::to_string(pieces[piece]);
         emit(depth, "// the pass in pieces at its guards' bounds: " + bounds);
       }
-      // (Not a sum into float64: sum(x, dtype=float64) adds its elements in double, as eager.)
-      const bool float_sum = target_ == Target::kCpu && float_chunks && fl && !arg &&
-                             element_type == "double" && dtype_size(element_dtype) <= 4 &&
-                             is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1;
       const bool chunked = float_sum && along >= 32;
       // One piece of the whole length: its bound the pass's runtime extent (where it has one).
       const bool whole = !nested && runtime_count && pieces.size() == 2 && pieces[1] == count;

@@ -71,6 +71,10 @@ constexpr int64_t kCpuFloatChunk = 1024;
 // four such chains apart on AVX2 (two on AVX-512). A row of 8192 floats in L1: 0.78 us with one
 // accumulator, 0.36 with 32 lanes (this VM's EPYC, 2026-12-06).
 constexpr int64_t kCpuSumLanes = 32;
+// The rows of a CPU column block's chunk, each column's floats summed in float over them before
+// the chunk's sums are added to the double accumulators (cpu_column_block): each sum's rounding
+// errors those of 64 float additions, as a row sum's lanes (kCpuFloatChunk).
+constexpr int64_t kCpuColumnChunkRows = 64;
 // ... for chunks of at least this many blocks of the lanes: the lanes' zeros and their sum cost a
 // short row about what they save (rows of 64 floats: a layer norm of 65536 of them took 2.0 ms
 // in lanes of blocks of 32 against 1.3 in one accumulator, this VM, 2026-12-06).
@@ -525,7 +529,8 @@ class KernelEmitter {
                                                const std::vector<Accumulator>& accs) const;
   void cpu_column_block(const std::string& rl, int64_t count, const std::string& count_text,
                         const std::string& body, const std::vector<Accumulator>& accs,
-                        const std::string& element, const std::string& simd);
+                        const std::string& element, const std::string& simd,
+                        const std::vector<std::pair<std::string, std::string>>& float_sum);
   // (to_text: `to` as kernel text, the pass's runtime extent; empty: the literal)
   void cpu_float_chunks(const std::string& rl, int64_t from, int64_t to, const std::string& to_text,
                         int64_t group, const std::string& body,
@@ -734,10 +739,12 @@ class KernelEmitter {
     int64_t count = 0;
     std::string count_text, arrays, element;
     std::optional<std::string> row_reductions;
+    std::vector<std::string> float_sums;  // the accumulators summed in float chunks of rows
   };
   std::vector<ColumnPass> column_passes_;
   std::vector<std::string> column_block_accumulators_;
   std::string column_block_text(bool shared_rows) const;
+  static std::string column_float_chunks(const ColumnPass& pass, std::string rows);
 
   // The constants the guards of the nest so far compare each loop variable with (note_cut).
   std::map<std::string, std::set<int64_t>> cuts_;
