@@ -35,9 +35,22 @@ Shape drop_shape(const Domain& d) {
   return s;
 }
 
+// Whether a reduction's reduced dims are the last dims of its input (dims of size 1 aside): the
+// rows of a nest over the input's shape.
+bool reduces_trailing_dims(const Domain& d) {
+  if (d.reduced.empty()) return false;
+  for (size_t i = static_cast<size_t>(d.reduced.front()); i < d.full.size(); ++i)
+    if (d.full[i] != 1 &&
+        std::find(d.reduced.begin(), d.reduced.end(), static_cast<int64_t>(i)) == d.reduced.end())
+      return false;
+  return true;
+}
+
 Domain node_domain(const Node& n) {
   Domain d;
   d.opaque = is_opaque(n);
+  for (const Value* v : n.outputs)
+    if (v->is_tensor() && v->tensor_type().device.kind == Device::Kind::kCuda) d.cuda = true;
   if (n.op->kind == OpKind::kReduction) {
     const TensorType& in = n.input(0)->tensor_type();
     d.full = in.shape;
@@ -123,7 +136,8 @@ ExecutionPlan Fuser::run() {
             merge_domains(domain_[static_cast<size_t>(b)], domain_[static_cast<size_t>(a)]);
         if (!merged && inline_across_domains_ && inlinable(b, a))
           merged = domain_[static_cast<size_t>(a)];
-        if (!merged || keeps_apart(a, b) || creates_cycle(b, a)) continue;
+        if (!merged || keeps_apart(a, b) || creates_cycle(b, a) || rereads_reduction(b, a, dep))
+          continue;
         join(b, a, *merged);
         changed = true;
       }
@@ -174,6 +188,25 @@ void Fuser::find_checked_indices() {
 
 // Whether merging the regions rooted at `a` and `b` would compute a checked index in the
 // region of the op that reads it.
+// Whether region `a`, over the full shape of region `b`'s reduction and reducing nothing, reads
+// from `b` (node `dep`'s value) a value at the reduced shape, on a CUDA device, where the
+// reduction is not over the last dims. A CUDA nest over the full shape computes a reduction once
+// a row of its last dims (the row nest: a normalization's statistics in the row's threads);
+// one over other dims (a batch norm's statistics over (0, 2, 3), a softmax over dim 0) would
+// run again for every row that reads it: at 2^26 elements 2.4M rows of 28, each summing 1M
+// elements (the bench ran for minutes). The reader keeps a region of its own. (On the CPU the
+// loop order takes such a statistic out of the loops it does not read: cpu_loop_order.)
+bool Fuser::rereads_reduction(int b, int a, int dep) const {
+  const Domain& r = domain_[static_cast<size_t>(b)];
+  const Domain& reader = domain_[static_cast<size_t>(a)];
+  if (!r.cuda || r.reduced.empty() || reduces_trailing_dims(r) || !reader.reduced.empty() ||
+      reader.full != r.full)
+    return false;
+  for (const Value* v : t_.nodes()[static_cast<size_t>(dep)]->outputs)
+    if (v->is_tensor() && v->tensor_type().shape != r.full) return true;
+  return false;
+}
+
 bool Fuser::keeps_apart(int a, int b) {
   for (auto [op, index] : apart_) {
     int r = find(op), s = find(index);

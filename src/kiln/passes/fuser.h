@@ -27,6 +27,7 @@ struct Domain {
   Shape full;
   std::vector<int64_t> reduced;
   bool opaque = false;
+  bool cuda = false;  // computed on a CUDA device
 };
 
 Shape keep_shape(const Domain& d);
@@ -44,6 +45,7 @@ class Fuser {
   // ---- the regions and the greedy merge (fuse.cpp)
   void find_checked_indices();
   bool keeps_apart(int a, int b);
+  bool rereads_reduction(int b, int a, int dep) const;
   int find(int i);
   // Compute nodes whose values node i reads, looking through views (computed once: the greedy
   // loop and the cycle test ask for them again and again).
