@@ -383,22 +383,26 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       work_term(nested ? std::to_string(count) : length, false);
       // Two forms: the merged one where every merge its addresses took holds (a constant in each
       // of the nest's copies: emit_nest_loops), else the divided one.
-      const DividedPass divided_pass{
-          rl,
-          ro,
-          runtime_count ? "(" + count_text() + " / " + std::to_string(innermost_size) + ")"
-                        : std::to_string(count / innermost_size),
-          innermost_size,
-          count,
-          body,
-          simd,
-          float_sum ? accs.front().name : "",
-          combines};
+      // (Made only for a pass with two forms: the outer loop's bound registers the pass's
+      // runtime extent, a kernel argument.)
+      auto divided_pass = [&] {
+        return DividedPass{rl,
+                           ro,
+                           runtime_count
+                               ? "(" + count_text() + " / " + std::to_string(innermost_size) + ")"
+                               : std::to_string(count / innermost_size),
+                           innermost_size,
+                           count,
+                           body,
+                           simd,
+                           float_sum ? accs.front().name : "",
+                           combines};
+      };
       if (two_forms) {
         const std::string merges = pass_merge_flags(merged_positions);
         emit(depth, "constexpr bool " + merged + " = " + merges + ";");
         if (merges == "false") {
-          cpu_divided_pass(divided_pass, depth);
+          cpu_divided_pass(divided_pass(), depth);
           return;
         }
         emit(depth, "if constexpr (" + merged + ") {");
@@ -426,7 +430,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       if (nested) emit(depth, "}");
       if (two_forms) {
         emit(depth, "} else {");
-        cpu_divided_pass(divided_pass, depth);
+        cpu_divided_pass(divided_pass(), depth);
         emit(depth, "}");
       }
     }
