@@ -224,7 +224,8 @@ std::optional<std::vector<int64_t>> KernelEmitter::read_strides(const Value* v) 
   const Node* node = defining_node(v);
   if (!node) return std::nullopt;
   if (node->id() == OpId::kAsStrided && !defining_node(node->input(0)))
-    return std::vector<int64_t>(node->arg(2).as_ints().begin(), node->arg(2).as_ints().end());
+    return std::vector<int64_t>(node->arg("stride").as_ints().begin(),
+                                node->arg("stride").as_ints().end());
   if (node->op->kind != OpKind::kElementwise) return std::nullopt;
   const Shape& shape = v->tensor_type().shape;
   auto innermost = [&](const std::vector<int64_t>& strides) {
