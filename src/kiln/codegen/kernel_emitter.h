@@ -417,7 +417,8 @@ class KernelEmitter {
   };
   static MergeFlags merge_flags(const std::vector<std::string>& merges);
   static int64_t inner_reduced_block(const Shape& shape, const std::vector<int64_t>& reduced);
-  static std::optional<std::vector<int64_t>> read_strides(const Value* v);
+  using ReadStrides = std::map<const Value*, std::optional<std::vector<int64_t>>>;
+  static std::optional<std::vector<int64_t>> read_strides(const Value* v, ReadStrides& seen);
   static std::optional<bool> last_kept_dim_innermost(const Value* in,
                                                      const std::vector<int64_t>& reduced);
   Val as_strided(const Node& node, const Index& at);

@@ -220,12 +220,16 @@ int64_t KernelEmitter::inner_reduced_block(const Shape& shape,
 // view of a region input (as_strided with constant strides, the form functionalize gives a
 // caller's non-contiguous tensor: channels-last, transposed), or an elementwise op whose
 // operands of its shape are all read so, with the same innermost dim (the first's strides).
-std::optional<std::vector<int64_t>> KernelEmitter::read_strides(const Value* v) {
+// `seen` holds the values asked already: a chain t = t * t reads each value twice, and without
+// it the walk doubled at every op.
+std::optional<std::vector<int64_t>> KernelEmitter::read_strides(const Value* v, ReadStrides& seen) {
+  if (auto it = seen.find(v); it != seen.end()) return it->second;
+  std::optional<std::vector<int64_t>>& known = seen[v];
   const Node* node = defining_node(v);
   if (!node) return std::nullopt;
   if (node->id() == OpId::kAsStrided && !defining_node(node->input(0)))
-    return std::vector<int64_t>(node->arg("stride").as_ints().begin(),
-                                node->arg("stride").as_ints().end());
+    return known = std::vector<int64_t>(node->arg("stride").as_ints().begin(),
+                                        node->arg("stride").as_ints().end());
   if (node->op->kind != OpKind::kElementwise) return std::nullopt;
   const Shape& shape = v->tensor_type().shape;
   auto innermost = [&](const std::vector<int64_t>& strides) {
@@ -238,11 +242,11 @@ std::optional<std::vector<int64_t>> KernelEmitter::read_strides(const Value* v) 
   for (const Operand& o : node->operands) {
     if (!o.is_value() || !o.value()->is_tensor() || o.value()->tensor_type().shape != shape)
       continue;
-    std::optional<std::vector<int64_t>> strides = read_strides(o.value());
+    std::optional<std::vector<int64_t>> strides = read_strides(o.value(), seen);
     if (!strides || (first && innermost(*strides) != innermost(*first))) return std::nullopt;
     if (!first) first = strides;
   }
-  return first;
+  return seen[v] = first;
 }
 
 // Whether a reduction's input is read with the last of its kept dims innermost (the smallest
@@ -250,7 +254,8 @@ std::optional<std::vector<int64_t>> KernelEmitter::read_strides(const Value* v) 
 // block's columns), false where a reduced dim is, nullopt where its strides are not known.
 std::optional<bool> KernelEmitter::last_kept_dim_innermost(const Value* in,
                                                            const std::vector<int64_t>& reduced) {
-  const std::optional<std::vector<int64_t>> strides = read_strides(in);
+  ReadStrides seen;
+  const std::optional<std::vector<int64_t>> strides = read_strides(in, seen);
   const Shape& shape = in->tensor_type().shape;
   if (!strides || strides->size() != shape.size()) return std::nullopt;
   auto is_reduced = [&](size_t d) {
