@@ -531,3 +531,41 @@ def test_random_reductions_over_several_dims_agree_with_eager(seed):
 
     tolerance = {"rtol": 2e-2, "atol": 2e-2} if dtype == torch.bfloat16 else {}
     check_against_eager(fn, make, **tolerance)
+
+
+# A CPU pass takes the reduced dims in their memory order where the strides are known (a
+# caller's permuted tensor): its inner loop along the smallest stride, and one position over
+# dims the input is contiguous over in that order. The sum of a permuted tensor and one of
+# another layout reads each in its own form; argmax's position stays row-major.
+MEMORY_ORDER = {
+    "hw transposed mean": ((6, 5, 12, 9), (0, 1, 3, 2), (2, 3)),
+    "batch norm stats of a transposed image": ((4, 3, 10, 7), (0, 1, 3, 2), (0, 2, 3)),
+    "nchw viewed from nhwc over c, h, w": ((3, 8, 6, 5), (0, 2, 3, 1), (1, 2, 3)),
+    "reversed dims, full": ((5, 7, 9), (2, 1, 0), (0, 1, 2)),
+    "reversed dims, two of three": ((5, 7, 9), (2, 1, 0), (1, 2)),
+    "rotated, outer two": ((6, 4, 11), (1, 2, 0), (0, 1)),
+}
+
+
+@pytest.mark.parametrize("name", MEMORY_ORDER)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_reductions_of_permuted_inputs_agree_with_eager(name, dtype):
+    shape, order, dims = MEMORY_ORDER[name]
+
+    def permuted(seed):  # a tensor of `shape` whose memory runs in `order`
+        base = _randn(*[shape[d] for d in order], seed=seed)
+        if dtype == torch.int64:
+            base = (base * 10).to(torch.int64)
+        return base.permute(*[order.index(d) for d in range(len(shape))])
+
+    def contiguous(seed):
+        return permuted(seed).contiguous()
+
+    def fn(x, y):
+        if dtype == torch.int64:
+            return x.sum(dims), (x + y).sum(dims), x.amax(dims), x.flatten().argmax()
+        return x.mean(dims), (x + y).sum(dims), x.var(dims), x.amin(dims), x.flatten().argmax()
+
+    check_against_eager(fn, lambda: [permuted(0), contiguous(1)])
+    check_against_eager(fn, lambda: [contiguous(0), permuted(1)])
+    check_against_eager(fn, lambda: [permuted(0), permuted(1)])

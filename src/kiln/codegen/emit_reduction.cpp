@@ -7,7 +7,8 @@ namespace kiln::codegen::detail {
 // ---- reductions ----------------------------------------------------------------------------
 
 // One output element of a reduction: a loop over the reduced elements (in row-major order of
-// the reduced dims, as the interpreter groups them), floats accumulated in double and integers
+// the reduced dims, as the interpreter groups them; on the CPU in memory order where the input's
+// strides are known: memory_order_of_reduced), floats accumulated in double and integers
 // in wrapping int64, each element first converted to the output dtype. The loop sits at the
 // level of the output index, so a row statistic is computed once per row; in a CUDA row nest a
 // reduction at row level is split over the row's threads and combined with block_<op> or
@@ -24,6 +25,9 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     count *= in.shape[static_cast<size_t>(d)];
   if (count == 0) not_lowered(node.op->name + ": a reduction over no elements");
   const bool arg = id == OpId::kArgmax || id == OpId::kArgmin;
+  // A CPU pass takes the reduced dims in their memory order where it is known (below, `reduced`
+  // is the pass's order, outermost first).
+  if (target_ == Target::kCpu && !arg) reduced = memory_order_of_reduced(self, reduced);
   const DType held = arg ? in.dtype : out;  // the dtype the elements are compared or summed in
   const bool fl = is_floating(held);
   if (id == OpId::kMean && !fl) not_lowered("mean: of an integral dtype (eager raises)");

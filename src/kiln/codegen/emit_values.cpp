@@ -320,36 +320,59 @@ std::optional<std::string> KernelEmitter::merged_address(const std::string& base
   return address.text;
 }
 
-// merged_address's terms: each an index and the dim whose stride it is multiplied by (the last
-// of the dims it indexes); none where no pair of dims merges.
+// merged_address's terms: each an index and the dim whose stride it is multiplied by (the
+// remainder's: the last of the dims it indexes, or the first where a pass divided its position
+// over them in memory order, the quotient the later dim: memory_order_of_reduced); none where no
+// pair of dims merges. Either way q * s_q + r * s_r is p * s_r where s_q == size_r * s_r.
 std::optional<std::vector<KernelEmitter::AddressTerm>> KernelEmitter::merged_terms(
     const std::string& strides, const Shape& shape, const Index& at,
-    std::vector<std::string>& flags) {
-  auto stride = [&](size_t d) { return strides + std::to_string(d); };
+    std::vector<std::string>& flags, const Strides* constant) {
+  auto stride = [&](size_t d) {
+    return constant ? int_literal((*constant)[d]) : strides + std::to_string(d);
+  };
   struct Term {
     IndexExpr index;
-    size_t first, last;  // the dims it indexes, addressed at the last's stride
+    size_t first, last;  // the dims it indexes
+    size_t at_stride;    // the dim whose stride it is multiplied by
   };
   std::vector<Term> terms;  // (a dim of 1 at index 0 parts no others)
   for (size_t d = 0; d < at.size(); ++d)
-    if (shape[d] != 1 || !at[d].is_zero()) terms.push_back({at[d], d, d});
+    if (shape[d] != 1 || !at[d].is_zero()) terms.push_back({at[d], d, d, d});
+  auto positions = [&](const Term& t) {
+    int64_t n = 1;
+    for (size_t d = t.first; d <= t.last; ++d)
+      n *= shape[d];
+    return n;
+  };
   bool merged = false;
   for (size_t j = 0; j + 1 < terms.size();) {
-    auto it = divmods_.find({terms[j].index.text, terms[j + 1].index.text});
-    int64_t inner = 1;
-    for (size_t d = terms[j + 1].first; d <= terms[j + 1].last; ++d)
-      inner *= shape[d];
-    if (it == divmods_.end() || it->second.divisor != inner) {
+    // (quotient, remainder): the earlier dim's index the quotient, or the later's
+    const Term* q = &terms[j];
+    const Term* r = &terms[j + 1];
+    auto it = divmods_.find({q->index.text, r->index.text});
+    if (it == divmods_.end() || it->second.divisor != positions(*r)) {
+      std::swap(q, r);
+      it = divmods_.find({q->index.text, r->index.text});
+    }
+    if (it == divmods_.end() || it->second.divisor != positions(*r)) {
       ++j;
       continue;
     }
-    const std::string condition =
-        stride(terms[j].last) + " == " + int_literal(inner) + " * " + stride(terms[j + 1].last);
+    if (constant && (*constant)[q->at_stride] != positions(*r) * (*constant)[r->at_stride]) {
+      ++j;
+      continue;
+    }
+    const std::string condition = stride(q->at_stride) + " == " + int_literal(positions(*r)) +
+                                  " * " + stride(r->at_stride);
+    // (Between constants it holds, yet it takes a flag: the nest's copy for other strides runs a
+    // pass's divided form, where the merged position is not the pass's.)
+    if (constant) constant_merge_conditions_.insert(condition);
     auto flag = std::find(merge_conditions_.begin(), merge_conditions_.end(), condition);
     if (flag == merge_conditions_.end()) flag = merge_conditions_.insert(flag, condition);
     flags.push_back("mg" + std::to_string(flag - merge_conditions_.begin()));
     merge_flags_by_dividend_[it->second.dividend].insert(flags.back());
-    terms[j] = {IndexExpr::var(it->second.dividend), terms[j].first, terms[j + 1].last};
+    terms[j] = {IndexExpr::var(it->second.dividend), terms[j].first, terms[j + 1].last,
+                r->at_stride};
     terms.erase(terms.begin() + static_cast<std::ptrdiff_t>(j) + 1);
     merged = true;
     if (j > 0) --j;  // the merged position may be the remainder of the dims before
@@ -357,7 +380,7 @@ std::optional<std::vector<KernelEmitter::AddressTerm>> KernelEmitter::merged_ter
   if (!merged) return std::nullopt;
   std::vector<AddressTerm> out;
   for (const Term& term : terms)
-    out.push_back({term.index, term.last});
+    out.push_back({term.index, term.at_stride});
   return out;
 }
 
@@ -438,11 +461,28 @@ Val KernelEmitter::as_strided(const Node& node, const Index& at) {
                                       Strides(strides.begin(), strides.end()), offset});
   raw_loads_[k] = true;
   std::string n = std::to_string(k);
-  IndexExpr address = offset ? IndexExpr::number(*offset) : IndexExpr::var("o" + n);
+  const IndexExpr base = offset ? IndexExpr::number(*offset) : IndexExpr::var("o" + n);
+  IndexExpr address = base;
   for (size_t d = 0; d < at.size(); ++d)
     address = address + at[d] * strides[d];
   DType dtype = src->tensor_type().dtype;
-  return define(dtype, "ld_" + suffix(dtype) + "(in" + n + ", " + address.text + ")");
+  std::string text = address.text;
+  // A pass over reduced dims it is contiguous over reads one position (merged_terms), in the
+  // order of its strides (an h, w-transposed x.mean((2, 3)) reads its 784 floats in a row).
+  std::vector<std::string> flags;
+  const Strides constant(strides.begin(), strides.end());
+  if (merge_reduced_dims_ && !divmods_.empty())
+    if (std::optional<std::vector<AddressTerm>> terms =
+            merged_terms("", Shape(sizes.begin(), sizes.end()), at, flags, &constant)) {
+      IndexExpr merged = base;
+      for (const AddressTerm& term : *terms)
+        merged = merged + term.index * strides[term.dim];
+      std::string all;
+      for (const std::string& f : flags)
+        all += (all.empty() ? "" : " && ") + f;
+      text = "(" + all + " ? " + merged.text + " : " + address.text + ")";
+    }
+  return define(dtype, "ld_" + suffix(dtype) + "(in" + n + ", " + text + ")");
 }
 
 bool KernelEmitter::inside(const Geometry& window, int64_t storage_numel) {

@@ -408,9 +408,11 @@ class KernelEmitter {
     IndexExpr index;
     size_t dim;  // the index is multiplied by this dim's stride
   };
+  // (`constant`: the strides themselves where they are constants, as an as_strided view's)
   std::optional<std::vector<AddressTerm>> merged_terms(const std::string& strides,
                                                        const Shape& shape, const Index& at,
-                                                       std::vector<std::string>& flags);
+                                                       std::vector<std::string>& flags,
+                                                       const Strides* constant = nullptr);
   void note_divmod_alias(const std::string& alias, const std::string& of);
   struct MergeFlags {
     std::string cond, on, off;
@@ -421,6 +423,8 @@ class KernelEmitter {
   static std::optional<std::vector<int64_t>> read_strides(const Value* v, ReadStrides& seen);
   static std::optional<bool> last_kept_dim_innermost(const Value* in,
                                                      const std::vector<int64_t>& reduced);
+  static std::vector<int64_t> memory_order_of_reduced(const Value* in,
+                                                      std::vector<int64_t> reduced);
   Val as_strided(const Node& node, const Index& at);
   static bool inside(const Geometry& window, int64_t storage_numel);
   void require_whole_storage(const Value* v);
@@ -705,6 +709,8 @@ class KernelEmitter {
   // (emit_nest_loops and specialized_on_merges specialize the nest on them); merged addresses
   // only while merge_reduced_dims_ (a CPU nest's loops, a CUDA row nest's body).
   std::vector<std::string> merge_conditions_;
+  // Those of them between constant strides, which hold (a nest of no others takes one copy).
+  std::set<std::string> constant_merge_conditions_;
   bool merge_reduced_dims_ = false;
   // What an element of the nest costs so far: 1, plus kCostlyOpWeight for each libm-class
   // function in its body (costly_op). It scales the iterations parallel_worth compares.

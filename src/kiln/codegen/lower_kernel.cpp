@@ -290,6 +290,7 @@ void KernelEmitter::begin_body(const Shape& shape, const Kernel& k, NestMode mod
   divmods_.clear();
   merge_flags_by_dividend_.clear();
   merge_conditions_.clear();
+  constant_merge_conditions_.clear();
   element_cost_ = 1;
   nest_shape_ = shape;
   element_ = ElementReductions{};

@@ -199,21 +199,52 @@ std::vector<int64_t> KernelEmitter::pieces_between_cuts(const std::string& var,
 }
 
 // The positions of the innermost block of a reduction's reduced dims that are adjacent in its
-// input (dims of size 1 between them do not part them): the pass's inner loop (reduction:
+// input (dims of size 1 between them do not part them), `reduced` in the pass's order (outermost
+// first; memory_order_of_reduced may have permuted it): the pass's inner loop (reduction:
 // `nested`), whose indices merged_address joins into one position where the input is
-// contiguous over them. [N, C, H, W] over (0, 2, 3): H * W.
+// contiguous over them. The longest tail of the order whose dims span no kept dim.
+//   [N, C, H, W] over (0, 2, 3): H * W; over (0, 3, 2) (h, w transposed): W * H too
 int64_t KernelEmitter::inner_reduced_block(const Shape& shape,
                                            const std::vector<int64_t>& reduced) {
-  int64_t block = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    const bool is_reduced =
-        std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) != reduced.end();
-    if (is_reduced)
-      block *= shape[d];
-    else if (shape[d] != 1 && block > 1)
-      break;
+  auto kept_between = [&](int64_t low, int64_t high) {
+    for (int64_t d = low + 1; d < high; ++d)
+      if (shape[static_cast<size_t>(d)] != 1 &&
+          std::find(reduced.begin(), reduced.end(), d) == reduced.end())
+        return true;
+    return false;
+  };
+  int64_t block = 1, low = -1, high = -1;  // the block's dims not of size 1: [low, high]
+  for (size_t r = reduced.size(); r-- > 0;) {
+    const int64_t d = reduced[r], size = shape[static_cast<size_t>(d)];
+    if (size == 1) continue;
+    const int64_t new_low = low < 0 ? d : std::min(low, d), new_high = std::max(high, d);
+    if (kept_between(new_low, new_high)) break;
+    low = new_low;
+    high = new_high;
+    block *= size;
   }
   return block;
+}
+
+// The order a CPU pass takes a reduction's reduced dims in (outermost first): their memory order
+// where the strides the input is read with are known (read_strides), the largest stride first,
+// so that the pass's inner loop walks the smallest (an h, w-transposed x.mean((2, 3)) read its
+// rows 28 floats apart: 4.2x eager's time), and merged_address may join them into one position;
+// else, and for argmax and argmin (whose result is a position in row-major order), `reduced`.
+// Dims of size 1 go first (they are not looped over).
+std::vector<int64_t> KernelEmitter::memory_order_of_reduced(const Value* in,
+                                                            std::vector<int64_t> reduced) {
+  ReadStrides seen;
+  const std::optional<std::vector<int64_t>> strides = read_strides(in, seen);
+  const Shape& shape = in->tensor_type().shape;
+  if (!strides || strides->size() != shape.size()) return reduced;
+  auto key = [&](int64_t d) {
+    const auto at = static_cast<size_t>(d);
+    return shape[at] == 1 ? INT64_MAX : (*strides)[at];
+  };
+  std::stable_sort(reduced.begin(), reduced.end(),
+                   [&](int64_t a, int64_t b) { return key(a) > key(b); });
+  return reduced;
 }
 
 // The strides a region's value is read with, where that is known from the region: a strided

@@ -52,7 +52,7 @@ std::string KernelEmitter::cuda_tables(const Shape& shape, Kernel& k, int64_t& e
     begin_body(type.shape, k, NestMode::kFlat, nullptr);
     const Index at = loop_index(type.shape);
     const Val r = eval(v, at);
-    const std::string body = NestBody{levels_, "", "", ""}.flat() + name + "[" +
+    const std::string body = NestBody{.levels = levels_}.flat() + name + "[" +
                              table_position(v, at) + "] = " + r.expr + ";\n";
     src += "  __shared__ alignas(16) " + reg(type.dtype) + " " + name + "[" + count + "];  // " +
            shape_str(type.shape) + "\n";
