@@ -362,8 +362,8 @@ std::optional<std::vector<KernelEmitter::AddressTerm>> KernelEmitter::merged_ter
       ++j;
       continue;
     }
-    const std::string condition = stride(q->at_stride) + " == " + int_literal(positions(*r)) +
-                                  " * " + stride(r->at_stride);
+    const std::string condition =
+        stride(q->at_stride) + " == " + int_literal(positions(*r)) + " * " + stride(r->at_stride);
     // (Between constants it holds, yet it takes a flag: the nest's copy for other strides runs a
     // pass's divided form, where the merged position is not the pass's.)
     if (constant) constant_merge_conditions_.insert(condition);

@@ -95,8 +95,8 @@ std::string KernelEmitter::emit_nest_loops(const Shape& shape, Kernel& k, bool i
   const MergeFlags flags = merge_flags(merges);
   if (!flags.cond.empty()) cond += (cond.empty() ? "" : " && ") + flags.cond;
   const bool constant = unit.empty() && std::all_of(merges.begin(), merges.end(), [&](auto& m) {
-    return constant_merge_conditions_.contains(m);
-  });
+                          return constant_merge_conditions_.contains(m);
+                        });
   if (cond.empty()) {
     out += loops;
   } else if (constant) {  // (merges between constant strides alone: they hold)
