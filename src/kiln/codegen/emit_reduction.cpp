@@ -126,41 +126,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   // `accs`: the pass's accumulators, declared at `depth` with their initial values.
   // `float_chunks`: a plain sum whose elements are float, half or bfloat16 into a double
   // accumulator; on the CPU its pass may run in chunks summed in float (cpu_float_chunks).
-  // A CPU pass over reduced dims that are not one block of adjacent dims (a batch norm's mean
-  // over n, h, w) runs as a loop over the outer ones around a pass over the innermost block:
-  // its position decomposes into the block's indices alone, which merged_address makes one
-  // linear position, where all of them decomposed took divisions and gathers at every element.
-  //   for (ro < N) { for (rl < H * W) { rd = rl % W; rq = rl / W; ...; rd0 = ro; ... } }
-  // A CPU reduction at the nest's element whose input is laid out with the nest's last dim
-  // innermost (a channels-last x.mean((2, 3)): c's stride 1, w's C) runs in the nest's column
-  // block as one that keeps its last dim does: each position of (h, w) read for 64 consecutive
-  // channels, where a pass for each channel read one element of each position (8x eager's time).
-  // And the converse: one whose reduced dims are innermost (a channels-last x.sum(1)) takes its
-  // pass at each element, along them, not a column block whose columns are C apart (33x eager's
-  // time for [32, 64, 28, 28], 130x for [32, 256, 14, 14]).
-  const bool cpu_element =
-      target_ == Target::kCpu && !cooperative && !columnar && depth == nest_rank_;
-  const std::optional<bool> kept_innermost =
-      cpu_element ? last_kept_dim_innermost(self, reduced) : std::nullopt;
-  const bool columns_innermost = last_dim_reduced && kept_innermost == true;
-  const bool reduced_innermost = !last_dim_reduced && kept_innermost == false;
-  const int64_t block = target_ == Target::kCpu && !cooperative && !columnar && !arg && depth > 0 &&
-                                last_dim_reduced && !columns_innermost
-                            ? inner_reduced_block(in.shape, reduced)
-                            : count;
-  const bool nested = block >= kMinSplitInner && block < count;
-  // Where the input is not contiguous over the block's dims (a slice x[..., :27] of [.., 28, 32]:
-  // merged_address's conditions fail), the divisions of the position stay, a gather at every
-  // element (x[..., :27].sum((2, 3)) took 3.5-4x eager's time, x[:, :1000].sum() 10.7x). Such a
-  // pass also has a divided form: a loop over the innermost reduced dim inside one over the
-  // others (cpu_divided_pass), which runs where the merged form does not (rl<k>_merged). Even
-  // rows of 2 took it under eager's time.
-  int64_t innermost_size = 1;  // the innermost reduced dim's size (not a dim of 1)
-  for (size_t r = reduced.size(); r-- > 0 && innermost_size == 1;)
-    innermost_size = in.shape[static_cast<size_t>(reduced[r])];
-  const bool two_forms = target_ == Target::kCpu && !cooperative && !columnar && !arg &&
-                         last_dim_reduced && !columns_innermost &&
-                         innermost_size < (nested ? block : count);
+  // Its form where one thread runs it (schedule_cpu_pass_forms.cpp: a nest of an inner block, a
+  // merged and a divided form, the nest's column block).
+  const PassForm form = pass_form(self, reduced, depth, cooperative || columnar, arg);
+  const bool nested = form.nested, two_forms = form.two_forms;
+  const int64_t block = form.block;
   auto pass = [&](const Combine& combine, const std::string& simd,
                   const std::vector<Accumulator>& accs, bool float_chunks = false) {
     std::string rl = fresh("rl");
@@ -346,97 +316,27 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
       emit(depth, "}");
     } else {
-      // (A CPU team's work, over the pass's extent where its loop reads it: cpu_nest_work.)
-      auto work_term = [&](const std::string& length, bool in_column_block) {
-        if (target_ == Target::kCpu) pass_works_.push_back({depth, in_column_block, count, length});
-      };
       // (Not a sum into float64: sum(x, dtype=float64) adds its elements in double, as eager.)
       const bool float_sum = target_ == Target::kCpu && float_chunks && fl && !arg &&
                              element_type == "double" && dtype_size(element_dtype) <= 4 &&
                              is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1;
-      if (std::optional<std::string> element = column_block_fits(
-              body, depth, (last_dim_reduced && !columns_innermost) || reduced_innermost, accs)) {
-        work_term(count_text(), true);
-        cpu_column_block(rl, count, count_text(), body, accs, *element, simd,
-                         float_sum ? combines : decltype(combines){});
-        for (const Accumulator& a : accs)
-          emit(depth,
-               a.name + " = " + a.name + "_b[i" + std::to_string(nest_rank_ - 1) + " - cb];");
-        return;
-      }
-      if (target_ == Target::kCpu && pass_stores_ && &node == pass_stores_->reduction &&
-          !pass_stores_->along_last_dim)
-        throw PassOutsideColumnBlock{};
-      // A pass outside the nest's loops (a full reduction) is shared by the cores when long.
-      // One loop per piece between the pass's guards' bounds (pieces_between_cuts).
-      const int64_t along = nested ? block : count;  // rl's positions
-      std::vector<int64_t> pieces = split ? std::vector<int64_t>{0, count / split}
-                                    : target_ == Target::kCpu
-                                        ? pieces_between_cuts(same_as_rl, along)
-                                        : std::vector<int64_t>{0, count};
-      if (pieces.size() > 2) {
-        std::string bounds;
-        for (size_t piece = 1; piece + 1 < pieces.size(); ++piece)
-          bounds += (bounds.empty() ? "" : ", ") + std::to_string(pieces[piece]);
-        emit(depth, "// the pass in pieces at its guards' bounds: " + bounds);
-      }
-      const bool chunked = float_sum && along >= 32;
-      // One piece of the whole length: its bound the pass's runtime extent (where it has one).
-      const bool whole = !nested && runtime_count && pieces.size() == 2 && pieces[1] == count;
-      const std::string length = whole ? count_text() : std::to_string(along);
-      work_term(nested ? std::to_string(count) : length, false);
-      // Two forms: the merged one where every merge its addresses took holds (a constant in each
-      // of the nest's copies: emit_nest_loops), else the divided one.
-      // (Made only for a pass with two forms: the outer loop's bound registers the pass's
-      // runtime extent, a kernel argument.)
-      auto divided_pass = [&] {
-        return DividedPass{rl,
-                           ro,
-                           runtime_count
-                               ? "(" + count_text() + " / " + std::to_string(innermost_size) + ")"
-                               : std::to_string(count / innermost_size),
-                           innermost_size,
-                           count,
-                           body,
-                           simd,
-                           float_sum ? accs.front().name : "",
-                           combines};
-      };
-      if (two_forms) {
-        const std::string merges = pass_merge_flags(merged_positions);
-        emit(depth, "constexpr bool " + merged + " = " + merges + ";");
-        if (merges == "false") {
-          cpu_divided_pass(divided_pass(), depth);
-          return;
-        }
-        emit(depth, "if constexpr (" + merged + ") {");
-        if (!nested) emit(depth, "[[maybe_unused]] constexpr int64_t " + ro + " = 0;");
-      }
-      if (nested)
-        emit(depth, "for (int64_t " + ro + " = 0; " + ro + " < " + std::to_string(count / block) +
-                        "; ++" + ro + ") {");
-      for (size_t piece = 0; piece + 1 < pieces.size(); ++piece) {
-        if (chunked) {
-          cpu_float_chunks(rl, pieces[piece], pieces[piece + 1], whole ? length : "",
-                           std::max<int64_t>(split, 1), body, combines, accs.front().name, depth);
-          continue;
-        }
-        if (target_ == Target::kCpu && !simd.empty())
-          emit(depth, depth == 0 && parallel_worth(count)
-                          ? "#pragma omp parallel for simd " + simd + team_clause({count, length})
-                          : "#pragma omp simd " + simd);
-        emit(depth, "for (int64_t " + rl + " = " + std::to_string(pieces[piece]) + "; " + rl +
-                        " < " + (whole ? length : std::to_string(pieces[piece + 1])) + "; ++" + rl +
-                        ") {");
-        levels_.at(static_cast<size_t>(depth)) += indented(body, 1);
-        emit(depth, "}");
-      }
-      if (nested) emit(depth, "}");
-      if (two_forms) {
-        emit(depth, "} else {");
-        cpu_divided_pass(divided_pass(), depth);
-        emit(depth, "}");
-      }
+      serial_pass_loops(
+          SerialPass{.depth = depth,
+                     .count = count,
+                     .count_text = count_text,
+                     .runtime_count = runtime_count,
+                     .rl = rl,
+                     .ro = ro,
+                     .merged_positions = merged_positions,
+                     .body = body,
+                     .simd = simd,
+                     .accs = accs,
+                     .combines = combines,
+                     .float_sum = float_sum,
+                     .stores_in_pass = pass_stores_ && &node == pass_stores_->reduction,
+                     .split = split,
+                     .same_as_rl = same_as_rl,
+                     .form = form});
     }
   };
 

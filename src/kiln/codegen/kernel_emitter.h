@@ -418,13 +418,6 @@ class KernelEmitter {
     std::string cond, on, off;
   };
   static MergeFlags merge_flags(const std::vector<std::string>& merges);
-  static int64_t inner_reduced_block(const Shape& shape, const std::vector<int64_t>& reduced);
-  using ReadStrides = std::map<const Value*, std::optional<std::vector<int64_t>>>;
-  static std::optional<std::vector<int64_t>> read_strides(const Value* v, ReadStrides& seen);
-  static std::optional<bool> last_kept_dim_innermost(const Value* in,
-                                                     const std::vector<int64_t>& reduced);
-  static std::vector<int64_t> memory_order_of_reduced(const Value* in,
-                                                      std::vector<int64_t> reduced);
   Val as_strided(const Node& node, const Index& at);
   static bool inside(const Geometry& window, int64_t storage_numel);
   void require_whole_storage(const Value* v);
@@ -516,6 +509,60 @@ class KernelEmitter {
   bool tiles_fit(const Shape& shape, const NestBody& body) const;
   std::string cpu_tiled_loops(const Shape& shape, const NestBody& body, const TeamWork& work) const;
 
+  // schedule_cpu_pass_forms.cpp: the form of a pass one thread runs, and its loops
+  struct PassForm {
+    bool last_dim_reduced = false;
+    bool columns_innermost = false;  // (CPU, at the nest's element) its last kept dim innermost
+    bool reduced_innermost = false;  // a reduced dim innermost, the last dim kept
+    int64_t block = 0;               // the positions of its inner loop (all of them: not nested)
+    bool nested = false;             // a loop over the outer reduced dims around the block's
+    bool two_forms = false;          // a merged form and a divided one (rl<k>_merged)
+    int64_t innermost_size = 1;      // the innermost reduced dim's size (the divided inner loop)
+  };
+  PassForm pass_form(const Value* in, const std::vector<int64_t>& reduced, int depth, bool shared,
+                     bool arg) const;
+  // A pass's loops (reduction's pass): its body, accumulators and combine lines, its variables
+  // (rl; ro, the outer loop's, where nested or in two forms) and the merged form's positions.
+  struct SerialPass {
+    int depth = 0;
+    int64_t count = 0;
+    std::function<std::string()> count_text;  // (registers the runtime extent where it reads one)
+    bool runtime_count = false;
+    std::string rl, ro;
+    std::set<std::string> merged_positions;
+    std::string body, simd;
+    std::vector<Accumulator> accs;
+    std::vector<std::pair<std::string, std::string>> combines;
+    bool float_sum = false;  // a float sum into double, in float chunks (cpu_float_chunks)
+    bool stores_in_pass = false;
+    int64_t split = 0;  // cpu_residue_split's
+    std::string same_as_rl;
+    PassForm form;
+  };
+  void serial_pass_loops(const SerialPass& pass);
+  static int64_t inner_reduced_block(const Shape& shape, const std::vector<int64_t>& reduced);
+  static std::vector<int64_t> memory_order_of_reduced(const Value* in,
+                                                      std::vector<int64_t> reduced);
+  using ReadStrides = std::map<const Value*, std::optional<std::vector<int64_t>>>;
+  static std::optional<std::vector<int64_t>> read_strides(const Value* v, ReadStrides& seen);
+  static std::optional<bool> last_kept_dim_innermost(const Value* in,
+                                                     const std::vector<int64_t>& reduced);
+  // A pass's divided form (reduction: two_forms): the loop over the innermost reduced dim (rl,
+  // `inner` positions) inside one over the others (ro, `outer` positions as kernel text).
+  struct DividedPass {
+    std::string rl, ro, outer;
+    int64_t inner = 0, count = 0;
+    std::string body, simd;
+    std::string float_sum;  // a float sum's accumulator, summed a row in float (cpu_float_chunks)
+    std::vector<std::pair<std::string, std::string>> combines;
+  };
+  static std::map<int64_t, std::string> divided_pass_indices(const Shape& shape,
+                                                             const std::vector<int64_t>& reduced,
+                                                             const std::string& ro,
+                                                             const std::string& rl);
+  void cpu_divided_pass(const DividedPass& pass, int depth);
+  std::string pass_merge_flags(const std::set<std::string>& positions) const;
+
   // schedule_cpu_passes.cpp: CPU reduction passes: column blocks, pieces between guards, row
   // buffers
   static std::string column_block_loop(const std::string& length, const std::string& passes,
@@ -541,21 +588,6 @@ class KernelEmitter {
                         int64_t group, const std::string& body,
                         const std::vector<std::pair<std::string, std::string>>& combines,
                         const std::string& acc, int depth, bool team = true);
-  // A pass's divided form (reduction: two_forms): the loop over the innermost reduced dim (rl,
-  // `inner` positions) inside one over the others (ro, `outer` positions as kernel text).
-  struct DividedPass {
-    std::string rl, ro, outer;
-    int64_t inner = 0, count = 0;
-    std::string body, simd;
-    std::string float_sum;  // a float sum's accumulator, summed a row in float (cpu_float_chunks)
-    std::vector<std::pair<std::string, std::string>> combines;
-  };
-  static std::map<int64_t, std::string> divided_pass_indices(const Shape& shape,
-                                                             const std::vector<int64_t>& reduced,
-                                                             const std::string& ro,
-                                                             const std::string& rl);
-  void cpu_divided_pass(const DividedPass& pass, int depth);
-  std::string pass_merge_flags(const std::set<std::string>& positions) const;
   std::string cpu_sum_lanes(const std::string& rl, const std::string& first,
                             const std::string& last, const std::string& body,
                             const std::vector<std::pair<std::string, std::string>>& combines,

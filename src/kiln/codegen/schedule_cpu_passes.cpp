@@ -1,4 +1,5 @@
-// CPU reduction passes: column blocks, pieces between guards, row buffers.
+// CPU reduction passes: column blocks, float chunks, pieces between guards, row buffers (the
+// form a pass takes: schedule_cpu_pass_forms.cpp).
 // Part of the kernel emitter (kernel_emitter.h).
 #include <cctype>
 
@@ -196,111 +197,6 @@ std::vector<int64_t> KernelEmitter::pieces_between_cuts(const std::string& var,
   pieces.push_back(count);
   if (pieces.size() > kMaxPassPieces + 1) return {0, count};
   return pieces;
-}
-
-// The positions of the innermost block of a reduction's reduced dims that are adjacent in its
-// input (dims of size 1 between them do not part them), `reduced` in the pass's order (outermost
-// first; memory_order_of_reduced may have permuted it): the pass's inner loop (reduction:
-// `nested`), whose indices merged_address joins into one position where the input is
-// contiguous over them. The longest tail of the order whose dims span no kept dim.
-//   [N, C, H, W] over (0, 2, 3): H * W; over (0, 3, 2) (h, w transposed): W * H too
-int64_t KernelEmitter::inner_reduced_block(const Shape& shape,
-                                           const std::vector<int64_t>& reduced) {
-  auto kept_between = [&](int64_t low, int64_t high) {
-    for (int64_t d = low + 1; d < high; ++d)
-      if (shape[static_cast<size_t>(d)] != 1 &&
-          std::find(reduced.begin(), reduced.end(), d) == reduced.end())
-        return true;
-    return false;
-  };
-  int64_t block = 1, low = -1, high = -1;  // the block's dims not of size 1: [low, high]
-  for (size_t r = reduced.size(); r-- > 0;) {
-    const int64_t d = reduced[r], size = shape[static_cast<size_t>(d)];
-    if (size == 1) continue;
-    const int64_t new_low = low < 0 ? d : std::min(low, d), new_high = std::max(high, d);
-    if (kept_between(new_low, new_high)) break;
-    low = new_low;
-    high = new_high;
-    block *= size;
-  }
-  return block;
-}
-
-// The order a CPU pass takes a reduction's reduced dims in (outermost first): their memory order
-// where the strides the input is read with are known (read_strides), the largest stride first,
-// so that the pass's inner loop walks the smallest (an h, w-transposed x.mean((2, 3)) read its
-// rows 28 floats apart: 4.2x eager's time), and merged_address may join them into one position;
-// else, and for argmax and argmin (whose result is a position in row-major order), `reduced`.
-// Dims of size 1 go first (they are not looped over).
-std::vector<int64_t> KernelEmitter::memory_order_of_reduced(const Value* in,
-                                                            std::vector<int64_t> reduced) {
-  ReadStrides seen;
-  const std::optional<std::vector<int64_t>> strides = read_strides(in, seen);
-  const Shape& shape = in->tensor_type().shape;
-  if (!strides || strides->size() != shape.size()) return reduced;
-  auto key = [&](int64_t d) {
-    const auto at = static_cast<size_t>(d);
-    return shape[at] == 1 ? INT64_MAX : (*strides)[at];
-  };
-  std::stable_sort(reduced.begin(), reduced.end(),
-                   [&](int64_t a, int64_t b) { return key(a) > key(b); });
-  return reduced;
-}
-
-// The strides a region's value is read with, where that is known from the region: a strided
-// view of a region input (as_strided with constant strides, the form functionalize gives a
-// caller's non-contiguous tensor: channels-last, transposed), or an elementwise op whose
-// operands of its shape are all read so, with the same innermost dim (the first's strides).
-// `seen` holds the values asked already: a chain t = t * t reads each value twice, and without
-// it the walk doubled at every op.
-std::optional<std::vector<int64_t>> KernelEmitter::read_strides(const Value* v, ReadStrides& seen) {
-  if (auto it = seen.find(v); it != seen.end()) return it->second;
-  std::optional<std::vector<int64_t>>& known = seen[v];
-  const Node* node = defining_node(v);
-  if (!node) return std::nullopt;
-  if (node->id() == OpId::kAsStrided && !defining_node(node->input(0)))
-    return known = std::vector<int64_t>(node->arg("stride").as_ints().begin(),
-                                        node->arg("stride").as_ints().end());
-  if (node->op->kind != OpKind::kElementwise) return std::nullopt;
-  const Shape& shape = v->tensor_type().shape;
-  auto innermost = [&](const std::vector<int64_t>& strides) {
-    size_t best = strides.size();
-    for (size_t d = 0; d < strides.size(); ++d)
-      if (shape[d] != 1 && (best == strides.size() || strides[d] < strides[best])) best = d;
-    return best;
-  };
-  std::optional<std::vector<int64_t>> first;
-  for (const Operand& o : node->operands) {
-    if (!o.is_value() || !o.value()->is_tensor() || o.value()->tensor_type().shape != shape)
-      continue;
-    std::optional<std::vector<int64_t>> strides = read_strides(o.value(), seen);
-    if (!strides || (first && innermost(*strides) != innermost(*first))) return std::nullopt;
-    if (!first) first = strides;
-  }
-  return seen[v] = first;
-}
-
-// Whether a reduction's input is read with the last of its kept dims innermost (the smallest
-// stride of its dims not of size 1: its column block reads consecutive elements across the
-// block's columns), false where a reduced dim is, nullopt where its strides are not known.
-std::optional<bool> KernelEmitter::last_kept_dim_innermost(const Value* in,
-                                                           const std::vector<int64_t>& reduced) {
-  ReadStrides seen;
-  const std::optional<std::vector<int64_t>> strides = read_strides(in, seen);
-  const Shape& shape = in->tensor_type().shape;
-  if (!strides || strides->size() != shape.size()) return std::nullopt;
-  auto is_reduced = [&](size_t d) {
-    return std::find(reduced.begin(), reduced.end(), static_cast<int64_t>(d)) != reduced.end();
-  };
-  std::optional<size_t> last, innermost;  // the last kept dim; the dim of the smallest stride
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (shape[d] == 1) continue;
-    if (!is_reduced(d)) last = d;
-    if (!innermost || (*strides)[d] < (*strides)[*innermost]) innermost = d;
-  }
-  if (!last || !innermost) return std::nullopt;
-  if (is_reduced(*innermost)) return false;
-  return *innermost == *last;
 }
 
 // Whether a reduction's pass at `depth` (its code `body`) runs in the CPU nest's column block:
@@ -579,71 +475,6 @@ int64_t KernelEmitter::cpu_residue_split(int64_t count) const {
     if (step >= 2 && step <= 8 && count % step == 0 && count / step >= 16) return step;
   }
   return 0;
-}
-
-// The reduced dims' indices in a pass's divided form: the innermost reduced dim's is the inner
-// loop's rl; the others' decompose the outer loop's ro, which runs over them in their order, so
-// their divisions run once a row of the inner loop (where one loop over all of them divided its
-// position at every element, and read the input through a gather).
-//   [N, 64, 28, 27] over (1, 2, 3): {3: "rl1", 2: "ro2 % 28", 1: "(ro2 / 28)"}
-std::map<int64_t, std::string> KernelEmitter::divided_pass_indices(
-    const Shape& shape, const std::vector<int64_t>& reduced, const std::string& ro,
-    const std::string& rl) {
-  std::vector<int64_t> dims;  // the reduced dims not of size 1, innermost first
-  for (size_t r = reduced.size(); r-- > 0;)
-    if (shape[static_cast<size_t>(reduced[r])] != 1) dims.push_back(reduced[r]);
-  std::map<int64_t, std::string> index;
-  int64_t within = 1;  // ro's positions inside one of the dim's
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (i == 0) {
-      index[dims[i]] = rl;
-      continue;
-    }
-    const int64_t size = shape[static_cast<size_t>(dims[i])];
-    const std::string quotient = within == 1 ? ro : "(" + ro + " / " + std::to_string(within) + ")";
-    index[dims[i]] = i + 1 == dims.size() ? quotient : quotient + " % " + std::to_string(size);
-    within *= size;
-  }
-  return index;
-}
-
-// The flags of the merges that a pass's addresses took (merged_terms), over the positions of the
-// pass's merged form: where all of them hold, the merged form runs (one position over the merged
-// dims); "false" where it took none. "mg0 && mg2"
-std::string KernelEmitter::pass_merge_flags(const std::set<std::string>& positions) const {
-  std::set<std::string> flags;
-  for (const std::string& position : positions)
-    if (auto it = merge_flags_by_dividend_.find(position); it != merge_flags_by_dividend_.end())
-      flags.insert(it->second.begin(), it->second.end());
-  std::string all;
-  for (const std::string& flag : flags)
-    all += (all.empty() ? "" : " && ") + flag;
-  return all.empty() ? "false" : all;
-}
-
-// A pass's divided form: for (ro < outer) { for (rl < inner) { body } }. A float sum takes each
-// row of the inner loop in float (cpu_float_chunks, its chunks at most the row); a full
-// reduction's team shares the outer loop (the inner is a row: a team for it would start once a
-// row).
-//   #pragma omp parallel for reduction(+:acc0) num_threads(...)
-//   for (int64_t ro2 = 0; ro2 < (e0 / 1000); ++ro2) { { float acc0_f = 0; ... acc0 += acc0_f; } }
-void KernelEmitter::cpu_divided_pass(const DividedPass& pass, int depth) {
-  if (depth == 0 && !pass.simd.empty() && parallel_worth(pass.count))
-    emit(depth, "#pragma omp parallel for " + pass.simd +
-                    team_clause({pass.count, pass.outer, pass.inner}));
-  emit(depth, "for (int64_t " + pass.ro + " = 0; " + pass.ro + " < " + pass.outer + "; ++" +
-                  pass.ro + ") {");
-  if (!pass.float_sum.empty()) {
-    cpu_float_chunks(pass.rl, 0, pass.inner, "", 1, pass.body, pass.combines, pass.float_sum, depth,
-                     /*team=*/false);
-  } else {
-    if (!pass.simd.empty()) emit(depth, "#pragma omp simd " + pass.simd);
-    emit(depth, "for (int64_t " + pass.rl + " = 0; " + pass.rl + " < " +
-                    std::to_string(pass.inner) + "; ++" + pass.rl + ") {");
-    levels_.at(static_cast<size_t>(depth)) += indented(pass.body, 1);
-    emit(depth, "}");
-  }
-  emit(depth, "}");
 }
 
 }  // namespace kiln::codegen::detail

@@ -52,8 +52,10 @@ std::string KernelEmitter::cuda_tables(const Shape& shape, Kernel& k, int64_t& e
     begin_body(type.shape, k, NestMode::kFlat, nullptr);
     const Index at = loop_index(type.shape);
     const Val r = eval(v, at);
-    const std::string body = NestBody{.levels = levels_}.flat() + name + "[" +
-                             table_position(v, at) + "] = " + r.expr + ";\n";
+    NestBody levels;
+    levels.levels = levels_;
+    const std::string body =
+        levels.flat() + name + "[" + table_position(v, at) + "] = " + r.expr + ";\n";
     src += "  __shared__ alignas(16) " + reg(type.dtype) + " " + name + "[" + count + "];  // " +
            shape_str(type.shape) + "\n";
     src += "  for (I lin = static_cast<I>(threadIdx.x); lin < static_cast<I>(" + count +
