@@ -138,7 +138,8 @@ std::string KernelEmitter::compute_reg(DType d) const {
 }
 
 // The ops whose float32 result is the same computed in float as in double: one correctly rounded
-// float operation, or exp, tanh, sigmoid, silu, erf and gelu, which scalar_math.h computes in
+// float operation (a float quotient rounded from double is the float quotient: 53 >= 2 * 24 + 2,
+// so a reciprocal too), or exp, tanh, sigmoid, silu, erf and gelu, which scalar_math.h computes in
 // float from the float operand in both (exp_f32, tanh_f32, erf_f32).
 bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
   auto unit_alpha = [&] {
@@ -154,6 +155,7 @@ bool KernelEmitter::same_in_float_op(const Node& node, int rounding) {
       return unit_alpha();
     case OpId::kDiv:
       return rounding == 0;
+    case OpId::kReciprocal:  // (1 / a: one division, as kDiv)
     case OpId::kMul:
     case OpId::kNeg:
     case OpId::kAbs:
