@@ -6,11 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-cmake --preset release >/dev/null
+py=$("${KILN_PYTHON:-.venv/bin/python}" -c 'import sys; print(sys.executable)')
+# (The release tree builds the Python extension too, as scripts/test.sh's does.)
+cmake --preset release -DKILN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$py" >/dev/null
 cmake --build --preset release
 ./build/release/examples/seed_demo
-py=$("${KILN_PYTHON:-.venv/bin/python}" -c 'import sys; print(sys.executable)')
-cmake -S . -B build/py -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_PYTHON=ON \
-  -DPython_EXECUTABLE="$py" >/dev/null
-cmake --build build/py -j 2 --target _C
-KILN_EXT_DIR=$PWD/build/py/python/kiln PYTHONPATH=$PWD/python "$py" examples/model_demo.py
+KILN_EXT_DIR=$PWD/build/release/python/kiln PYTHONPATH=$PWD/python "$py" examples/model_demo.py
