@@ -569,3 +569,26 @@ def test_reductions_of_permuted_inputs_agree_with_eager(name, dtype):
     check_against_eager(fn, lambda: [permuted(0), contiguous(1)])
     check_against_eager(fn, lambda: [contiguous(0), permuted(1)])
     check_against_eager(fn, lambda: [permuted(0), permuted(1)])
+
+
+# A value the kernel computes at two places must be the same value: y = softmax(softmax(x, 0), 0)
+# read at each column and at a gathered one (y.index_select(1, idx), idx reversed) sums each column
+# twice in one kernel, once in the nest's column block and once in a pass at the gathered element.
+# Eager computes y once, so y.index_add(1, idx, -y[:, idx]) is exactly 0 and the remainder by it
+# NaN; the two sums in different orders (float chunks in the block, double in the pass) left an
+# ulp here and there, and a 0 where eager has NaN (kiln_fuzz program 5778650035662575516).
+@pytest.mark.parametrize("rows", [5, 20, 40, 100])
+def test_a_sum_computed_twice_in_a_kernel_is_one_value(rows):
+    def fn(x):
+        y = torch.softmax(torch.softmax(x, 0), 0)
+        idx = torch.arange(x.shape[1] - 1, -1, -1)
+        gathered = y.index_select(1, idx)
+        return torch.remainder(gathered, y.index_add(1, idx, -gathered))
+
+    jitted = kiln.jit(fn)
+    for seed in range(6):
+        x = _randn(rows, 10, seed=seed)
+        want = fn(x)
+        assert torch.isnan(want).all()
+        got = jitted(x)
+        assert torch.isnan(got).all(), (rows, seed, (~torch.isnan(got)).sum().item())

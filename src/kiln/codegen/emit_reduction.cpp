@@ -25,6 +25,14 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
     count *= in.shape[static_cast<size_t>(d)];
   if (count == 0) not_lowered(node.op->name + ": a reduction over no elements");
   const bool arg = id == OpId::kArgmax || id == OpId::kArgmin;
+  // A CPU float sum computed at a second place in the kernel: lowered again, summed in double at
+  // both (SumComputedTwice).
+  const bool chunkable = (id == OpId::kSum || id == OpId::kMean) && target_ == Target::kCpu;
+  if (chunkable && !exact_sums_.contains(&node)) {
+    std::set<std::string>& sites = sum_sites_[&node];
+    sites.insert(nest_shape_text(nest_shape_) + "@" + index_key(at));
+    if (sites.size() > 1) throw SumComputedTwice{&node};
+  }
   // A CPU pass takes the reduced dims in their memory order where it is known (below, `reduced`
   // is the pass's order, outermost first).
   if (target_ == Target::kCpu && !arg) reduced = memory_order_of_reduced(self, reduced);
@@ -399,7 +407,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
         pass([&](const std::string& x,
                  const std::string&) { return acc + " = red_" + op + "(" + acc + ", " + x + ");"; },
              std::string(prod ? "reduction(*:" : "reduction(+:") + acc + ")",
-             {{acc, acc_type, prod ? "1" : "0"}}, !prod);
+             {{acc, acc_type, prod ? "1" : "0"}}, !prod && !exact_sums_.contains(&node));
         finish(op);
         if (!prod) note_sum(acc_type, acc);
       }

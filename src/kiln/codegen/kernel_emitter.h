@@ -156,6 +156,15 @@ struct Val {
 // A CPU pass across rows that stores (analysis/pass_stores.h) but cannot run in a column block:
 // the region is lowered again with its domain's outputs in a nest of their own.
 struct PassOutsideColumnBlock {};
+// A CPU float sum the kernel computes at two places (two nests, or a nest's element and a
+// gathered one: x.softmax(0) and x.softmax(0)[:, idx]): their forms may sum in different orders
+// (a column block's float chunks, a pass's vector lanes), so the same value could differ by an
+// ulp between them, where the interpreter computes it once (a - a[:, idx] at idx = identity was
+// not 0: kiln_fuzz, program 5778650035662575516). The region is lowered again with that sum in
+// double wherever it runs (exact_sums_).
+struct SumComputedTwice {
+  const Node* sum;
+};
 
 // A reduction pass's accumulator: its variable, register type and initial value.
 struct Accumulator {
@@ -794,6 +803,10 @@ class KernelEmitter {
 
   // Whether a CPU pass across rows may store (lower: cleared when one cannot run in its block).
   bool cpu_column_pass_stores_ = true;
+  // The CPU float sums summed in double wherever they run (SumComputedTwice), and where each sum
+  // of the kernel was computed so far (its nest and output index).
+  std::set<const Node*> exact_sums_;
+  std::map<const Node*, std::set<std::string>> sum_sites_;
   std::unordered_map<std::string, Val> memo_;
   // The accumulators of the nest's sums so far, by what they sum (reduction: summed_key).
   std::unordered_map<std::string, std::string> sums_;

@@ -15,6 +15,13 @@ KernelLowering KernelEmitter::run() {
   } catch (const PassOutsideColumnBlock&) {
     KernelEmitter again(step_, target_);
     again.cpu_column_pass_stores_ = false;
+    again.exact_sums_ = exact_sums_;
+    return again.run();
+  } catch (const SumComputedTwice& e) {
+    KernelEmitter again(step_, target_);
+    again.cpu_column_pass_stores_ = cpu_column_pass_stores_;
+    again.exact_sums_ = exact_sums_;
+    again.exact_sums_.insert(e.sum);
     return again.run();
   }
 }
