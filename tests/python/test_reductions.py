@@ -386,6 +386,76 @@ def test_long_rows_keep_a_pass_value_in_an_output_and_agree_with_eager(name, dty
     assert stats["interpreted_steps"] == 0 and stats["torch_steps"] == 0, stats
 
 
+
+def _softmax_of_columns_into_their_slice(x):
+    x[:, :40] = torch.softmax(x[:, :40], 0)
+
+
+def _softmax_of_columns_times_input_into_their_slice(x):
+    # The block's last loop reads x at the element it stores: x must hold x there, not exp(x - max).
+    x[:, :40] = torch.softmax(x[:, :40], 0) * x[:, :40]
+
+
+def _softmax_over_two_dims(x):
+    e = (x - x.amax((0, 1), keepdim=True)).exp()
+    return e / e.sum((0, 1), keepdim=True)
+
+
+def _softmax_and_its_exp(x):
+    e = (x - x.amax(0, keepdim=True)).exp()
+    return e / e.sum(0, keepdim=True), e
+
+
+# The same for column passes (a reduction down the columns, run in a CPU nest's column block
+# before its last loop): the value the pass computes and the block's last loop reads again is
+# kept in the element's place in an output of the kernel's own (codegen keep_row_value,
+# across_rows), never in an output stored into the caller's memory, and not where the pass runs
+# outside the block (a reduced dim innermost in memory: the value is withdrawn and computed
+# again). Columns of x [300, 70]: a block of 64 and one of 6; 3-D inputs [4, 30, 70].
+COLUMN_PASSES = {  # name: (function, shape)
+    "softmax": (lambda x: torch.softmax(x, 0), (300, 70)),
+    "softmax into the slice it reads": (_softmax_of_columns_into_their_slice, (300, 70)),
+    "softmax times its input into the slice": (_softmax_of_columns_times_input_into_their_slice, (300, 70)),
+    "softmax and log_softmax": (lambda x: (torch.softmax(x, 0), torch.log_softmax(x, 0)), (300, 70)),
+    "softmax times its input": (lambda x: torch.softmax(x, 0) * x, (300, 70)),
+    "two softmaxes of the columns": (lambda x: (torch.softmax(x, 0), torch.softmax(x * 2, 0)), (300, 70)),
+    "softmax and the exp it divides": (_softmax_and_its_exp, (300, 70)),
+    "softmax as float64": (lambda x: torch.softmax(x, 0).double(), (300, 70)),
+    "softmax plus a column sum of squares": (lambda x: torch.softmax(x, 0) + (x * x).sum(0), (300, 70)),
+    "softmax of the transposed input": (lambda x: torch.softmax(x.t(), 0), (70, 300)),
+    # Passes outside the column block, at each element of the nest: their values are withdrawn.
+    "softmax of a view whose reduced dim is innermost in memory": (lambda x: torch.softmax(x.as_strided((300, 70), (1, 300)), 0), (70, 300)),
+    "softmax of a single column": (lambda x: torch.softmax(x, 0), (300, 1)),
+    # Column blocks opened inside the loop over the rows (the passes read the row's index, or the
+    # row has code of its own): the passes run again at each row, so nothing is kept (a kept exp
+    # stored at every row overwrote the rows stored before: (x + 1) * softmax(x, 0) off by 0.9).
+    "softmax times its input plus 1": (lambda x: (x + 1) * torch.softmax(x, 0), (300, 70)),
+    "softmax times a row sum": (lambda x: torch.softmax(x, 0) * x.sum(1, keepdim=True), (300, 70)),
+    "softmax over the middle dim": (lambda x: torch.softmax(x, 1), (4, 30, 70)),
+    "softmax over the first two dims": (_softmax_over_two_dims, (4, 30, 70)),
+    "normalized columns": (lambda x: (x - x.mean(0)) * ((x - x.mean(0)) ** 2).mean(0).add(1e-5).rsqrt(), (300, 70)),
+}
+
+
+# (bfloat16: its values are not kept, an output holds them rounded; not "as float64", which
+# compares bf16's roundings of float values at float64's tolerance.)
+@pytest.mark.parametrize(
+    "name, dtype",
+    [(n, d) for n in COLUMN_PASSES for d in (torch.float32, torch.float64, torch.bfloat16)
+     if not (n == "softmax as float64" and d == torch.bfloat16)],
+    ids=str,
+)
+def test_column_passes_keep_a_pass_value_in_an_output_and_agree_with_eager(name, dtype):
+    fn, shape = COLUMN_PASSES[name]
+
+    def make_args():
+        g = torch.Generator().manual_seed(11)
+        return [torch.randn(*shape, generator=g, device="cpu").to(device=torch.get_default_device(), dtype=dtype)]
+
+    jitted = check_against_eager(fn, make_args)
+    stats = jitted._cache.last_run_stats
+    assert stats["interpreted_steps"] == 0 and stats["torch_steps"] == 0, stats
+
 # Reductions over several dims (the CPU's passes: adjacent reduced dims taken as one linear
 # position where the tensor is contiguous over them, merged_address; a loop over the outer ones
 # around a pass over the innermost block where they are not adjacent, reduction's `nested`).

@@ -139,9 +139,14 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   const PassForm form = pass_form(self, reduced, depth, cooperative || columnar, arg);
   const bool nested = form.nested, two_forms = form.two_forms;
   const int64_t block = form.block;
+  // A CPU pass down the nest's columns, which may run in its column block (cpu_column_block):
+  // it offers its value to the elements as a row pass does (keep_row_value).
+  const bool column_pass = target_ == Target::kCpu && mode_ == NestMode::kCpuLoops &&
+                           cpu_keep_column_values_ && element_level && !last_dim_reduced && !arg;
   auto pass = [&](const Combine& combine, const std::string& simd,
                   const std::vector<Accumulator>& accs, bool float_chunks = false) {
     std::string rl = fresh("rl");
+    const size_t kept_from = kept_row_values_.size();
     const std::string ro = nested || two_forms ? fresh("ro") : "";
     const std::string merged = rl + "_merged";  // two_forms: whether the merged form runs
     // The divided form's index of each reduced dim. The merged form's positions over the dims
@@ -274,6 +279,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       element_dtype = x.dtype;
       if (target_ == Target::kCpu && before_row_stores && !last_dim_reduced_alone.empty() && !split)
         keep_row_value(self, x, index, level, depth, count);
+      if (column_pass) keep_row_value(self, x, index, level, depth, count, reduced);
       if (target_ == Target::kCuda && cooperative && !split_rows_ && before_row_stores &&
           !last_dim_reduced_alone.empty())
         keep_in_row_registers(self, x, index, level, depth, count);
@@ -328,7 +334,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
       const bool float_sum = target_ == Target::kCpu && float_chunks && fl && !arg &&
                              element_type == "double" && dtype_size(element_dtype) <= 4 &&
                              is_floating(element_dtype) && dtype_size(out) <= 4 && accs.size() == 1;
-      serial_pass_loops(
+      const bool in_column_block = serial_pass_loops(
           SerialPass{.depth = depth,
                      .count = count,
                      .count_text = count_text,
@@ -345,6 +351,7 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
                      .split = split,
                      .same_as_rl = same_as_rl,
                      .form = form});
+      if (column_pass && !in_column_block) withdraw_kept_values(kept_from);
     }
   };
 

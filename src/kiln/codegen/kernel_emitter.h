@@ -156,6 +156,12 @@ struct Val {
 // A CPU pass across rows that stores (analysis/pass_stores.h) but cannot run in a column block:
 // the region is lowered again with its domain's outputs in a nest of their own.
 struct PassOutsideColumnBlock {};
+// A column pass's value kept in an output (keep_row_value, across_rows) in a nest whose column
+// block opens inside a loop over the rows the pass runs down (column_block_outside: the block's
+// passes read that loop's variable, or code of its own sits there): the passes run again at each
+// of those rows, and the kept value's stores would overwrite the elements stored before
+// ((x + 1) * softmax(x, 0)). The region is lowered again keeping no column pass's value.
+struct ColumnValueKeptUnderItsRows {};
 // A CPU float sum the kernel computes at two places (two nests, or a nest's element and a
 // gathered one: x.softmax(0) and x.softmax(0)[:, idx]): their forms may sum in different orders
 // (a column block's float chunks, a pass's vector lanes), so the same value could differ by an
@@ -548,7 +554,8 @@ class KernelEmitter {
     std::string same_as_rl;
     PassForm form;
   };
-  void serial_pass_loops(const SerialPass& pass);
+  // (true: the pass runs in the nest's column block, cpu_column_block)
+  bool serial_pass_loops(const SerialPass& pass);
   static int64_t inner_reduced_block(const Shape& shape, const std::vector<int64_t>& reduced);
   static std::vector<int64_t> memory_order_of_reduced(const Value* in,
                                                       std::vector<int64_t> reduced);
@@ -578,7 +585,9 @@ class KernelEmitter {
                                        const std::string& pad);
   struct KeptRowValue;
   void keep_row_value(const Value* v, const Val& x, const Index& index, int level, int depth,
-                      int64_t count);
+                      int64_t count, const std::vector<int64_t>& across_rows = {});
+  void withdraw_kept_values(size_t from);
+  void check_kept_column_values(const Shape& shape, const NestBody& body) const;
   std::optional<Val> read_kept_row_value(const std::string& key);
   bool keep_in_row_buffer(KeptRowValue& kept);
   bool keep_in_output(KeptRowValue& kept);
@@ -651,7 +660,9 @@ class KernelEmitter {
                                             const std::string& condition);
   void keep_in_row_registers(const Value* v, const Val& x, const Index& index, int level, int depth,
                              int64_t count);
-  std::optional<std::string> row_element_key(const Value* v, const Index& index) const;
+  // (`along`: the dims the pass runs over; none: the last alone)
+  std::optional<std::string> row_element_key(const Value* v, const Index& index,
+                                             const std::vector<int64_t>& along = {}) const;
   std::optional<Val> split_trip_load(size_t k, const Index& at, const RowPosition& position);
   bool uses_only_row_indices(const std::string& text) const;
 
@@ -765,13 +776,17 @@ class KernelEmitter {
   // key at the row's element, its value and index in the pass, the row's length, and the marker
   // the pass holds where its store goes; once the row's elements read it (read_kept_row_value),
   // where it is kept: a row buffer (its declaration at the pass's depth) or an output, the pass's
-  // store line and the load that reads it back (none where neither holds it).
+  // store line and the load that reads it back (none where neither holds it). A column pass's
+  // value (across_rows: the pass runs down the nest's columns in its column block) is kept in an
+  // output alone, and withdrawn where the pass does not run in the block.
   struct KeptRowValue {
     std::string key;
     Val value;
     Index index;
     int64_t count = 0;
     std::string marker;
+    std::vector<int64_t> across_rows;  // a column pass's: the dims it runs down
+    bool withdrawn = false;
     bool read = false;
     std::optional<size_t> output;
     std::string declaration, store, load;
@@ -803,6 +818,8 @@ class KernelEmitter {
 
   // Whether a CPU pass across rows may store (lower: cleared when one cannot run in its block).
   bool cpu_column_pass_stores_ = true;
+  // Whether a CPU column pass may keep its value for the elements (ColumnValueKeptUnderItsRows).
+  bool cpu_keep_column_values_ = true;
   // The CPU float sums summed in double wherever they run (SumComputedTwice), and where each sum
   // of the kernel was computed so far (its nest and output index).
   std::set<const Node*> exact_sums_;

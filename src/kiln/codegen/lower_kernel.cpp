@@ -8,21 +8,25 @@
 namespace kiln::codegen::detail {
 
 KernelLowering KernelEmitter::run() {
+  // Lowered again with one choice taken back: every other choice taken back so far stays.
+  auto again = [this](const std::function<void(KernelEmitter&)>& change) {
+    KernelEmitter emitter(step_, target_);
+    emitter.cpu_column_pass_stores_ = cpu_column_pass_stores_;
+    emitter.cpu_keep_column_values_ = cpu_keep_column_values_;
+    emitter.exact_sums_ = exact_sums_;
+    change(emitter);
+    return emitter.run();
+  };
   try {
     return KernelLowering{lower(), ""};
   } catch (const NotLowered& e) {
     return KernelLowering{std::nullopt, e.why};
   } catch (const PassOutsideColumnBlock&) {
-    KernelEmitter again(step_, target_);
-    again.cpu_column_pass_stores_ = false;
-    again.exact_sums_ = exact_sums_;
-    return again.run();
+    return again([](KernelEmitter& e) { e.cpu_column_pass_stores_ = false; });
   } catch (const SumComputedTwice& e) {
-    KernelEmitter again(step_, target_);
-    again.cpu_column_pass_stores_ = cpu_column_pass_stores_;
-    again.exact_sums_ = exact_sums_;
-    again.exact_sums_.insert(e.sum);
-    return again.run();
+    return again([&e](KernelEmitter& emitter) { emitter.exact_sums_.insert(e.sum); });
+  } catch (const ColumnValueKeptUnderItsRows&) {
+    return again([](KernelEmitter& e) { e.cpu_keep_column_values_ = false; });
   }
 }
 
@@ -231,7 +235,9 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   lanes_ = nullptr;
   place_kept_row_values();
   levels_[0] = row_fills_ + levels_[0];  // each row's cached elements, loaded first
-  return NestBody{levels_, stores, stores_once, column_block_text(false), column_block_text(true)};
+  NestBody body{levels_, stores, stores_once, column_block_text(false), column_block_text(true)};
+  check_kept_column_values(shape, body);
+  return body;
 }
 
 // Where output j's element at `at` lies: its offset plus each index times its stride (oo<j>,

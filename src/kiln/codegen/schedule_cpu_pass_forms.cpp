@@ -58,8 +58,9 @@ KernelEmitter::PassForm KernelEmitter::pass_form(const Value* in,
 // The loops of a pass one thread runs: in the nest's column block where it fits
 // (column_block_fits), else a loop over its positions (in pieces between its guards' bounds: a
 // loop each; a float sum in float chunks: cpu_float_chunks), inside a loop over the outer dims
-// where nested, and in its divided form too where it has two (cpu_divided_pass).
-void KernelEmitter::serial_pass_loops(const SerialPass& pass) {
+// where nested, and in its divided form too where it has two (cpu_divided_pass). True where the
+// pass runs in the column block.
+bool KernelEmitter::serial_pass_loops(const SerialPass& pass) {
   const int depth = pass.depth;
   const int64_t count = pass.count;
   const PassForm& form = pass.form;
@@ -76,7 +77,7 @@ void KernelEmitter::serial_pass_loops(const SerialPass& pass) {
                      pass.float_sum ? pass.combines : decltype(pass.combines){});
     for (const Accumulator& a : pass.accs)
       emit(depth, a.name + " = " + a.name + "_b[i" + std::to_string(nest_rank_ - 1) + " - cb];");
-    return;
+    return true;
   }
   if (target_ == Target::kCpu && pass.stores_in_pass && !pass_stores_->along_last_dim)
     throw PassOutsideColumnBlock{};
@@ -125,7 +126,7 @@ void KernelEmitter::serial_pass_loops(const SerialPass& pass) {
     emit(depth, "constexpr bool " + merged + " = " + merges + ";");
     if (merges == "false") {
       cpu_divided_pass(divided_pass(), depth);
-      return;
+      return false;
     }
     emit(depth, "if constexpr (" + merged + ") {");
     if (!nested) emit(depth, "[[maybe_unused]] constexpr int64_t " + ro + " = 0;");
@@ -155,6 +156,7 @@ void KernelEmitter::serial_pass_loops(const SerialPass& pass) {
     cpu_divided_pass(divided_pass(), depth);
     emit(depth, "}");
   }
+  return false;
 }
 
 // The positions of the innermost block of a reduction's reduced dims that are adjacent in its
