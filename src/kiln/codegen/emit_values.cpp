@@ -525,6 +525,35 @@ std::string KernelEmitter::team_clause(const TeamWork& work) const {
          "))";
 }
 
+// The reductions an elementwise node's operands hold, computed before the operands themselves:
+// a broadcast operand that holds one (a row's statistic) whole, so that its pass runs before the
+// other operands are computed at the element and a row pass can keep what they share
+// (keep_row_value, keep_in_row_registers: softmax's exp(x - max) divided by its sum). On the CPU,
+// the reductions of an operand of the node's own shape too, through its elementwise ops: a column
+// block's pass that reads the element's code so far repeats it in the block (column_block_fits),
+// and code there that reads the element's row put the block inside the loop over the rows, its
+// passes run again at each row: (x + 1) * softmax(x, 0) of 1024 x 64 floats took 58.6 ms against
+// eager's 0.09 (softmax(x, 0) * (x + 1): 0.06).
+void KernelEmitter::reductions_first(const Node& node, const Index& at) {
+  if (node.op->kind != OpKind::kElementwise) return;
+  for (bool broadcast : {true, false}) {  // (the broadcast ones first)
+    for (int i = 0; i < node.op->arity; ++i) {
+      const Operand& o = node.arg(static_cast<size_t>(i));
+      if (!o.is_value() || !o.value()->is_tensor() || !holds_reduction(o.value()) ||
+          broadcast != (o.value()->tensor_type().numel() < node.outputs[0]->tensor_type().numel()))
+        continue;
+      const Index index = broadcast_index(at, o.value()->tensor_type().shape);
+      const Node* defining = defining_node(o.value());
+      if (broadcast)
+        eval(o.value(), index);
+      else if (target_ == Target::kCpu && defining && defining->op->kind == OpKind::kReduction)
+        eval(o.value(), index);
+      else if (target_ == Target::kCpu && defining)
+        reductions_first(*defining, index);
+    }
+  }
+}
+
 Val KernelEmitter::elementwise(const Node& node, const Index& at) {
   const OpInfo& op = *node.op;
   if (op.is_inplace_elementwise()) not_lowered(op.name + ": an in-place op in a region");
@@ -605,16 +634,9 @@ Val KernelEmitter::elementwise(const Node& node, const Index& at) {
                           !(node.arg(1).is_value() && node.arg(1).value()->is_tensor());
   std::vector<std::string> operands;
   std::string integer_condition;  // where's condition, when it is held apart (below)
-  // The broadcast operands that hold a reduction (a row's statistic) first: its pass runs
-  // before the other operands are computed at the element, so a row pass can keep what they
-  // share (keep_row_value, keep_in_row_registers: softmax's exp(x - max) divided by its
-  // sum). Values are memoized: the loop below finds them.
-  for (int i = 0; i < op.arity; ++i)
-    if (const Operand& o = node.arg(static_cast<size_t>(i));
-        o.is_value() && o.value()->is_tensor() &&
-        o.value()->tensor_type().numel() < node.outputs[0]->tensor_type().numel() &&
-        holds_reduction(o.value()))
-      eval(o.value(), broadcast_index(at, o.value()->tensor_type().shape));
+  // The operands' reductions first (reductions_first). Values are memoized: the loop below
+  // finds them.
+  reductions_first(node, at);
   for (int i = 0; i < op.arity; ++i) {
     const Operand& o = node.arg(static_cast<size_t>(i));
     bool convert = !(op.dtype_rule == DTypeRule::kWhere && i == 0);

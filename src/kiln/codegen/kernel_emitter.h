@@ -442,6 +442,7 @@ class KernelEmitter {
   static std::string copy_convert(const Val& v, DType out);
   static std::optional<std::string> pow_by_constant(const Operand& exponent);
   Val elementwise(const Node& node, const Index& at);
+  void reductions_first(const Node& node, const Index& at);
   // Whether `iterations` of the nest's elements are worth a team of threads (kParallelIterations),
   // and the team's size clause: a thread for each half of kParallelIterations of work.
   bool parallel_worth(int64_t iterations) const;

@@ -201,6 +201,13 @@ NestBody KernelEmitter::emit_body(const Shape& shape, Kernel& k, bool is_last, N
   auto stored_once = [&](const Shape& shape_j) {
     return lanes && lanes->results_0d_once && shape_j.empty() && !out_shape.empty();
   };
+  // (CPU: every output's reductions before any output's code at the element, reductions_first:
+  // the tuple (softmax(x, 0), softmax(2 * x, 0)) ran the second's column passes at each row.)
+  for (size_t j = 0; j < k.outputs.size() && target_ == Target::kCpu; ++j) {
+    const Node* node = defining_node(body_.outputs()[j]);
+    if (node && k.outputs[j].shape == out_shape && holds_reduction(body_.outputs()[j]))
+      reductions_first(*node, at);
+  }
   for (size_t j = 0; j < k.outputs.size(); ++j) {
     const Shape& shape_j = k.outputs[j].shape;
     if (stored_once(shape_j)) {
