@@ -140,9 +140,11 @@ Val KernelEmitter::reduction(const Node& node, const Index& at) {
   const bool nested = form.nested, two_forms = form.two_forms;
   const int64_t block = form.block;
   // A CPU pass down the nest's columns, which may run in its column block (cpu_column_block):
-  // it offers its value to the elements as a row pass does (keep_row_value).
+  // it offers its value to the elements as a row pass does (keep_row_value). (Not in a scatter
+  // nest, whose body stores at the index's positions, not at its element.)
   const bool column_pass = target_ == Target::kCpu && mode_ == NestMode::kCpuLoops &&
-                           cpu_keep_column_values_ && element_level && !last_dim_reduced && !arg;
+                           cpu_keep_column_values_ && !scatter_ && element_level &&
+                           !last_dim_reduced && !arg;
   auto pass = [&](const Combine& combine, const std::string& simd,
                   const std::vector<Accumulator>& accs, bool float_chunks = false) {
     std::string rl = fresh("rl");
