@@ -386,7 +386,6 @@ def test_long_rows_keep_a_pass_value_in_an_output_and_agree_with_eager(name, dty
     assert stats["interpreted_steps"] == 0 and stats["torch_steps"] == 0, stats
 
 
-
 def _softmax_of_columns_into_their_slice(x):
     x[:, :40] = torch.softmax(x[:, :40], 0)
 
@@ -455,6 +454,7 @@ def test_column_passes_keep_a_pass_value_in_an_output_and_agree_with_eager(name,
     jitted = check_against_eager(fn, make_args)
     stats = jitted._cache.last_run_stats
     assert stats["interpreted_steps"] == 0 and stats["torch_steps"] == 0, stats
+
 
 # Reductions over several dims (the CPU's passes: adjacent reduced dims taken as one linear
 # position where the tensor is contiguous over them, merged_address; a loop over the outer ones
