@@ -89,12 +89,13 @@ void KernelEmitter::withdraw_kept_values(size_t from) {
 // Throws ColumnValueKeptUnderItsRows where a column pass's value is kept in an output and the
 // nest's column block opens inside a loop over a dim the pass runs down.
 void KernelEmitter::check_kept_column_values(const Shape& shape, const NestBody& body) const {
+  std::optional<size_t> outside;  // (column_block_outside, once a nest)
   for (const KeptRowValue& k : kept_row_values_) {
     if (k.across_rows.empty() || k.withdrawn || k.store.empty()) continue;
     KILN_ASSERT(!body.column_block.empty()) << "a column pass's kept value without a column block";
-    const size_t outside = column_block_outside(shape, body);
+    if (!outside) outside = column_block_outside(shape, body);
     for (int64_t d : k.across_rows)
-      if (static_cast<size_t>(d) < outside) throw ColumnValueKeptUnderItsRows{};
+      if (static_cast<size_t>(d) < *outside) throw ColumnValueKeptUnderItsRows{};
   }
 }
 
